@@ -1,0 +1,43 @@
+# Two commands for a new user: `make demo` and `make test`. Everything else is here too.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+RUNS ?= var/runs
+ADDR ?= 127.0.0.1:8000
+
+.PHONY: install demo serve test test-postgres lint format bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python -m receipts demo $(RUNS)
+	$(BIN)/python manage.py demo_login
+	EVIDENCE_RUNS_ROOT=$(RUNS) $(BIN)/python manage.py runserver $(ADDR)
+
+test: install
+	$(BIN)/python -m pytest
+
+test-postgres: install
+	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test $(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: install
+	$(BIN)/python tests/bench/bench_writer.py
+
+clean:
+	rm -rf $(VENV) var db.sqlite3*

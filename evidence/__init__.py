@@ -1,0 +1,1 @@
+"""The Callproof dashboard site: settings, URLs, views, evidence export."""

@@ -1,0 +1,26 @@
+"""Create (or reset) the demo login and print it: `make demo` uses it."""
+
+from __future__ import annotations
+
+import secrets
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.core.management.base import BaseCommand
+
+
+class Command(BaseCommand):
+    help = "Create or reset the 'demo' user with a fresh random password, and print the login."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--username", default="demo")
+
+    def handle(self, *args, username: str, **options) -> None:
+        password = secrets.token_urlsafe(12)
+        user, _ = get_user_model().objects.get_or_create(username=username)
+        user.set_password(password)
+        user.is_staff = True
+        user.save()
+        # The demo person may settle calls; the permission exists once the models do.
+        user.user_permissions.add(*Permission.objects.filter(codename="confirm_call"))
+        self.stdout.write(f"Log in at http://127.0.0.1:8000/ as {username} / {password}")

@@ -1,0 +1,13 @@
+"""URLs of the dashboard (INTERFACES.md lists the stable ones)."""
+
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from evidence import views
+
+urlpatterns = [
+    path("healthz", views.healthz, name="healthz"),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", views.runs, name="runs"),
+]

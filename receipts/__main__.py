@@ -1,0 +1,5 @@
+"""Entry point of ``python -m receipts``."""
+
+from receipts.cli import main
+
+raise SystemExit(main())

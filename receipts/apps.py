@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ReceiptsConfig(AppConfig):
+    name = "receipts"
+    verbose_name = "Receipts"

@@ -1,0 +1,137 @@
+"""``python -m receipts``: the writer's command line (no Django needed).
+
+JSON results go to standard output, errors to standard error. Exit codes:
+0 success (created, reused, committed), 1 bad input or I/O error,
+2 usage, 3 conflict or rejected, 4 the call awaits a person's confirmation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from receipts import protocol, runtime
+from receipts.replay import replay_run
+
+EXIT_OK, EXIT_ERROR, EXIT_CONFLICT, EXIT_AWAITING = 0, 1, 3, 4
+
+
+def _print(document: Any) -> None:
+    sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
+
+
+def _read_request(source: str) -> Any:
+    data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    return protocol.load_json_strict(data)
+
+
+def cmd_init(options: argparse.Namespace) -> int:
+    runtime.run_init(Path(options.run_dir), contract_sha256=options.contract_sha256, attempts=options.attempts)
+    _print({"run_dir": str(options.run_dir), "contract_sha256": options.contract_sha256})
+    return EXIT_OK
+
+
+def cmd_write_task(options: argparse.Namespace) -> int:
+    request = _read_request(options.request)
+    if not isinstance(request, dict):
+        raise ValueError("the request must be a JSON object")
+    result = runtime.write_task(Path(options.run_dir), request, options.submission_id)
+    _print(result.as_dict())
+    return EXIT_CONFLICT if result.disposition == "conflict" else EXIT_OK
+
+
+def cmd_call(options: argparse.Namespace) -> int:
+    args = protocol.load_json_strict(options.args.encode("utf-8"))
+    if not isinstance(args, dict):
+        raise ValueError("--args must be a JSON object")
+    outcome = runtime.Executor(Path(options.run_dir)).call(options.tool, args, attempt=options.attempt)
+    _print(outcome.as_dict())
+    if outcome.status == "committed":
+        return EXIT_OK
+    return EXIT_AWAITING if outcome.needs else EXIT_CONFLICT
+
+
+def cmd_replay(options: argparse.Namespace) -> int:
+    report = replay_run(Path(options.run_dir))
+    if options.json:
+        _print(report)
+    else:
+        for row in report["decisions"]:
+            sys.stdout.write(
+                f"{row['call_id'][:12]}  {row['status'] or '-':<10} {row['decision']:<8} {row['reason']}\n"
+            )
+    return EXIT_OK
+
+
+def cmd_state(options: argparse.Namespace) -> int:
+    runtime.run_set_state(Path(options.run_dir), state=options.name, attempts=options.attempts)
+    _print({"state": options.name, "attempts": options.attempts})
+    return EXIT_OK
+
+
+def cmd_demo(options: argparse.Namespace) -> int:
+    from receipts.demo import write_demo_runs
+
+    _print({"runs": write_demo_runs(Path(options.root))})
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m receipts",
+        description="The Callproof writer: run directories, idempotent task creation, receipts around tool calls.",
+        epilog="Exit codes: 0 done, 1 error, 2 usage, 3 conflict or rejected, 4 awaits a person's confirmation.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    init = commands.add_parser("init", help="create a run directory")
+    init.add_argument("run_dir")
+    init.add_argument("--contract-sha256", required=True)
+    init.add_argument("--attempts", type=int, default=1)
+    init.set_defaults(handler=cmd_init)
+
+    task = commands.add_parser("write-task", help="create a task, at most once per submission id")
+    task.add_argument("run_dir")
+    task.add_argument("--request", required=True, help="JSON file, or - for standard input")
+    task.add_argument("--submission-id", default=None)
+    task.set_defaults(handler=cmd_write_task)
+
+    call = commands.add_parser("call", help="run one built-in tool through receipts")
+    call.add_argument("run_dir")
+    call.add_argument("--tool", required=True, choices=sorted(runtime.BUILTIN_ADAPTERS))
+    call.add_argument("--args", required=True, help="the tool's arguments as a JSON object")
+    call.add_argument("--attempt", type=int, required=True)
+    call.set_defaults(handler=cmd_call)
+
+    replay = commands.add_parser("replay", help="recovery decisions, with no side effect")
+    replay.add_argument("run_dir")
+    replay.add_argument("--json", action="store_true")
+    replay.set_defaults(handler=cmd_replay)
+
+    state = commands.add_parser("state", help="record the run's state (running, retrying, finished, ...)")
+    state.add_argument("run_dir")
+    state.add_argument("name")
+    state.add_argument("--attempts", type=int, required=True)
+    state.set_defaults(handler=cmd_state)
+
+    demo = commands.add_parser("demo", help="write the demo run directories under ROOT")
+    demo.add_argument("root")
+    demo.set_defaults(handler=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = build_parser().parse_args(argv)
+    needs_run = getattr(options, "run_dir", None) is not None and options.command != "init"
+    if needs_run and not Path(options.run_dir, "steer.json").is_file():
+        sys.stderr.write(f"error: {options.run_dir} is not a run directory (no steer.json)\n")
+        return EXIT_ERROR
+    try:
+        return options.handler(options)
+    except (ValueError, OSError) as error:
+        sys.stderr.write(f"error: {error}\n")
+        return EXIT_ERROR

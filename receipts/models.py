@@ -1,0 +1,1 @@
+"""Rows imported from run directories (filled by the importer)."""

@@ -1,0 +1,308 @@
+"""receipts.protocol against the spec's vectors, the JSON corpus, and properties."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import unicodedata
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from receipts import protocol
+from tests.conftest import shared_path
+
+DUPLICATE_KEY_FILES = {"y_object_duplicated_key.json", "y_object_duplicated_key_and_value.json"}
+
+
+def test_protocol_and_runtime_import_nothing_from_django():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, receipts.protocol, receipts.runtime, receipts.replay, receipts.cli, receipts.demo;"
+        "sys.exit(1 if any(m == 'django' or m.startswith('django.') for m in sys.modules) else 0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_canonical_json_matches_every_vector(vectors):
+    for vector in vectors["canonical_json"]:
+        encoded = protocol.canonical_json(vector["value"])
+        assert encoded == vector["canonical_utf8"].encode("utf-8")
+        assert protocol.sha256_hex(encoded) == vector["sha256"]
+
+
+def test_canonical_json_refuses_every_non_finite_vector(vectors):
+    for literal in vectors["canonical_json_rejects"]:
+        with pytest.raises(ValueError, match="JSON compliant"):
+            protocol.canonical_json(float(literal))
+
+
+def test_make_call_id_matches_every_vector(vectors):
+    for vector in vectors["call_id"]:
+        call_id = protocol.make_call_id(
+            vector["contract_sha256"],
+            vector["attempt"],
+            vector["tool"],
+            vector["args"],
+            tool_version=vector.get("tool_version"),
+            identity=vector["identity"],
+        )
+        assert call_id == vector["call_id"], vector.get("note", vector["identity"])
+
+
+def test_make_call_id_refuses_an_unknown_formula():
+    with pytest.raises(ValueError, match="unknown identity"):
+        protocol.make_call_id("c" * 64, 1, "t", {}, identity="call-id-v9")
+
+
+def test_input_sha256_matches_every_vector(vectors):
+    for vector in vectors["input_sha256"]:
+        assert protocol.input_sha256(vector["args"]) == vector["input_sha256"]
+
+
+def test_request_digest_matches_every_vector(vectors):
+    for vector in vectors["request_digest_write_task_v1"]:
+        assert protocol.request_digest(vector["request"]) == vector["request_digest"], vector["case"]
+
+
+def corpus_files() -> list[Path]:
+    return sorted(shared_path("corpus", "jsontestsuite", "test_parsing").iterdir())
+
+
+def test_the_corpus_is_there():
+    names = [path.name for path in corpus_files()]
+    assert len(names) > 300
+    assert {name[:2] for name in names} == {"y_", "n_", "i_"}
+
+
+@pytest.mark.parametrize("path", corpus_files(), ids=lambda path: path.name)
+def test_load_json_strict_on_the_corpus(path: Path):
+    data = path.read_bytes()
+    try:
+        protocol.load_json_strict(data)
+    except ValueError:
+        accepted = False
+    else:
+        accepted = True
+    # Anything but ValueError escapes the try above and fails the test.
+    if path.name in DUPLICATE_KEY_FILES:
+        assert not accepted, "duplicate keys must be refused"
+    elif path.name.startswith("y_"):
+        assert accepted
+    elif path.name.startswith("n_"):
+        assert not accepted
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b'{"a": NaN}', "NaN"),
+        (b"[Infinity]", "Infinity"),
+        (b"[-Infinity]", "Infinity"),
+        (b"[1e400]", "out of range"),
+        (b'{"a": 1, "a": 2}', "duplicate key"),
+        (b'\xef\xbb\xbf{"a": 1}', "byte order mark"),
+        (b'{"a": "\xff"}', "invalid UTF-8"),
+        (b'{"a": "\\ud800"}', "lone surrogate"),
+        (b'{"\\udc00": 1}', "lone surrogate"),
+        (b"[" * 100_000 + b"]" * 100_000, "nesting"),
+        (b"[" * 300 + b"]" * 300, "nesting"),
+        (b"", "invalid JSON"),
+        (b'{"a": 1} x', "invalid JSON"),
+    ],
+)
+def test_load_json_strict_refuses_with_a_clear_value_error(data: bytes, message: str):
+    with pytest.raises(ValueError, match=message):
+        protocol.load_json_strict(data)
+
+
+def test_load_json_strict_accepts_a_surrogate_pair_and_nesting_within_the_limit():
+    assert protocol.load_json_strict(b'["\\ud834\\udd1e"]') == ["\U0001d11e"]
+    depth = protocol.MAX_JSON_DEPTH
+    assert protocol.load_json_strict(b"[" * depth + b"]" * depth) is not None
+
+
+def test_load_json_strict_refuses_text_instead_of_bytes():
+    with pytest.raises(ValueError, match="takes bytes"):
+        protocol.load_json_strict('{"a": 1}')
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(st.characters(exclude_categories=["Cs"])),
+    lambda children: (
+        st.lists(children, max_size=5)
+        | st.dictionaries(st.text(st.characters(exclude_categories=["Cs"]), max_size=8), children, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+
+@given(st.dictionaries(st.text(max_size=6), json_values, max_size=8), st.randoms())
+@settings(max_examples=200)
+def test_canonical_bytes_do_not_depend_on_key_order(mapping, random):
+    items = list(mapping.items())
+    random.shuffle(items)
+    assert protocol.canonical_json(dict(items)) == protocol.canonical_json(mapping)
+
+
+@given(json_values)
+@settings(max_examples=300)
+def test_canonical_bytes_survive_a_strict_decode_encode_round_trip(value):
+    encoded = protocol.canonical_json(value)
+    assert protocol.canonical_json(protocol.load_json_strict(encoded)) == encoded
+
+
+text_fields = st.text(st.characters(exclude_categories=["Cs"]), max_size=30)
+
+
+@st.composite
+def requests(draw):
+    request = {field: draw(st.none() | text_fields) for field in protocol.REQUEST_FIELDS}
+    request["references"] = draw(st.none() | st.lists(text_fields, max_size=3))
+    return request
+
+
+@given(requests())
+@settings(max_examples=200)
+def test_request_digest_ignores_line_end_style(request):
+    def crlf(value):
+        if isinstance(value, str):
+            return value.replace("\n", "\r\n")
+        if isinstance(value, list):
+            return [crlf(item) for item in value]
+        return value
+
+    def lone_cr(value):
+        if isinstance(value, str):
+            return value.replace("\n", "\r")
+        if isinstance(value, list):
+            return [lone_cr(item) for item in value]
+        return value
+
+    digest = protocol.request_digest(request)
+    assert protocol.request_digest({key: crlf(value) for key, value in request.items()}) == digest
+    assert protocol.request_digest({key: lone_cr(value) for key, value in request.items()}) == digest
+
+
+@given(requests())
+@settings(max_examples=200)
+def test_request_digest_ignores_nfd_versus_nfc(request):
+    def nfd(value):
+        if isinstance(value, str):
+            return unicodedata.normalize("NFD", value)
+        if isinstance(value, list):
+            return [nfd(item) for item in value]
+        return value
+
+    assert protocol.request_digest({key: nfd(value) for key, value in request.items()}) == protocol.request_digest(
+        request
+    )
+
+
+@given(requests(), st.dictionaries(st.text(min_size=1).filter(lambda k: k not in protocol.REQUEST_FIELDS), json_values))
+@settings(max_examples=200)
+def test_request_digest_ignores_execution_fields(request, extra):
+    assert protocol.request_digest({**extra, **request}) == protocol.request_digest(request)
+
+
+def test_request_digest_keeps_types_and_array_order():
+    base = {"subject": "x", "priority": 1, "references": ["a", "b"]}
+    assert protocol.request_digest(base) != protocol.request_digest({**base, "priority": "1"})
+    assert protocol.request_digest(base) != protocol.request_digest({**base, "references": ["b", "a"]})
+
+
+def test_request_digest_normalises_object_keys_too():
+    nfc, nfd = "é", unicodedata.normalize("NFD", "é")
+    assert protocol.request_digest({"parent": {nfc: 1}}) == protocol.request_digest({"parent": {nfd: 1}})
+
+
+def test_write_durable_replaces_the_file_and_leaves_no_temp(tmp_path):
+    target = tmp_path / "receipt.json"
+    protocol.write_durable(target, b"one")
+    protocol.write_durable(target, b"two")
+    assert target.read_bytes() == b"two"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["receipt.json"]
+
+
+def test_an_fsync_error_is_fatal_and_the_old_content_stays(tmp_path, monkeypatch):
+    target = tmp_path / "receipt.json"
+    protocol.write_durable(target, b'{"status": "prepared"}')
+
+    def failing_fsync(fd):
+        raise OSError(errno.EIO, "simulated disk error")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(OSError, match="simulated disk error"):
+        protocol.write_durable(target, b'{"status": "committed"}')
+    monkeypatch.undo()
+    assert target.read_bytes() == b'{"status": "prepared"}'
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["receipt.json"]
+
+
+def test_create_durable_fails_when_the_target_exists_and_keeps_it(tmp_path):
+    target = tmp_path / "TASK-000001.md"
+    protocol.create_durable(target, b"first")
+    with pytest.raises(FileExistsError):
+        protocol.create_durable(target, b"second")
+    assert target.read_bytes() == b"first"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["TASK-000001.md"]
+
+
+def test_create_durable_never_uses_replace(tmp_path, monkeypatch):
+    def forbidden(*args):
+        raise AssertionError("a create-only write must not use os.replace")
+
+    monkeypatch.setattr(os, "replace", forbidden)
+    protocol.create_durable(tmp_path / "task.md", b"content")
+    assert (tmp_path / "task.md").read_bytes() == b"content"
+
+
+def test_temp_files_are_named_so_readers_skip_them(tmp_path):
+    temp = protocol.temp_name_for(tmp_path / "abc.json")
+    assert temp.name.startswith(".") and temp.name.endswith(".tmp")
+    temp.write_bytes(b"partial")
+    assert protocol.remove_temp_files(tmp_path / "abc.json") == [temp]
+    assert not temp.exists()
+
+
+def test_append_event_chains_each_line_to_the_previous(tmp_path):
+    from tests.ledger import read_ledger
+
+    for number in range(5):
+        event = protocol.append_event(tmp_path, "note", {"n": number, "seq": 999})
+        assert event["seq"] == number + 1
+    events = read_ledger(tmp_path)
+    assert [event["n"] for event in events] == [0, 1, 2, 3, 4]
+    assert events[0]["prev_sha256"] == protocol.ZERO_HASH
+
+
+def test_append_event_cuts_a_torn_tail_left_by_a_crash(tmp_path):
+    from tests.ledger import read_ledger
+
+    protocol.append_event(tmp_path, "note", {})
+    with (tmp_path / "events.jsonl").open("ab") as ledger:
+        ledger.write(b'{"seq": 2, "type": "no')  # a crash mid-append
+    protocol.append_event(tmp_path, "note", {})
+    assert [event["seq"] for event in read_ledger(tmp_path)] == [1, 2]
+
+
+def test_times_are_rfc3339_utc_with_a_z():
+    text = protocol.format_time(protocol.utc_now())
+    assert text.endswith("Z") and "T" in text
+    assert protocol.format_time(protocol.parse_time(text)) == text
+    with pytest.raises(ValueError, match="without a zone"):
+        protocol.parse_time("2026-11-29T12:00:00")
+
+
+def test_vectors_file_is_valid_under_the_strict_rules():
+    data = shared_path("spec", "vectors.json").read_bytes()
+    assert protocol.load_json_strict(data) == json.loads(data)
