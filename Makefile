@@ -19,6 +19,7 @@ install: $(STAMP)
 demo: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python -m receipts demo $(RUNS)
+	$(BIN)/python manage.py import_runs $(RUNS)
 	$(BIN)/python manage.py demo_login
 	EVIDENCE_RUNS_ROOT=$(RUNS) $(BIN)/python manage.py runserver $(ADDR)
 

@@ -1,1 +1,208 @@
-"""Rows imported from run directories (filled by the importer)."""
+"""Rows imported from run directories. The importer is the only writer.
+
+Unique constraints make a double import impossible, not merely unlikely:
+run+call_id, run+seq, run+client_submission_id, run+code+subject.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+ZERO_HASH = "0" * 64
+EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+
+class Run(models.Model):
+    run_id = models.CharField(max_length=128, unique=True)
+    path = models.TextField()
+    state = models.CharField(max_length=64, blank=True)
+    attempts = models.IntegerField(null=True)
+    contract_sha256 = models.CharField(max_length=64, blank=True)
+    # How far the ledger was read, and a digest of that prefix: the next
+    # import parses only what was appended, and notices a rewrite.
+    ledger_offset = models.BigIntegerField(default=0)
+    ledger_prefix_sha256 = models.CharField(max_length=64, default=EMPTY_SHA256)
+    ledger_last_seq = models.BigIntegerField(default=0)
+    ledger_last_line_sha256 = models.CharField(max_length=64, default=ZERO_HASH)
+    ledger_line_no = models.BigIntegerField(default=0)
+    fingerprint = models.CharField(max_length=64, blank=True)
+    # The earliest moment a stale_* finding can appear with no file changing.
+    next_stale_at = models.DateTimeField(null=True)
+    event_count = models.BigIntegerField(default=0)
+    first_event_at = models.DateTimeField(null=True)
+    last_event_at = models.DateTimeField(null=True)
+    archived = models.BooleanField(default=False)
+    imported_at = models.DateTimeField(null=True)
+
+    class Meta:
+        ordering = ["run_id"]
+        indexes = [models.Index(fields=["state"]), models.Index(fields=["last_event_at"])]
+
+    def __str__(self) -> str:
+        return self.run_id
+
+
+class Call(models.Model):
+    """One per call_id per run: every receipt, and every call_id the ledger names."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="calls")
+    call_id = models.CharField(max_length=200)
+    receipt_present = models.BooleanField(default=True)
+    file_sha256 = models.CharField(max_length=64, blank=True)
+    declared_call_id = models.TextField(blank=True)
+    status = models.CharField(max_length=32, blank=True)
+    tool = models.TextField(blank=True)
+    tool_version = models.TextField(blank=True)
+    identity = models.CharField(max_length=32, blank=True)
+    contract_sha256 = models.TextField(blank=True)
+    attempt = models.BigIntegerField(null=True)
+    args = models.JSONField(null=True)
+    input_sha256 = models.TextField(blank=True)
+    output_sha256 = models.TextField(blank=True)
+    result = models.JSONField(null=True)
+    error = models.JSONField(null=True)
+    error_kind = models.CharField(max_length=32, blank=True)
+    queryable = models.BooleanField(default=False)
+    created_at = models.DateTimeField(null=True)
+    updated_at = models.DateTimeField(null=True)
+    recomputed_call_id = models.CharField(max_length=64, blank=True)
+    verification = models.CharField(max_length=16, blank=True)  # verified, mismatch, unverifiable
+    decision = models.CharField(max_length=16, blank=True)
+    decision_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["run", "call_id"]
+        constraints = [models.UniqueConstraint(fields=["run", "call_id"], name="call_unique_per_run")]
+        indexes = [
+            # call_id prefix search is a range scan on this index (see selectors).
+            models.Index(fields=["call_id"]),
+            models.Index(fields=["run", "status"]),
+            models.Index(fields=["run", "decision"]),
+            models.Index(fields=["status", "updated_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return self.call_id
+
+
+class Submission(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="submissions")
+    client_submission_id = models.CharField(max_length=256)
+    record_key = models.CharField(max_length=64)
+    file_sha256 = models.CharField(max_length=64)
+    digest_schema_version = models.TextField(blank=True)
+    request_digest = models.TextField(blank=True)
+    recomputed_digest = models.CharField(max_length=64, blank=True)
+    request = models.JSONField(null=True)
+    state = models.CharField(max_length=32, blank=True)
+    task_id = models.TextField(blank=True)
+    task_path = models.TextField(blank=True)
+    task_sha256 = models.TextField(blank=True)
+    task_present = models.BooleanField(default=False)
+    task_file_sha256 = models.CharField(max_length=64, blank=True)
+    creation_result = models.JSONField(null=True)
+    reserved_at = models.DateTimeField(null=True)
+    updated_at = models.DateTimeField(null=True)
+
+    class Meta:
+        ordering = ["run", "client_submission_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "client_submission_id"], name="submission_unique_per_run")
+        ]
+        indexes = [models.Index(fields=["client_submission_id"]), models.Index(fields=["state", "updated_at"])]
+
+    def __str__(self) -> str:
+        return self.client_submission_id
+
+
+class Event(models.Model):
+    """One per ledger line that has a seq; the line's whole object is in payload."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    seq = models.BigIntegerField()
+    line_no = models.BigIntegerField()
+    ts = models.DateTimeField(null=True)
+    type = models.CharField(max_length=64)
+    call_id = models.CharField(max_length=200, blank=True)
+    client_submission_id = models.CharField(max_length=256, blank=True)
+    disposition = models.CharField(max_length=16, blank=True)
+    request_digest = models.CharField(max_length=64, blank=True)
+    line_sha256 = models.CharField(max_length=64)
+    payload = models.JSONField()
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="event_unique_per_run")]
+        indexes = [
+            models.Index(fields=["run", "type", "seq"]),
+            models.Index(fields=["run", "call_id", "seq"]),
+            models.Index(fields=["run", "client_submission_id", "seq"]),
+            models.Index(fields=["run", "ts"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq}"
+
+
+class Finding(models.Model):
+    """What a reader reported. Closed (never deleted) when it no longer holds."""
+
+    SCOPE_FILES = "files"  # re-checked on every import: closed when not seen again
+    SCOPE_LEDGER = "ledger"  # about ledger lines: re-checked only when the ledger is read from scratch
+    SCOPE_STICKY = "sticky"  # a rewritten ledger: stays open until a person deals with it
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="findings", null=True)
+    root = models.TextField(blank=True)  # for findings about the runs root itself (no run)
+    code = models.CharField(max_length=40)
+    subject = models.CharField(max_length=400)
+    detail = models.TextField(blank=True)
+    severity = models.CharField(max_length=8)
+    scope = models.CharField(max_length=8, default=SCOPE_FILES)
+    call_id = models.CharField(max_length=200, blank=True)
+    stored_value = models.TextField(blank=True)
+    recomputed_value = models.TextField(blank=True)
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    closed_at = models.DateTimeField(null=True)
+
+    class Meta:
+        ordering = ["code", "subject"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "code", "subject"], name="finding_unique_per_run"),
+            models.UniqueConstraint(
+                fields=["root", "code", "subject"], condition=Q(run__isnull=True), name="finding_unique_per_root"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["closed_at", "code"]),
+            models.Index(fields=["run", "closed_at"]),
+            models.Index(fields=["run", "call_id"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.subject}"
+
+
+class Confirmation(models.Model):
+    """A human decision file from confirmations/ (the confirmation issue writes them)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="confirmations")
+    call_id = models.CharField(max_length=200)
+    file_sha256 = models.CharField(max_length=64)
+    resolution = models.TextField(blank=True)
+    reason = models.TextField(blank=True)
+    actor = models.TextField(blank=True)
+    confirmed_at = models.DateTimeField(null=True)
+    receipt_sha256 = models.TextField(blank=True)
+    confirmation_id = models.TextField(blank=True)
+    valid = models.BooleanField(default=False)
+    problem = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["run", "call_id"]
+        constraints = [models.UniqueConstraint(fields=["run", "call_id"], name="confirmation_unique_per_run")]
+        permissions = [("confirm_call", "Can confirm whether a prepared or unknown call took effect")]
+
+    def __str__(self) -> str:
+        return self.call_id

@@ -1,8 +1,7 @@
 """Recovery decisions: what a resuming runtime does with each call, with no side effect.
 
-Standard library only. ``decide`` is the rule; ``replay_run`` applies it to a
-run directory for ``python -m receipts replay``. The dashboard applies the same
-rule to imported rows.
+Standard library only. ``decide`` is the rule; ``apply_decisions`` applies it to
+what the reader read, for ``python -m receipts replay`` and for the importer.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from receipts import protocol
-from receipts.runtime import confirmation_problem, read_json_file
+from receipts.reader import RunFiles, read_run
 
 DECISIONS = ("reuse", "retry", "stop", "query", "confirm")
 
@@ -58,63 +57,32 @@ def decide(
     return Decision("confirm", f"status {status!r} is not a receipt state: a person decides")
 
 
-def _ledger_call_ids(ledger: Path) -> list[str]:
-    """Call ids named by complete, valid ledger lines, in first-seen order."""
-    seen: dict[str, None] = {}
-    try:
-        handle = ledger.open("rb")
-    except FileNotFoundError:
-        return []
-    with handle:
-        for line in handle:
-            if not line.endswith(b"\n"):
-                break  # a write in progress
-            try:
-                event = protocol.load_json_strict(line[:-1])
-            except ValueError:
-                continue
-            if isinstance(event, dict) and isinstance(event.get("call_id"), str):
-                seen.setdefault(event["call_id"], None)
-    return list(seen)
+def apply_decisions(files: RunFiles) -> None:
+    """Set each call's decision and reason from its receipt and confirmation."""
+    resolutions = {c.call_id: c.resolution for c in files.confirmations if c.valid}
+    for call in files.calls:
+        decision = decide(
+            status=call.status if call.receipt_present else None,
+            error_kind=call.error_kind or None,
+            queryable=call.queryable,
+            confirmation=resolutions.get(call.call_id),
+        )
+        call.decision, call.decision_reason = decision.decision, decision.reason
 
 
 def replay_run(run_dir: Path) -> dict[str, Any]:
-    """Decisions for every receipt and every call_id the ledger names."""
-    run_dir = Path(run_dir)
-    receipts: dict[str, tuple[Any, bytes | None]] = {}
-    receipts_dir = run_dir / "receipts"
-    if receipts_dir.is_dir():
-        for path in sorted(receipts_dir.iterdir()):
-            if path.name.startswith(".") or path.suffix != ".json" or path.is_symlink() or not path.is_file():
-                continue
-            data = path.read_bytes()
-            try:
-                receipts[path.stem] = (protocol.load_json_strict(data), data)
-            except ValueError:
-                receipts[path.stem] = (None, data)
-    call_ids = list(receipts) + [
-        call_id for call_id in _ledger_call_ids(run_dir / "events.jsonl") if call_id not in receipts
-    ]
-    decisions = []
-    for call_id in call_ids:
-        receipt, data = receipts.get(call_id, (None, None))
-        receipt = receipt if isinstance(receipt, dict) else {}
-        status = receipt.get("status") if data is not None else None
-        if data is not None and not receipt:
-            status = "unreadable"
-        error = receipt.get("error")
-        try:
-            confirmation_doc = read_json_file(run_dir / "confirmations" / f"{call_id}.json")
-        except ValueError:
-            confirmation_doc = None
-        valid = confirmation_doc is not None and confirmation_problem(confirmation_doc, call_id, data) is None
-        decision = decide(
-            status=status,
-            error_kind=error.get("kind") if isinstance(error, dict) else None,
-            queryable=receipt.get("queryable") is True,
-            confirmation=confirmation_doc["resolution"] if valid else None,
-        )
-        decisions.append(
-            {"call_id": call_id, "status": status, "decision": decision.decision, "reason": decision.reason}
-        )
-    return {"run_id": run_dir.name, "decisions": decisions}
+    """Decisions for every receipt and every call_id the ledger names, read with no side effect."""
+    files, _ = read_run(Path(run_dir))
+    apply_decisions(files)
+    return {
+        "run_id": files.run_id,
+        "decisions": [
+            {
+                "call_id": call.call_id,
+                "status": call.status if call.receipt_present else None,
+                "decision": call.decision,
+                "reason": call.decision_reason,
+            }
+            for call in files.calls
+        ],
+    }

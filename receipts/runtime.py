@@ -546,7 +546,7 @@ def read_confirmation(run_dir: Path, call_id: str, receipt_bytes: bytes) -> dict
         confirmation = read_json_file(Path(run_dir) / "confirmations" / f"{call_id}.json")
     except ValueError:
         return None
-    if confirmation_problem(confirmation, call_id, receipt_bytes) is not None:
+    if confirmation is None or confirmation_problem(confirmation, call_id, sha256_hex(receipt_bytes)) is not None:
         return None
     return confirmation
 
@@ -555,10 +555,8 @@ def confirmation_id(call_id: str, resolution: str, receipt_sha256: str) -> str:
     return sha256_hex(canonical_json({"call_id": call_id, "resolution": resolution, "receipt_sha256": receipt_sha256}))
 
 
-def confirmation_problem(confirmation: Any, call_id: str, receipt_bytes: bytes | None) -> str | None:
-    """Why a confirmation does not hold for this receipt, or ``None`` when it does."""
-    if confirmation is None:
-        return None if receipt_bytes is None else "absent"
+def confirmation_problem(confirmation: Any, call_id: str, receipt_sha256: str | None) -> str | None:
+    """Why a confirmation does not hold for the receipt with this digest, or ``None`` when it does."""
     if not isinstance(confirmation, dict) or confirmation.get("schema") != "confirmation/v1":
         return "not a confirmation/v1 document"
     if confirmation.get("call_id") != call_id:
@@ -566,12 +564,11 @@ def confirmation_problem(confirmation: Any, call_id: str, receipt_bytes: bytes |
     resolution = confirmation.get("resolution")
     if resolution not in ("committed", "rejected"):
         return f"resolution {resolution!r} is neither committed nor rejected"
-    if receipt_bytes is None:
-        return "no receipt to confirm"
-    receipt_sha = sha256_hex(receipt_bytes)
-    if confirmation.get("receipt_sha256") != receipt_sha:
-        return "receipt changed since the person saw it"
-    if confirmation.get("confirmation_id") != confirmation_id(call_id, resolution, receipt_sha):
+    if receipt_sha256 is None:
+        return "there is no receipt to confirm"
+    if confirmation.get("receipt_sha256") != receipt_sha256:
+        return "the receipt changed since the person saw it"
+    if confirmation.get("confirmation_id") != confirmation_id(call_id, resolution, receipt_sha256):
         return "confirmation_id does not match"
     if not isinstance(confirmation.get("reason"), str) or not confirmation["reason"].strip():
         return "no reason given"

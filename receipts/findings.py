@@ -1,0 +1,70 @@
+"""The finding codes of RUN_DIRECTORY.md: severity, scope, and what each means.
+
+Standard library only: the reader produces ``FindingRecord``s, the importer
+stores them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+ERROR, WARNING = "error", "warning"
+FILES, LEDGER, STICKY = "files", "ledger", "sticky"
+
+CODES: dict[str, tuple[str, str]] = {
+    # code: (severity, meaning)
+    "invalid_json": (ERROR, "not valid JSON under the run directory's rules"),
+    "schema_error": (ERROR, "valid JSON, wrong shape"),
+    "unsafe_path": (ERROR, "symlink, path escaping the run directory, non-regular file, or bad name"),
+    "oversize": (ERROR, "file or ledger line over the size limit"),
+    "receipt_name_mismatch": (ERROR, "file stem differs from call_id"),
+    "identity_mismatch": (ERROR, "recomputed call_id differs from call_id"),
+    "identity_unverifiable": (WARNING, "not enough fields to recompute the call_id"),
+    "contract_mismatch": (ERROR, "receipt's contract_sha256 differs from steer.json"),
+    "input_digest_mismatch": (ERROR, "input_sha256 differs from the args' digest"),
+    "invalid_status": (ERROR, "status outside prepared, committed, rejected, unknown"),
+    "legacy_status": (WARNING, "legacy status 'failed': retryable or permanent is unknown"),
+    "missing_receipt": (ERROR, "the ledger names a call_id with no receipt file"),
+    "orphan_receipt": (WARNING, "a receipt the ledger never names"),
+    "ledger_seq_gap": (ERROR, "seq skips numbers"),
+    "ledger_seq_duplicate": (ERROR, "seq repeats or goes back"),
+    "ledger_chain_broken": (ERROR, "prev_sha256 does not match the previous line"),
+    "ledger_rewritten": (ERROR, "bytes already imported have changed since"),
+    "submission_digest_mismatch": (ERROR, "stored request does not give the stored digest"),
+    "submission_conflict": (WARNING, "a conflict disposition, or one id seen with two digests"),
+    "task_missing": (ERROR, "task file absent"),
+    "task_digest_mismatch": (ERROR, "task file is not the recorded digest"),
+    "stale_reservation": (WARNING, "reserved or task_created past the stale age"),
+    "stale_call": (WARNING, "prepared or unknown past the stale age, unconfirmed"),
+    "confirmation_invalid": (ERROR, "a confirmation file that does not match its receipt"),
+}
+
+# The digest mismatches: shown first on the findings page, stored beside recomputed.
+DIGEST_CODES = (
+    "identity_mismatch",
+    "input_digest_mismatch",
+    "contract_mismatch",
+    "submission_digest_mismatch",
+    "task_digest_mismatch",
+    "ledger_chain_broken",
+    "ledger_rewritten",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class FindingRecord:
+    code: str
+    subject: str
+    detail: str
+    call_id: str = ""
+    stored_value: str = ""
+    recomputed_value: str = ""
+    scope: str = FILES
+
+    def __post_init__(self) -> None:
+        if self.code not in CODES:
+            raise ValueError(f"unknown finding code {self.code!r}")
+
+    @property
+    def severity(self) -> str:
+        return CODES[self.code][0]

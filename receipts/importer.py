@@ -1,0 +1,515 @@
+"""Importing run directories into the database: idempotent, incremental, crash-safe.
+
+``run_import`` takes one run: the ledger is read from where the last import
+stopped, in batches, each committed together with the cursor that follows
+it; then everything else is read and stored in one transaction. A run whose
+files have not changed (same stat fingerprint) and whose stale-age horizon
+has not passed is skipped. Rows go in through ``executemany`` with
+``ON CONFLICT`` upserts: a second import cannot duplicate anything, and a
+killed import leaves committed batches that the next one builds on.
+
+One import at a time per run: a PostgreSQL advisory lock, or on SQLite a
+``flock`` beside the database file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from django.db import connection, transaction
+
+from receipts import protocol
+from receipts.findings import FILES, LEDGER, FindingRecord
+from receipts.models import Call, Confirmation, Event, Finding, Run, Submission
+from receipts.reader import (
+    DEFAULT_LIMITS,
+    LedgerCursor,
+    Limits,
+    RunFiles,
+    discover_runs,
+    read_ledger,
+    read_run_files,
+    run_fingerprint,
+)
+from receipts.replay import apply_decisions
+
+Progress = Callable[[str, int, int], None]  # run_id, ledger bytes read, ledger size
+
+
+@dataclasses.dataclass
+class RunReport:
+    run_id: str
+    calls: int
+    events: int
+    submissions: int
+    findings: list[dict[str, str]]
+    changed: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "calls": self.calls,
+            "events": self.events,
+            "submissions": self.submissions,
+            "findings": self.findings,
+        }
+
+
+@dataclasses.dataclass
+class ImportReport:
+    runs: list[RunReport]
+    root_findings: list[dict[str, str]]
+
+    def as_dict(self) -> dict[str, Any]:
+        document: dict[str, Any] = {"runs": [run.as_dict() for run in self.runs]}
+        if self.root_findings:
+            document["root_findings"] = self.root_findings
+        return document
+
+
+# --- raw bulk writes -------------------------------------------------------
+
+
+def _is_postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _time(value: dt.datetime | None) -> Any:
+    if value is None or _is_postgres():
+        return value
+    return connection.ops.adapt_datetimefield_value(value)
+
+
+def bulk_upsert(
+    model: type,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    *,
+    conflict: Sequence[str],
+    update: bool,
+    json_columns: Sequence[str] = (),
+) -> None:
+    """INSERT ... ON CONFLICT through one ``executemany``; SQLite and PostgreSQL alike."""
+    rows = list(rows)
+    if not rows:
+        return
+    quote = connection.ops.quote_name
+    table = quote(model._meta.db_table)
+    placeholders = ", ".join("%s::jsonb" if _is_postgres() and c in json_columns else "%s" for c in columns)
+    # Table and column names come from the models, never from input.
+    sql = f"INSERT INTO {table} ({', '.join(quote(c) for c in columns)}) VALUES ({placeholders})"  # noqa: S608
+    sql += f" ON CONFLICT ({', '.join(quote(c) for c in conflict)}) "
+    if update:
+        assignments = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in columns if c not in conflict)
+        sql += f"DO UPDATE SET {assignments}"
+    else:
+        sql += "DO NOTHING"
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
+
+
+# --- locking ---------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def run_import_lock(run_id: str) -> Iterator[None]:
+    """Serialise imports of one run across processes; no other lock is held meanwhile."""
+    if _is_postgres():
+        key = int.from_bytes(hashlib.sha256(f"callproof-import:{run_id}".encode()).digest()[:8], "big", signed=True)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s)", [key])
+        try:
+            yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+        return
+    name = str(connection.settings_dict["NAME"])
+    if name.startswith("file:") or name == ":memory:":
+        yield  # an in-memory database belongs to one process
+        return
+    with protocol.exclusive_lock(Path(f"{name}.import.lock")):
+        yield
+
+
+# --- findings --------------------------------------------------------------
+
+
+def _store_findings(run: Run | None, findings: Iterable[FindingRecord], now: dt.datetime, root: str = "") -> set:
+    """Upsert findings (reopening closed ones); returns their (code, subject) keys."""
+    keys = set()
+    for record in findings:
+        key = (record.code, record.subject[:400])
+        if key in keys:
+            continue
+        keys.add(key)
+        lookup = {"run": run, "code": record.code, "subject": key[1]}
+        if run is None:
+            lookup["root"] = root
+        values = {
+            "detail": record.detail,
+            "severity": record.severity,
+            "scope": record.scope,
+            "call_id": record.call_id,
+            "stored_value": record.stored_value,
+            "recomputed_value": record.recomputed_value,
+            "last_seen": now,
+            "closed_at": None,
+        }
+        updated = Finding.objects.filter(**lookup).update(**values)
+        if not updated:
+            Finding.objects.create(**lookup, **values, first_seen=now)
+    return keys
+
+
+def _close_findings_not_seen(findings: Any, seen: set, now: dt.datetime) -> None:
+    for finding_id, code, subject in findings.filter(closed_at__isnull=True).values_list("id", "code", "subject"):
+        if (code, subject) not in seen:
+            Finding.objects.filter(id=finding_id).update(closed_at=now)
+
+
+def open_findings_of(run: Run) -> list[dict[str, str]]:
+    rows = run.findings.filter(closed_at__isnull=True).order_by("code", "subject")
+    return [{"code": f.code, "subject": f.subject, "detail": f.detail} for f in rows]
+
+
+# --- the ledger ------------------------------------------------------------
+
+EVENT_COLUMNS = (
+    "run_id",
+    "seq",
+    "line_no",
+    "ts",
+    "type",
+    "call_id",
+    "client_submission_id",
+    "disposition",
+    "request_digest",
+    "line_sha256",
+    "payload",
+)
+
+
+def _cursor_of(run: Run) -> LedgerCursor:
+    cursor = LedgerCursor(
+        offset=run.ledger_offset,
+        prefix_sha256=run.ledger_prefix_sha256,
+        last_seq=run.ledger_last_seq,
+        last_line_sha256=run.ledger_last_line_sha256,
+        line_no=run.ledger_line_no,
+        first_ts=run.first_event_at,
+        last_ts=run.last_event_at,
+    )
+    if run.ledger_offset:
+        events = Event.objects.filter(run=run)
+        cursor.call_ids = set(events.exclude(call_id="").values_list("call_id", flat=True).distinct())
+        submissions = events.filter(type="submission").exclude(client_submission_id="").exclude(request_digest="")
+        for submission_id, digest in submissions.order_by("seq").values_list("client_submission_id", "request_digest"):
+            cursor.submission_digests.setdefault(submission_id, digest)
+    return cursor
+
+
+def _import_ledger(run: Run, path: Path, limits: Limits, now: dt.datetime, progress: Progress | None) -> LedgerCursor:
+    cursor = _cursor_of(run)
+    ledger_size = _size(path / protocol.LEDGER_NAME)
+    for batch in read_ledger(path, cursor, limits):
+        with transaction.atomic():
+            if batch.restarted:
+                Event.objects.filter(run=run).delete()
+                run.findings.filter(scope=LEDGER, closed_at__isnull=True).update(closed_at=now)
+            bulk_upsert(
+                Event,
+                EVENT_COLUMNS,
+                (
+                    (
+                        run.pk,
+                        e.seq,
+                        e.line_no,
+                        _time(e.ts),
+                        e.type,
+                        e.call_id or "",
+                        e.client_submission_id or "",
+                        e.disposition or "",
+                        e.request_digest or "",
+                        e.line_sha256,
+                        e.payload,
+                    )
+                    for e in batch.events
+                ),
+                conflict=("run_id", "seq"),
+                update=False,
+                json_columns=("payload",),
+            )
+            _store_findings(run, batch.findings, now)
+            cursor = batch.cursor
+            Run.objects.filter(pk=run.pk).update(
+                ledger_offset=cursor.offset,
+                ledger_prefix_sha256=cursor.prefix_sha256,
+                ledger_last_seq=cursor.last_seq,
+                ledger_last_line_sha256=cursor.last_line_sha256,
+                ledger_line_no=cursor.line_no,
+                first_event_at=cursor.first_ts,
+                last_event_at=cursor.last_ts,
+            )
+        if progress is not None:
+            progress(run.run_id, cursor.offset, ledger_size)
+    return cursor
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.lstat().st_size
+    except OSError:
+        return 0
+
+
+# --- everything else -------------------------------------------------------
+
+CALL_COLUMNS = (
+    "run_id",
+    "call_id",
+    "receipt_present",
+    "file_sha256",
+    "declared_call_id",
+    "status",
+    "tool",
+    "tool_version",
+    "identity",
+    "contract_sha256",
+    "attempt",
+    "args",
+    "input_sha256",
+    "output_sha256",
+    "result",
+    "error",
+    "error_kind",
+    "queryable",
+    "created_at",
+    "updated_at",
+    "recomputed_call_id",
+    "verification",
+    "decision",
+    "decision_reason",
+)
+SUBMISSION_COLUMNS = (
+    "run_id",
+    "client_submission_id",
+    "record_key",
+    "file_sha256",
+    "digest_schema_version",
+    "request_digest",
+    "recomputed_digest",
+    "request",
+    "state",
+    "task_id",
+    "task_path",
+    "task_sha256",
+    "task_present",
+    "task_file_sha256",
+    "creation_result",
+    "reserved_at",
+    "updated_at",
+)
+CONFIRMATION_COLUMNS = (
+    "run_id",
+    "call_id",
+    "file_sha256",
+    "resolution",
+    "reason",
+    "actor",
+    "confirmed_at",
+    "receipt_sha256",
+    "confirmation_id",
+    "valid",
+    "problem",
+)
+
+
+def _delete_rows_not_in(manager: Any, field: str, keep: set[str]) -> None:
+    existing = set(manager.values_list(field, flat=True))
+    gone = sorted(existing - keep)
+    for start in range(0, len(gone), 500):
+        manager.filter(**{f"{field}__in": gone[start : start + 500]}).delete()
+
+
+def _store_files(run: Run, files: RunFiles) -> None:
+    bulk_upsert(
+        Call,
+        CALL_COLUMNS,
+        (
+            (
+                run.pk,
+                c.call_id,
+                c.receipt_present,
+                c.file_sha256,
+                c.declared_call_id,
+                c.status,
+                c.tool,
+                c.tool_version,
+                c.identity,
+                c.contract_sha256,
+                c.attempt,
+                _json(c.args),
+                c.input_sha256,
+                c.output_sha256,
+                _json(c.result),
+                _json(c.error),
+                c.error_kind,
+                c.queryable,
+                _time(c.created_at),
+                _time(c.updated_at),
+                c.recomputed_call_id,
+                c.verification,
+                c.decision,
+                c.decision_reason,
+            )
+            for c in files.calls
+        ),
+        conflict=("run_id", "call_id"),
+        update=True,
+        json_columns=("args", "result", "error"),
+    )
+    _delete_rows_not_in(Call.objects.filter(run=run), "call_id", {c.call_id for c in files.calls})
+    bulk_upsert(
+        Submission,
+        SUBMISSION_COLUMNS,
+        (
+            (
+                run.pk,
+                s.client_submission_id,
+                s.record_key,
+                s.file_sha256,
+                s.digest_schema_version,
+                s.request_digest,
+                s.recomputed_digest,
+                _json(s.request),
+                s.state,
+                s.task_id,
+                s.task_path,
+                s.task_sha256,
+                s.task_present,
+                s.task_file_sha256,
+                _json(s.creation_result),
+                _time(s.reserved_at),
+                _time(s.updated_at),
+            )
+            for s in files.submissions
+        ),
+        conflict=("run_id", "client_submission_id"),
+        update=True,
+        json_columns=("request", "creation_result"),
+    )
+    _delete_rows_not_in(
+        Submission.objects.filter(run=run), "client_submission_id", {s.client_submission_id for s in files.submissions}
+    )
+    bulk_upsert(
+        Confirmation,
+        CONFIRMATION_COLUMNS,
+        (
+            (
+                run.pk,
+                c.call_id,
+                c.file_sha256,
+                c.resolution,
+                c.reason,
+                c.actor,
+                _time(c.confirmed_at),
+                c.receipt_sha256,
+                c.confirmation_id,
+                c.valid,
+                c.problem,
+            )
+            for c in files.confirmations
+        ),
+        conflict=("run_id", "call_id"),
+        update=True,
+    )
+    _delete_rows_not_in(Confirmation.objects.filter(run=run), "call_id", {c.call_id for c in files.confirmations})
+
+
+# --- entry points ----------------------------------------------------------
+
+
+def _report(run: Run, changed: bool) -> RunReport:
+    return RunReport(
+        run_id=run.run_id,
+        calls=run.calls.count(),
+        events=run.event_count,
+        submissions=run.submissions.count(),
+        findings=open_findings_of(run),
+        changed=changed,
+    )
+
+
+def run_import(
+    *,
+    path: Path,
+    limits: Limits = DEFAULT_LIMITS,
+    now: dt.datetime | None = None,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> RunReport:
+    """Import one run directory (its name is the run_id)."""
+    path = Path(path)
+    now = now or protocol.utc_now()
+    run_id = path.name
+    with run_import_lock(run_id):
+        run, _ = Run.objects.get_or_create(run_id=run_id, defaults={"path": str(path)})
+        fingerprint = run_fingerprint(path)
+        horizon_passed = run.next_stale_at is not None and now >= run.next_stale_at
+        if not force and run.fingerprint == fingerprint and not horizon_passed and run.path == str(path):
+            return _report(run, changed=False)
+        cursor = _import_ledger(run, path, limits, now, progress)
+        files = read_run_files(path, ledger_call_ids=cursor.call_ids, limits=limits, now=now)
+        apply_decisions(files)
+        with transaction.atomic():
+            _store_files(run, files)
+            seen = _store_findings(run, files.findings, now)
+            # Ledger findings were stored batch by batch; re-check only what this pass re-checked.
+            _close_findings_not_seen(run.findings.filter(scope=FILES), seen, now)
+            Run.objects.filter(pk=run.pk).update(
+                path=str(path),
+                state=files.state,
+                attempts=files.attempts,
+                contract_sha256=files.contract_sha256,
+                fingerprint=fingerprint,
+                next_stale_at=files.next_stale_at,
+                event_count=Event.objects.filter(run=run).count(),
+                imported_at=now,
+            )
+        run.refresh_from_db()
+        return _report(run, changed=True)
+
+
+def root_import(
+    *,
+    root: Path,
+    limits: Limits = DEFAULT_LIMITS,
+    now: dt.datetime | None = None,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> ImportReport:
+    """Import every run directory under ``root`` (or ``root`` itself when it is one)."""
+    now = now or protocol.utc_now()
+    discovery = discover_runs(Path(root))
+    root_key = str(Path(root).absolute())
+    with transaction.atomic():
+        seen = _store_findings(None, discovery.findings, now, root=root_key)
+        _close_findings_not_seen(Finding.objects.filter(run__isnull=True, root=root_key), seen, now)
+    reports = [run_import(path=path, limits=limits, now=now, force=force, progress=progress) for path in discovery.runs]
+    root_findings = [
+        {"code": f.code, "subject": f.subject, "detail": f.detail}
+        for f in Finding.objects.filter(run__isnull=True, root=root_key, closed_at__isnull=True)
+    ]
+    return ImportReport(reports, root_findings)

@@ -1,0 +1,90 @@
+"""``manage.py import_runs ROOT [--json] [--watch]``: run directories into the database."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import time
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from receipts.importer import ImportReport, root_import
+from receipts.reader import MAX_JSON_BYTES, MAX_LINE_BYTES, Limits
+
+
+class ProgressBar:
+    """A one-line bar on a terminal's standard error; silent when it is not a terminal."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self.last_draw = 0.0
+
+    def __call__(self, run_id: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if not self.enabled or (now - self.last_draw < 0.1 and done < total):
+            return
+        self.last_draw = now
+        fraction = min(1.0, done / total) if total else 1.0
+        filled = int(fraction * 30)
+        self.stream.write(f"\r{run_id[:30]:<30} [{'#' * filled}{'.' * (30 - filled)}] {fraction:6.1%} ")
+        if done >= total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+class Command(BaseCommand):
+    help = "Import every run directory under ROOT (or ROOT itself when it is one). Safe to run again and at once."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("root", type=Path)
+        parser.add_argument("--json", action="store_true", help="print the report as one JSON document")
+        parser.add_argument("--watch", action="store_true", help="re-import changes until interrupted")
+        parser.add_argument("--interval", type=float, default=3.0, help="seconds between --watch passes (3)")
+        parser.add_argument("--force", action="store_true", help="re-read runs whose files did not change")
+        parser.add_argument("--stale-minutes", type=float, default=15.0, help="stale age of reservations and calls")
+        parser.add_argument("--max-file-mib", type=float, default=MAX_JSON_BYTES / 2**20)
+        parser.add_argument("--max-line-mib", type=float, default=MAX_LINE_BYTES / 2**20)
+
+    def handle(self, *args, root: Path, **options) -> None:
+        if not root.exists():
+            raise CommandError(f"{root} does not exist")
+        if options["interval"] <= 0 or options["stale_minutes"] <= 0:
+            raise CommandError("--interval and --stale-minutes must be positive")
+        limits = Limits(
+            max_json_bytes=int(options["max_file_mib"] * 2**20),
+            max_line_bytes=int(options["max_line_mib"] * 2**20),
+            stale_after=dt.timedelta(minutes=options["stale_minutes"]),
+        )
+        progress = ProgressBar(sys.stderr)
+        report = root_import(root=root, limits=limits, force=options["force"], progress=progress)
+        self.emit(report, options["json"], only_changed=False)
+        if not options["watch"]:
+            return
+        try:
+            while True:
+                time.sleep(options["interval"])
+                report = root_import(root=root, limits=limits, progress=progress)
+                self.emit(report, options["json"], only_changed=True)
+        except KeyboardInterrupt:
+            self.stderr.write("stopped watching")
+
+    def emit(self, report: ImportReport, as_json: bool, *, only_changed: bool) -> None:
+        if only_changed:
+            report.runs = [run for run in report.runs if run.changed]
+            if not report.runs:
+                return
+        if as_json:
+            self.stdout.write(json.dumps(report.as_dict(), ensure_ascii=False))
+            return
+        for run in report.runs:
+            codes = sorted({finding["code"] for finding in run.findings})
+            state = "imported" if run.changed else "unchanged"
+            self.stdout.write(
+                f"{run.run_id}: {state}; {run.calls} calls, {run.events} events, {run.submissions} submissions, "
+                f"{len(run.findings)} open findings{' (' + ', '.join(codes) + ')' if codes else ''}"
+            )
+        for finding in report.root_findings:
+            self.stdout.write(f"runs root: {finding['code']} {finding['subject']}: {finding['detail']}")
