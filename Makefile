@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 RUNS ?= var/runs
 ADDR ?= 127.0.0.1:8000
 
-.PHONY: install demo serve test test-postgres lint format bench clean
+.PHONY: install demo test test-postgres lint format bench bench-import clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ format: install
 
 bench: install
 	$(BIN)/python tests/bench/bench_writer.py
+
+bench-import: install
+	$(BIN)/python tests/bench/bench_import.py
+	$(BIN)/python tests/bench/bench_import.py --postgres
 
 clean:
 	rm -rf $(VENV) var db.sqlite3*

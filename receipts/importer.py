@@ -29,6 +29,7 @@ from receipts import protocol
 from receipts.findings import FILES, LEDGER, FindingRecord
 from receipts.models import Call, Confirmation, Event, Finding, Run, Submission
 from receipts.reader import (
+    BATCH_EVENTS,
     DEFAULT_LIMITS,
     LedgerCursor,
     Limits,
@@ -85,10 +86,13 @@ def _json(value: Any) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def _time(value: dt.datetime | None) -> Any:
-    if value is None or _is_postgres():
+def _time(value: dt.datetime | None, postgres: bool) -> Any:
+    """A datetime as the database takes it: as is for PostgreSQL; for SQLite the
+    naive-UTC text Django's own adapter writes (``str`` of the naive value),
+    without its per-value connection lookups."""
+    if value is None or postgres:
         return value
-    return connection.ops.adapt_datetimefield_value(value)
+    return str((value if value.tzinfo is dt.UTC else value.astimezone(dt.UTC)).replace(tzinfo=None))
 
 
 def bulk_upsert(
@@ -98,25 +102,40 @@ def bulk_upsert(
     *,
     conflict: Sequence[str],
     update: bool,
-    json_columns: Sequence[str] = (),
 ) -> None:
-    """INSERT ... ON CONFLICT through one ``executemany``; SQLite and PostgreSQL alike."""
+    """INSERT ... ON CONFLICT for many rows, the fastest way each database offers.
+
+    SQLite: one ``executemany``. PostgreSQL: ``COPY`` into a temporary table,
+    then one ``INSERT ... SELECT ... ON CONFLICT`` (COPY alone cannot skip or
+    update a conflicting row). Must run inside a transaction.
+    """
     rows = list(rows)
     if not rows:
         return
     quote = connection.ops.quote_name
     table = quote(model._meta.db_table)
-    placeholders = ", ".join("%s::jsonb" if _is_postgres() and c in json_columns else "%s" for c in columns)
+    names = ", ".join(quote(c) for c in columns)
     # Table and column names come from the models, never from input.
-    sql = f"INSERT INTO {table} ({', '.join(quote(c) for c in columns)}) VALUES ({placeholders})"  # noqa: S608
-    sql += f" ON CONFLICT ({', '.join(quote(c) for c in conflict)}) "
+    on_conflict = f"ON CONFLICT ({', '.join(quote(c) for c in conflict)}) "
     if update:
-        assignments = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in columns if c not in conflict)
-        sql += f"DO UPDATE SET {assignments}"
+        on_conflict += "DO UPDATE SET " + ", ".join(
+            f"{quote(c)} = excluded.{quote(c)}" for c in columns if c not in conflict
+        )
     else:
-        sql += "DO NOTHING"
+        on_conflict += "DO NOTHING"
     with connection.cursor() as cursor:
-        cursor.executemany(sql, rows)
+        if not _is_postgres():
+            placeholders = ", ".join(["%s"] * len(columns))
+            cursor.executemany(f"INSERT INTO {table} ({names}) VALUES ({placeholders}) {on_conflict}", rows)  # noqa: S608
+            return
+        stage = quote(f"stage_{model._meta.db_table}")
+        cursor.execute(f"DROP TABLE IF EXISTS {stage}")
+        cursor.execute(f"CREATE TEMPORARY TABLE {stage} AS SELECT {names} FROM {table} WITH NO DATA")  # noqa: S608
+        with cursor.cursor.copy(f"COPY {stage} ({names}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        cursor.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {stage} {on_conflict}")  # noqa: S608
+        cursor.execute(f"DROP TABLE {stage}")
 
 
 # --- locking ---------------------------------------------------------------
@@ -220,10 +239,13 @@ def _cursor_of(run: Run) -> LedgerCursor:
     return cursor
 
 
-def _import_ledger(run: Run, path: Path, limits: Limits, now: dt.datetime, progress: Progress | None) -> LedgerCursor:
+def _import_ledger(
+    run: Run, path: Path, limits: Limits, now: dt.datetime, progress: Progress | None, batch_size: int
+) -> LedgerCursor:
     cursor = _cursor_of(run)
+    postgres = _is_postgres()
     ledger_size = _size(path / protocol.LEDGER_NAME)
-    for batch in read_ledger(path, cursor, limits):
+    for batch in read_ledger(path, cursor, limits, batch_size):
         with transaction.atomic():
             if batch.restarted:
                 Event.objects.filter(run=run).delete()
@@ -236,7 +258,7 @@ def _import_ledger(run: Run, path: Path, limits: Limits, now: dt.datetime, progr
                         run.pk,
                         e.seq,
                         e.line_no,
-                        _time(e.ts),
+                        _time(e.ts, postgres),
                         e.type,
                         e.call_id or "",
                         e.client_submission_id or "",
@@ -249,7 +271,6 @@ def _import_ledger(run: Run, path: Path, limits: Limits, now: dt.datetime, progr
                 ),
                 conflict=("run_id", "seq"),
                 update=False,
-                json_columns=("payload",),
             )
             _store_findings(run, batch.findings, now)
             cursor = batch.cursor
@@ -276,166 +297,33 @@ def _size(path: Path) -> int:
 
 # --- everything else -------------------------------------------------------
 
-CALL_COLUMNS = (
-    "run_id",
-    "call_id",
-    "receipt_present",
-    "file_sha256",
-    "declared_call_id",
-    "status",
-    "tool",
-    "tool_version",
-    "identity",
-    "contract_sha256",
-    "attempt",
-    "args",
-    "input_sha256",
-    "output_sha256",
-    "result",
-    "error",
-    "error_kind",
-    "queryable",
-    "created_at",
-    "updated_at",
-    "recomputed_call_id",
-    "verification",
-    "decision",
-    "decision_reason",
-)
-SUBMISSION_COLUMNS = (
-    "run_id",
-    "client_submission_id",
-    "record_key",
-    "file_sha256",
-    "digest_schema_version",
-    "request_digest",
-    "recomputed_digest",
-    "request",
-    "state",
-    "task_id",
-    "task_path",
-    "task_sha256",
-    "task_present",
-    "task_file_sha256",
-    "creation_result",
-    "reserved_at",
-    "updated_at",
-)
-CONFIRMATION_COLUMNS = (
-    "run_id",
-    "call_id",
-    "file_sha256",
-    "resolution",
-    "reason",
-    "actor",
-    "confirmed_at",
-    "receipt_sha256",
-    "confirmation_id",
-    "valid",
-    "problem",
-)
 
+def _store_records(run: Run, model: type, records: Sequence[Any], key: str) -> None:
+    """Upsert one kind of record (the reader's dataclasses name the columns), then delete
+    the rows whose file is gone."""
+    if records:
+        postgres = _is_postgres()
+        names = [field.name for field in dataclasses.fields(records[0])]
 
-def _delete_rows_not_in(manager: Any, field: str, keep: set[str]) -> None:
-    existing = set(manager.values_list(field, flat=True))
-    gone = sorted(existing - keep)
+        def column(value: Any) -> Any:
+            if isinstance(value, dict | list):
+                return _json(value)
+            if isinstance(value, dt.datetime):
+                return _time(value, postgres)
+            return value
+
+        rows = ((run.pk, *(column(getattr(record, name)) for name in names)) for record in records)
+        bulk_upsert(model, ("run_id", *names), rows, conflict=("run_id", key), update=True)
+    existing = model.objects.filter(run=run)
+    gone = sorted(set(existing.values_list(key, flat=True)) - {getattr(record, key) for record in records})
     for start in range(0, len(gone), 500):
-        manager.filter(**{f"{field}__in": gone[start : start + 500]}).delete()
+        existing.filter(**{f"{key}__in": gone[start : start + 500]}).delete()
 
 
 def _store_files(run: Run, files: RunFiles) -> None:
-    bulk_upsert(
-        Call,
-        CALL_COLUMNS,
-        (
-            (
-                run.pk,
-                c.call_id,
-                c.receipt_present,
-                c.file_sha256,
-                c.declared_call_id,
-                c.status,
-                c.tool,
-                c.tool_version,
-                c.identity,
-                c.contract_sha256,
-                c.attempt,
-                _json(c.args),
-                c.input_sha256,
-                c.output_sha256,
-                _json(c.result),
-                _json(c.error),
-                c.error_kind,
-                c.queryable,
-                _time(c.created_at),
-                _time(c.updated_at),
-                c.recomputed_call_id,
-                c.verification,
-                c.decision,
-                c.decision_reason,
-            )
-            for c in files.calls
-        ),
-        conflict=("run_id", "call_id"),
-        update=True,
-        json_columns=("args", "result", "error"),
-    )
-    _delete_rows_not_in(Call.objects.filter(run=run), "call_id", {c.call_id for c in files.calls})
-    bulk_upsert(
-        Submission,
-        SUBMISSION_COLUMNS,
-        (
-            (
-                run.pk,
-                s.client_submission_id,
-                s.record_key,
-                s.file_sha256,
-                s.digest_schema_version,
-                s.request_digest,
-                s.recomputed_digest,
-                _json(s.request),
-                s.state,
-                s.task_id,
-                s.task_path,
-                s.task_sha256,
-                s.task_present,
-                s.task_file_sha256,
-                _json(s.creation_result),
-                _time(s.reserved_at),
-                _time(s.updated_at),
-            )
-            for s in files.submissions
-        ),
-        conflict=("run_id", "client_submission_id"),
-        update=True,
-        json_columns=("request", "creation_result"),
-    )
-    _delete_rows_not_in(
-        Submission.objects.filter(run=run), "client_submission_id", {s.client_submission_id for s in files.submissions}
-    )
-    bulk_upsert(
-        Confirmation,
-        CONFIRMATION_COLUMNS,
-        (
-            (
-                run.pk,
-                c.call_id,
-                c.file_sha256,
-                c.resolution,
-                c.reason,
-                c.actor,
-                _time(c.confirmed_at),
-                c.receipt_sha256,
-                c.confirmation_id,
-                c.valid,
-                c.problem,
-            )
-            for c in files.confirmations
-        ),
-        conflict=("run_id", "call_id"),
-        update=True,
-    )
-    _delete_rows_not_in(Confirmation.objects.filter(run=run), "call_id", {c.call_id for c in files.confirmations})
+    _store_records(run, Call, files.calls, "call_id")
+    _store_records(run, Submission, files.submissions, "client_submission_id")
+    _store_records(run, Confirmation, files.confirmations, "call_id")
 
 
 # --- entry points ----------------------------------------------------------
@@ -459,9 +347,10 @@ def run_import(
     now: dt.datetime | None = None,
     force: bool = False,
     progress: Progress | None = None,
+    batch_size: int = BATCH_EVENTS,
 ) -> RunReport:
     """Import one run directory (its name is the run_id)."""
-    path = Path(path)
+    path = Path(path).absolute()
     now = now or protocol.utc_now()
     run_id = path.name
     with run_import_lock(run_id):
@@ -470,7 +359,7 @@ def run_import(
         horizon_passed = run.next_stale_at is not None and now >= run.next_stale_at
         if not force and run.fingerprint == fingerprint and not horizon_passed and run.path == str(path):
             return _report(run, changed=False)
-        cursor = _import_ledger(run, path, limits, now, progress)
+        cursor = _import_ledger(run, path, limits, now, progress, batch_size)
         files = read_run_files(path, ledger_call_ids=cursor.call_ids, limits=limits, now=now)
         apply_decisions(files)
         with transaction.atomic():

@@ -76,7 +76,7 @@ class Call(models.Model):
         constraints = [models.UniqueConstraint(fields=["run", "call_id"], name="call_unique_per_run")]
         indexes = [
             # call_id prefix search is a range scan on this index (see selectors).
-            models.Index(fields=["call_id"]),
+            models.Index(fields=["call_id"], name="call_id_prefix_idx"),
             models.Index(fields=["run", "status"]),
             models.Index(fields=["run", "decision"]),
             models.Index(fields=["status", "updated_at"]),

@@ -12,6 +12,7 @@ import copy
 import datetime as dt
 import fcntl
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -114,13 +115,13 @@ def format_time(moment: dt.datetime) -> str:
 
 
 def parse_time(text: str) -> dt.datetime:
-    """RFC 3339 to an aware datetime; ``ValueError`` for anything else."""
+    """RFC 3339 to an aware UTC datetime; ``ValueError`` for anything else."""
     if not isinstance(text, str):
         raise ValueError("time is not a string")
-    moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    moment = dt.datetime.fromisoformat(text)
     if moment.tzinfo is None:
         raise ValueError(f"time without a zone: {text!r}")
-    return moment.astimezone(dt.UTC)
+    return moment if moment.tzinfo is dt.UTC else moment.astimezone(dt.UTC)
 
 
 # --- strict JSON -----------------------------------------------------------
@@ -138,11 +139,11 @@ def _finite_float(text: str) -> float:
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"duplicate key {key[:80]!r}")
-        result[key] = value
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise ValueError(f"duplicate key {duplicate[:80]!r}")
     return result
 
 
@@ -173,6 +174,9 @@ def _check_tree(value: Any) -> None:
             stack.extend((child, depth + 1) for child in item)
 
 
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
 def load_json_strict(data: bytes) -> Any:
     """Parse one JSON document under the run directory's rules.
 
@@ -190,17 +194,16 @@ def load_json_strict(data: bytes) -> Any:
     except UnicodeDecodeError as error:
         raise ValueError(f"invalid UTF-8 at byte {error.start}") from None
     try:
-        value = json.loads(
-            text,
-            object_pairs_hook=_unique_keys,
-            parse_constant=_refuse_constant,
-            parse_float=_finite_float,
-        )
+        value = _DECODER.decode(text)
     except RecursionError:
         raise ValueError("nesting too deep") from None
     except json.JSONDecodeError as error:
         raise ValueError(f"invalid JSON: {error.msg} at line {error.lineno} column {error.colno}") from None
-    _check_tree(value)
+    # Valid UTF-8 cannot carry a surrogate, so only a \u escape can make one; and
+    # nesting deeper than the limit needs more brackets than the limit. Most
+    # documents have neither, and skip the walk.
+    if "\\u" in text or text.count("[") + text.count("{") > MAX_JSON_DEPTH:
+        _check_tree(value)
     return value
 
 
@@ -311,20 +314,19 @@ def exclusive_lock(lock_path: Path) -> Iterator[None]:
 LEDGER_NAME = "events.jsonl"
 
 
-def _tail(fd: int, size: int) -> tuple[bytes, int]:
-    """The last complete line (without ``\\n``) and where the complete part ends."""
-    if size == 0:
-        return b"", 0
-    end = size
-    last = os.pread(fd, 1, size - 1)
-    if last != b"\n":
-        # A torn tail left by a crash mid-append: everything after the last
-        # newline was never a complete event, so it is cut off before we append.
-        end = _last_newline_end(fd, size)
-    if end == 0:
-        return b"", 0
-    start = _last_newline_end(fd, end - 1)
-    return os.pread(fd, end - 1 - start, start), end
+def _complete_end(fd: int, size: int) -> int:
+    """Where the complete lines end: a torn tail left by a crash mid-append is not an event."""
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    return _last_newline_end(fd, size)
+
+
+def _lines_backwards(fd: int, end: int) -> Iterator[bytes]:
+    """Complete lines (without ``\\n``) from the one ending at ``end`` back to the first."""
+    while end > 0:
+        start = _last_newline_end(fd, end - 1)
+        yield os.pread(fd, end - 1 - start, start)
+        end = start
 
 
 def _last_newline_end(fd: int, before: int) -> int:
@@ -341,6 +343,19 @@ def _last_newline_end(fd: int, before: int) -> int:
     return 0
 
 
+def _last_seq(lines: Iterator[bytes]) -> int:
+    """The seq of the last line that is a valid event; a hostile line never stops the writer."""
+    for line in lines:
+        try:
+            event = load_json_strict(line)
+        except ValueError:
+            continue
+        seq = event.get("seq") if isinstance(event, dict) else None
+        if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
+            return seq
+    return 0
+
+
 def append_event(run_dir: Path, event_type: str, fields: Mapping[str, Any]) -> dict[str, Any]:
     """Append one event to the run's ledger under an exclusive lock.
 
@@ -352,15 +367,14 @@ def append_event(run_dir: Path, event_type: str, fields: Mapping[str, Any]) -> d
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size
-        last_line, complete_end = _tail(fd, size)
-        if complete_end != size:
-            os.ftruncate(fd, complete_end)
-        if last_line:
-            previous = load_json_strict(last_line)
-            seq = int(previous["seq"]) + 1
-            prev_sha256 = sha256_hex(last_line)
-        else:
-            seq, prev_sha256 = 1, ZERO_HASH
+        end = _complete_end(fd, size)
+        if end != size:
+            os.ftruncate(fd, end)
+        # The chain covers the last line's bytes whatever they are; seq follows the last valid event.
+        lines = _lines_backwards(fd, end)
+        last_line = next(lines, None)
+        prev_sha256 = ZERO_HASH if last_line is None else sha256_hex(last_line)
+        seq = 1 if last_line is None else _last_seq(itertools.chain([last_line], lines)) + 1
         event = {"seq": seq, "ts": format_time(utc_now()), "type": event_type, "prev_sha256": prev_sha256}
         event.update({key: value for key, value in fields.items() if key not in event})
         line = canonical_json(event) + b"\n"

@@ -306,3 +306,13 @@ def test_times_are_rfc3339_utc_with_a_z():
 def test_vectors_file_is_valid_under_the_strict_rules():
     data = shared_path("spec", "vectors.json").read_bytes()
     assert protocol.load_json_strict(data) == json.loads(data)
+
+
+@pytest.mark.parametrize("hostile", [b"[1, 2]", b'{"seq": NaN}', b"\xff", b'{"seq": "7"}'])
+def test_append_event_goes_on_after_a_hostile_last_line(tmp_path, hostile):
+    protocol.append_event(tmp_path, "note", {})
+    with (tmp_path / "events.jsonl").open("ab") as ledger:
+        ledger.write(hostile + b"\n")
+    event = protocol.append_event(tmp_path, "note", {})
+    assert event["seq"] == 2, "seq follows the last valid event"
+    assert event["prev_sha256"] == protocol.sha256_hex(hostile), "the chain covers the hostile line's bytes"

@@ -1,0 +1,62 @@
+"""A database that child processes share with a test: real processes, real database."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from django.db import connection
+
+PROJECT = Path(__file__).resolve().parent.parent
+IMPORT_TIMESTAMPS = {"imported_at", "first_seen", "last_seen", "closed_at"}
+
+
+def database_url_for_children(tmp_path: Path) -> str:
+    """pytest's PostgreSQL test database, or a migrated SQLite file under ``tmp_path``."""
+    if connection.vendor == "postgresql":
+        settings = connection.settings_dict
+        return f"postgres://{settings['USER']}@{settings['HOST']}:{settings['PORT']}/{settings['NAME']}"
+    url = f"sqlite:///{tmp_path / 'shared.sqlite3'}"
+    manage(url, "migrate", "-v", "0", check=True)
+    return url
+
+
+def manage_command(*args: str) -> list[str]:
+    return [sys.executable, str(PROJECT / "manage.py"), *args]
+
+
+def child_env(url: str) -> dict[str, str]:
+    return {**os.environ, "DATABASE_URL": url, "DJANGO_DEBUG": "1"}
+
+
+def manage(url: str, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    completed = subprocess.run(
+        manage_command(*args), env=child_env(url), capture_output=True, text=True, check=False, cwd=PROJECT
+    )
+    if check and completed.returncode != 0:
+        raise AssertionError(f"manage.py {' '.join(args)} failed: {completed.stderr}")
+    return completed
+
+
+DUMP_SCRIPT = """
+import hashlib, json
+from receipts.models import Call, Confirmation, Event, Finding, Run, Submission
+skip = {"id", "run_id", "imported_at", "first_seen", "last_seen", "closed_at"}
+run_ids = dict(Run.objects.values_list("id", "run_id"))
+for model in (Run, Call, Submission, Event, Finding, Confirmation):
+    names = [f.attname for f in model._meta.concrete_fields if f.attname not in skip]
+    rows = sorted(
+        json.dumps([run_ids.get(row[0])] + list(row[1:]), sort_keys=True, default=str)
+        for row in model.objects.values_list(*(["run_id"] if model is not Run else ["id"]), *names).iterator()
+    )
+    digest = hashlib.sha256("\\n".join(rows).encode()).hexdigest()
+    print(model.__name__, len(rows), len(set(rows)), digest)
+"""
+
+
+def normalized_dump(url: str) -> list[str]:
+    """Per table: row count, distinct row count and a digest of every row by natural key,
+    without primary keys or the import's own timestamps."""
+    return [line for line in manage(url, "shell", "-v", "0", "-c", DUMP_SCRIPT, check=True).stdout.splitlines() if line]

@@ -1,0 +1,319 @@
+"""The importer: idempotent, incremental, crash-safe and concurrency-safe, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import signal
+import subprocess
+import time
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.db import IntegrityError, connection, transaction
+
+from receipts import importer, protocol, runtime
+from receipts.demo import SCENARIOS, write_demo_runs
+from receipts.models import Call, Event, Finding, Run, Submission
+from receipts.selectors import calls_with_prefix
+from tests.conftest import CONTRACT
+from tests.subprocess_db import child_env, database_url_for_children, manage, manage_command, normalized_dump
+from tests.volume import synthetic_ledger
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(scope="module")
+def demo_source(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("demo-source")
+    write_demo_runs(root)
+    return root
+
+
+@pytest.fixture
+def demo_root(demo_source, tmp_path) -> Path:
+    """A private copy of the demo runs (copying keeps the writer's bytes; tests may change them)."""
+    root = tmp_path / "runs"
+    subprocess.run(["cp", "-a", str(demo_source), str(root)], check=True)
+    return root
+
+
+def import_json(root: Path, *args: str) -> dict:
+    out = StringIO()
+    call_command("import_runs", str(root), "--json", *args, stdout=out)
+    return json.loads(out.getvalue())
+
+
+def table_snapshot() -> dict[str, list[tuple]]:
+    """Every column of every receipts table, but the import's own timestamps."""
+    snapshot = {}
+    for model in (Run, Call, Submission, Event, Finding):
+        names = [
+            f.attname
+            for f in model._meta.concrete_fields
+            if f.attname not in {"imported_at", "first_seen", "last_seen", "closed_at"}
+        ]
+        snapshot[model.__name__] = sorted(
+            tuple(json.dumps(value, sort_keys=True, default=str) for value in row)
+            for row in model.objects.values_list(*names)
+        )
+    return snapshot
+
+
+def test_import_runs_json_reports_every_demo_run(demo_root):
+    report = import_json(demo_root)
+    assert [run["run_id"] for run in report["runs"]] == sorted(SCENARIOS)
+    for run in report["runs"]:
+        assert set(run) == {"run_id", "calls", "events", "submissions", "findings"}
+    by_id = {run["run_id"]: run for run in report["runs"]}
+    assert by_id["clean-run"]["calls"] == 3 and by_id["clean-run"]["findings"] == []
+    assert by_id["a4-concurrent"]["events"] == 10
+    assert {f["code"] for f in by_id["tampered-receipt"]["findings"]} == {"identity_mismatch", "input_digest_mismatch"}
+    assert {f["code"] for f in by_id["stale-reservation"]["findings"]} == {"stale_reservation"}
+    assert Call.objects.get(run__run_id="write-file-killed").decision == "query"
+    assert Call.objects.get(run__run_id="send-message-killed").decision == "confirm"
+
+
+def test_importing_twice_gives_the_same_database(demo_root):
+    importer.root_import(root=demo_root)
+    first = table_snapshot()
+    importer.root_import(root=demo_root)
+    assert table_snapshot() == first
+    importer.root_import(root=demo_root, force=True)
+    assert table_snapshot() == first
+
+
+def test_unchanged_runs_are_not_read_again(demo_root, monkeypatch):
+    importer.root_import(root=demo_root)
+    calls = []
+    monkeypatch.setattr(importer, "read_run_files", lambda *a, **k: calls.append(a))
+    report = importer.root_import(root=demo_root)
+    assert calls == [] and not any(run.changed for run in report.runs)
+
+
+def test_a_reimport_parses_only_the_appended_lines(demo_root, monkeypatch):
+    run_dir = demo_root / "clean-run"
+    importer.run_import(path=run_dir)
+    offset = Run.objects.get(run_id="clean-run").ledger_offset
+    assert offset == (run_dir / "events.jsonl").stat().st_size
+    protocol.append_event(run_dir, "note", {"n": 1})
+    protocol.append_event(run_dir, "note", {"n": 2})
+    seen_offsets = []
+    real = importer.read_ledger
+
+    def spy(path, cursor, limits, batch_size):
+        seen_offsets.append(cursor.offset)
+        yield from real(path, cursor, limits, batch_size)
+
+    monkeypatch.setattr(importer, "read_ledger", spy)
+    report = importer.run_import(path=run_dir)
+    assert seen_offsets == [offset]
+    assert report.events == 12
+    assert list(Event.objects.filter(run__run_id="clean-run").values_list("seq", flat=True)) == list(range(1, 13))
+
+
+def test_a_rewritten_ledger_is_found_and_read_again_and_the_finding_stays(demo_root):
+    run_dir = demo_root / "clean-run"
+    importer.run_import(path=run_dir)
+    ledger = run_dir / "events.jsonl"
+    ledger.write_bytes(ledger.read_bytes().replace(b'"state":"running"', b'"state":"hacked!"', 1))
+    importer.run_import(path=run_dir)
+    finding = Finding.objects.get(run__run_id="clean-run", code="ledger_rewritten")
+    assert finding.closed_at is None and finding.stored_value != finding.recomputed_value
+    assert Event.objects.get(run__run_id="clean-run", seq=1).payload["state"] == "hacked!"
+    assert Event.objects.filter(run__run_id="clean-run").count() == 10
+    protocol.append_event(run_dir, "note", {})
+    importer.run_import(path=run_dir)
+    assert Finding.objects.get(run__run_id="clean-run", code="ledger_rewritten").closed_at is None
+
+
+def test_a_line_being_written_is_picked_up_once_complete(demo_root):
+    run_dir = demo_root / "clean-run"
+    line = protocol.canonical_json({"seq": 11, "ts": "2026-11-30T00:00:00Z", "type": "note"})
+    with (run_dir / "events.jsonl").open("ab") as ledger:
+        ledger.write(line[:20])
+    report = importer.run_import(path=run_dir)
+    assert report.events == 10 and report.findings == []
+    with (run_dir / "events.jsonl").open("ab") as ledger:
+        ledger.write(line[20:] + b"\n")
+    report = importer.run_import(path=run_dir)
+    assert report.events == 11
+    assert {f["code"] for f in report.findings} == set(), "no chain finding: prev_sha256 is optional"
+
+
+def test_findings_that_no_longer_hold_are_closed_not_deleted(demo_root):
+    run_dir = demo_root / "tampered-receipt"
+    importer.run_import(path=run_dir)
+    [receipt_path] = (run_dir / "receipts").iterdir()
+    receipt = json.loads(receipt_path.read_bytes())
+    receipt["args"]["content"] = "echo deploy\n"  # put back what the writer wrote
+    receipt_path.write_text(json.dumps(receipt))
+    report = importer.run_import(path=run_dir)
+    assert report.findings == []
+    closed = Finding.objects.filter(run__run_id="tampered-receipt", closed_at__isnull=False)
+    assert {f.code for f in closed} == {"identity_mismatch", "input_digest_mismatch"}
+    receipt["args"]["content"] = "tampered again\n"
+    receipt_path.write_text(json.dumps(receipt))
+    importer.run_import(path=run_dir)
+    reopened = Finding.objects.filter(run__run_id="tampered-receipt", closed_at__isnull=True)
+    assert {f.code for f in reopened} == {"identity_mismatch", "input_digest_mismatch"}
+    assert Finding.objects.filter(run__run_id="tampered-receipt").count() == 2
+
+
+def test_a_call_goes_stale_with_no_file_changing(demo_root):
+    run_dir = demo_root / "send-message-killed"
+    importer.run_import(path=run_dir)
+    assert not Finding.objects.filter(code="stale_call").exists()
+    later = protocol.utc_now() + dt.timedelta(minutes=20)
+    report = importer.run_import(path=run_dir, now=later)
+    assert report.changed and [f["code"] for f in report.findings] == ["stale_call"]
+
+
+def test_a_removed_receipt_becomes_a_missing_receipt(demo_root):
+    run_dir = demo_root / "write-file-killed"
+    importer.run_import(path=run_dir)
+    [receipt_path] = (run_dir / "receipts").iterdir()
+    receipt_path.unlink()
+    report = importer.run_import(path=run_dir)
+    assert [f["code"] for f in report.findings] == ["missing_receipt"]
+    call = Call.objects.get(run__run_id="write-file-killed")
+    assert call.receipt_present is False and call.decision == "confirm"
+
+
+def test_hostile_root_entries_are_reported_and_the_good_runs_imported(demo_root):
+    (demo_root / "bad$name").mkdir()
+    (demo_root / "evil-link").symlink_to("/etc")
+    report = import_json(demo_root)
+    assert len(report["runs"]) == len(SCENARIOS)
+    assert sorted((f["code"], f["subject"]) for f in report["root_findings"]) == [
+        ("unsafe_path", "bad$name"),
+        ("unsafe_path", "evil-link"),
+    ]
+
+
+def test_a_run_directory_given_directly_is_imported(demo_root):
+    report = import_json(demo_root / "clean-run")
+    assert [run["run_id"] for run in report["runs"]] == ["clean-run"]
+
+
+def test_a_missing_root_is_a_clear_error():
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="does not exist"):
+        call_command("import_runs", "/nonexistent/runs")
+
+
+def test_unique_constraints_make_a_double_row_impossible(demo_root):
+    importer.run_import(path=demo_root / "clean-run")
+    event = Event.objects.filter(run__run_id="clean-run").first()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Event.objects.create(run=event.run, seq=event.seq, line_no=99, type="x", line_sha256="0" * 64, payload={})
+
+
+def test_call_id_prefix_search_is_a_range_on_the_index(demo_root):
+    importer.root_import(root=demo_root)
+    some = Call.objects.order_by("call_id").first().call_id
+    found = list(calls_with_prefix(prefix=some[:6]).values_list("call_id", flat=True))
+    assert some in found and all(call_id.startswith(some[:6]) for call_id in found)
+    queryset = calls_with_prefix(prefix=some[:6])
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET enable_seqscan = off")
+        sql, params = queryset.query.sql_with_params()
+        explain = "EXPLAIN QUERY PLAN " if connection.vendor == "sqlite" else "EXPLAIN "
+        cursor.execute(explain + sql, params)
+        plan = " ".join(str(part) for row in cursor.fetchall() for part in row)
+    assert "call_id_prefix_idx" in plan, plan
+
+
+def test_a_big_run_imports_in_batches_with_flat_memory_use(demo_root):
+    run_dir = demo_root / "clean-run"
+    synthetic_ledger(run_dir, 12_000, start_seq=11)
+    batches = []
+    report = importer.run_import(
+        path=run_dir, batch_size=5000, progress=lambda run_id, done, total: batches.append(done)
+    )
+    assert report.events == 12_010
+    assert len(batches) >= 3, "the ledger is committed batch by batch"
+    assert batches[-1] == (run_dir / "events.jsonl").stat().st_size
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_importer_killed_at_random_moments_is_completed_by_the_next(demo_root, tmp_path):
+    synthetic_ledger(demo_root / "clean-run", 80_000, start_seq=11)
+    url = database_url_for_children(tmp_path)
+    seed = random.randrange(2**32)
+    randomizer = random.Random(seed)
+    kills = attempts = 0
+    # Each killed import leaves committed batches that the next one resumes from,
+    # so later attempts have less to do; stop after four kills that landed.
+    while kills < 4 and attempts < 15:
+        attempts += 1
+        child = subprocess.Popen(
+            manage_command("import_runs", str(demo_root)), env=child_env(url), stdout=subprocess.DEVNULL
+        )
+        time.sleep(randomizer.uniform(0.3, 1.5))
+        if child.poll() is None:
+            child.send_signal(signal.SIGKILL)
+            kills += 1
+        child.wait(timeout=60)
+    assert kills >= 2, f"the kills must land while the import runs (seed {seed})"
+    assert manage(url, "import_runs", str(demo_root)).returncode == 0
+    after_kills = normalized_dump(url)
+
+    clean_url = f"sqlite:///{tmp_path / 'clean.sqlite3'}"
+    manage(clean_url, "migrate", "-v", "0", check=True)
+    manage(clean_url, "import_runs", str(demo_root), check=True)
+    assert after_kills == normalized_dump(clean_url)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_importers_at_once_converge_without_duplicates(demo_root, tmp_path):
+    synthetic_ledger(demo_root / "clean-run", 20_000, start_seq=11)
+    url = database_url_for_children(tmp_path)
+    children = [
+        subprocess.Popen(
+            manage_command("import_runs", str(demo_root), "--json"),
+            env=child_env(url),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
+    outputs = [child.communicate(timeout=300) for child in children]
+    assert [child.returncode for child in children] == [0, 0], [err for _, err in outputs]
+    reports = [json.loads(out) for out, _ in outputs]
+    assert reports[0] == reports[1], "both saw the same converged database"
+    assert all(err == b"" for _, err in outputs), "no progress bar when standard error is not a terminal"
+    tables = {line.split()[0]: line.split()[1:] for line in normalized_dump(url)}
+    assert all(count == distinct for count, distinct, _ in tables.values()), "no duplicate rows"
+    assert int(tables["Event"][0]) == sum(run["events"] for run in reports[0]["runs"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_watch_imports_what_changes_until_interrupted(demo_root, tmp_path):
+    url = database_url_for_children(tmp_path)
+    child = subprocess.Popen(
+        manage_command("import_runs", str(demo_root), "--watch", "--interval", "0.3", "--json"),
+        env=child_env(url),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        first = json.loads(child.stdout.readline())
+        assert len(first["runs"]) == len(SCENARIOS)
+        runtime.run_init(demo_root / "new-run", contract_sha256=CONTRACT)
+        second = json.loads(child.stdout.readline())
+        assert [run["run_id"] for run in second["runs"]] == ["new-run"]
+        protocol.append_event(demo_root / "clean-run", "note", {})
+        third = json.loads(child.stdout.readline())
+        assert [(run["run_id"], run["events"]) for run in third["runs"]] == [("clean-run", 11)]
+    finally:
+        child.send_signal(signal.SIGINT)
+        _, stderr = child.communicate(timeout=30)
+    assert child.returncode == 0
+    assert "stopped watching" in stderr
