@@ -118,8 +118,8 @@ def main() -> None:
     ratio = import_seconds / floor_seconds
     print(f"  import_runs, fresh database:                 {import_seconds:7.1f} s  ({ratio:.2f}x the floor)")
     print(f"  import_runs again, run unchanged:            {again_seconds:7.2f} s")
-    quarter_events = options.events // 4
-    print(f"  peak memory: {quarter_rss:.0f} MiB at {quarter_events:,} events, {import_rss:.0f} MiB at {options.events:,}")
+    sizes = f"{options.events // 4:,} events, {import_rss:.0f} MiB at {options.events:,}"
+    print(f"  peak memory: {quarter_rss:.0f} MiB at {sizes}")
     print(
         json.dumps(
             {
