@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 RUNS ?= var/runs
 ADDR ?= 127.0.0.1:8000
 
-.PHONY: install demo test test-postgres lint format bench bench-import clean
+.PHONY: install demo browser test test-postgres lint format bench bench-import clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,17 +16,27 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The watcher re-imports what changes every 3 s, so open run pages refresh live;
+# it stops with the server (Ctrl-C).
 demo: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python -m receipts demo $(RUNS)
 	$(BIN)/python manage.py import_runs $(RUNS)
 	$(BIN)/python manage.py demo_login
+	$(BIN)/python manage.py import_runs $(RUNS) --watch > var/watch.log 2>&1 & watcher=$$!; \
+	trap 'kill $$watcher 2>/dev/null' EXIT INT TERM; \
 	EVIDENCE_RUNS_ROOT=$(RUNS) $(BIN)/python manage.py runserver $(ADDR)
 
-test: install
+# Browser tests drive Debian's Chromium; install it when it is missing (never a downloaded browser).
+browser:
+	@test -x /usr/bin/chromium || { command -v apt-get >/dev/null && \
+	  { [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; $$SUDO apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }; }
+
+test: install browser
 	$(BIN)/python -m pytest
 
-test-postgres: install
+test-postgres: install browser
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test $(BIN)/python -m pytest
 
 lint: install

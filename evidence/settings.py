@@ -53,7 +53,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "django_htmx",
-    "template_partials.apps.SimpleAppConfig",
+    "template_partials",
     "receipts",
     "evidence",
 ]

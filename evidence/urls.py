@@ -10,4 +10,10 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.runs, name="runs"),
+    path("search/", views.search, name="search"),
+    path("findings/", views.findings, name="findings"),
+    path("reservations/", views.reservations, name="reservations"),
+    path("runs/<str:run_id>/", views.run, name="run"),
+    path("runs/<str:run_id>/replay/", views.replay, name="replay"),
+    path("runs/<str:run_id>/calls/<str:call_id>/", views.call, name="call"),
 ]

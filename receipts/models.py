@@ -101,6 +101,7 @@ class Submission(models.Model):
     task_sha256 = models.TextField(blank=True)
     task_present = models.BooleanField(default=False)
     task_file_sha256 = models.CharField(max_length=64, blank=True)
+    task_matches = models.BooleanField(default=False)
     creation_result = models.JSONField(null=True)
     reserved_at = models.DateTimeField(null=True)
     updated_at = models.DateTimeField(null=True)

@@ -28,7 +28,7 @@ from typing import Any
 from receipts import protocol
 from receipts.findings import LEDGER as LEDGER_SCOPE
 from receipts.findings import STICKY, FindingRecord
-from receipts.runtime import confirmation_problem
+from receipts.runtime import confirmation_problem, render_task
 
 MAX_JSON_BYTES = 16 * 1024 * 1024
 MAX_LINE_BYTES = 1024 * 1024
@@ -541,6 +541,7 @@ class SubmissionRecord:
     task_sha256: str = ""
     task_present: bool = False
     task_file_sha256: str = ""
+    task_matches: bool = False  # the file is the one the record describes (or, reserved, would write)
     creation_result: Any = None
     reserved_at: dt.datetime | None = None
     updated_at: dt.datetime | None = None
@@ -952,6 +953,12 @@ class _RunReader:
         submission.task_present = data is not None
         if data is not None:
             submission.task_file_sha256 = hashlib.sha256(data).hexdigest()
+            expected = submission.task_sha256
+            if submission.state == "reserved" and isinstance(submission.request, dict):
+                # No digest recorded yet: the writer would adopt only the file it renders itself.
+                rendered = render_task(submission.task_id, submission.request, submission.client_submission_id)
+                expected = hashlib.sha256(rendered).hexdigest()
+            submission.task_matches = submission.task_file_sha256 == expected
         if submission.state in ("task_created", "committed"):
             if data is None:
                 self.finding("task_missing", subject, f"{path} is absent but the record is {submission.state}")
@@ -981,9 +988,7 @@ class _RunReader:
         since = submission.updated_at or submission.reserved_at
         if not self.past_stale_age(since):
             return
-        digests = "n/a"
-        if submission.task_present and submission.task_sha256:
-            digests = "yes" if submission.task_sha256 == submission.task_file_sha256 else "no"
+        digests = ("yes" if submission.task_matches else "no") if submission.task_present else "n/a"
         self.finding(
             "stale_reservation",
             subject,

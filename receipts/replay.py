@@ -28,12 +28,17 @@ def decide(
     error_kind: str | None = None,
     queryable: bool = False,
     confirmation: str | None = None,
+    identity_mismatch: bool = False,
 ) -> Decision:
     """The recovery decision for one call.
 
     ``confirmation`` is the resolution of a valid human confirmation
-    (``committed`` or ``rejected``), or ``None``.
+    (``committed`` or ``rejected``), or ``None``. A receipt whose recomputed
+    call_id differs from its own was altered or misfiled: nothing it says is
+    trusted, so a person decides.
     """
+    if identity_mismatch:
+        return Decision("confirm", "the receipt's identity does not verify (altered?): a person must decide")
     if status == "committed":
         return Decision("reuse", "committed: its result is reused, never executed again")
     if status in ("prepared", "unknown"):
@@ -57,6 +62,25 @@ def decide(
     return Decision("confirm", f"status {status!r} is not a receipt state: a person decides")
 
 
+def reservation_resume(*, state: str, task_present: bool, digests_match: bool) -> str:
+    """What ``write_task`` does when the same submission is retried (RUN_DIRECTORY.md's rules)."""
+    if state == "committed":
+        return "reused: the first result is returned"
+    if state == "reserved":
+        if not task_present:
+            return "creates the task file under the same task_id, then commits (created)"
+        if digests_match:
+            return "adopts the task file it finds (its own) and commits (created)"
+        return "stops with a conflict (task_file_differs): another file holds the task's place"
+    if state == "task_created":
+        if not task_present:
+            return "stops with a conflict (task_missing): a created task is never created again"
+        if digests_match:
+            return "commits (created)"
+        return "stops with a conflict (task_digest_mismatch)"
+    return f"stops with a conflict (record_invalid): state {state!r}"
+
+
 def apply_decisions(files: RunFiles) -> None:
     """Set each call's decision and reason from its receipt and confirmation."""
     resolutions = {c.call_id: c.resolution for c in files.confirmations if c.valid}
@@ -66,6 +90,7 @@ def apply_decisions(files: RunFiles) -> None:
             error_kind=call.error_kind or None,
             queryable=call.queryable,
             confirmation=resolutions.get(call.call_id),
+            identity_mismatch=call.verification == "mismatch",
         )
         call.decision, call.decision_reason = decision.decision, decision.reason
 

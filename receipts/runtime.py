@@ -422,8 +422,9 @@ class Executor:
         with exclusive_lock(self.run_dir / WRITER_DIR / f"call-{call_id}.lock"):
             protocol.remove_temp_files(receipt_path)
             existing = read_json_file(receipt_path)
+            expected = {"call_id": call_id, "tool": tool, "attempt": attempt, "args": identity_args}
             if existing is not None:
-                return self._resume(adapter, existing, receipt_path)
+                return self._resume(adapter, existing, receipt_path, expected)
             receipt = {
                 "call_id": call_id,
                 "identity": IDENTITY_V2,
@@ -514,8 +515,13 @@ class Executor:
             }
             return self._finish_rejected(receipt, path, rejection)
 
-    def _resume(self, adapter: Adapter, receipt: dict[str, Any], path: Path) -> CallOutcome:
-        call_id, status = receipt["call_id"], receipt.get("status")
+    def _resume(self, adapter: Adapter, receipt: dict[str, Any], path: Path, expected: dict[str, Any]) -> CallOutcome:
+        call_id, status = receipt.get("call_id"), receipt.get("status")
+        if any(receipt.get(key) != value for key, value in expected.items()):
+            # The file at this call's path does not hold this call: altered or misfiled.
+            # Reusing it could skip an effect that never happened; re-running could repeat one.
+            error = {"kind": "unknown", "message": "the receipt on disk is not this call's: a person must look"}
+            return CallOutcome(expected["call_id"], str(status), False, None, error, "confirmation")
         if status == "committed":
             append_event(self.run_dir, "call_reused", {"call_id": call_id})
             return CallOutcome(call_id, "committed", True, receipt.get("result"))

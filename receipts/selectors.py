@@ -1,10 +1,30 @@
-"""Reads for the pages: plain functions with keyword-only arguments."""
+"""Reads for the pages: plain functions with keyword-only arguments.
+
+Each returns rows or small dataclasses and runs a fixed number of queries,
+whatever the size of the run: lists are paginated by the caller and
+per-row facts are fetched for one page at a time with grouped queries.
+"""
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+import dataclasses
+import datetime as dt
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable
 
-from receipts.models import Call
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.urls import reverse
+
+from receipts.findings import DIGEST_CODES
+from receipts.models import Call, Event, Finding, Run, Submission
+from receipts.replay import reservation_resume
+
+STATUSES = ("committed", "prepared", "unknown", "rejected")
+AMBIGUOUS = ("prepared", "unknown")
+FINISHED_STATES = ("finished", "completed", "failed", "cancelled", "stopped")
+STALE_CODES = ("stale_reservation", "stale_call")
+HEX_RE = re.compile(r"[0-9a-f]{4,64}")
 
 
 def prefix_upper_bound(prefix: str) -> str:
@@ -21,3 +41,251 @@ def calls_with_prefix(*, prefix: str) -> QuerySet[Call]:
     if not prefix:
         return Call.objects.none()
     return Call.objects.filter(call_id__gte=prefix, call_id__lt=prefix_upper_bound(prefix))
+
+
+def run_is_finished(run: Run) -> bool:
+    return run.state.lower() in FINISHED_STATES
+
+
+# --- runs ------------------------------------------------------------------
+
+
+def runs_list(*, state: str = "", attention: bool = False) -> QuerySet[Run]:
+    """Runs, newest activity first, with the flags the filters need (index-backed EXISTS)."""
+    open_findings = Finding.objects.filter(run=OuterRef("pk"), closed_at__isnull=True)
+    ambiguous = Call.objects.filter(run=OuterRef("pk"), status__in=AMBIGUOUS)
+    runs = Run.objects.annotate(has_findings=Exists(open_findings), has_ambiguous=Exists(ambiguous))
+    if state:
+        runs = runs.filter(state=state)
+    if attention:
+        runs = runs.filter(Q(has_findings=True) | Q(has_ambiguous=True))
+    return runs.order_by("-last_event_at", "run_id")
+
+
+def run_totals() -> dict[str, int]:
+    """How many runs, and how many need attention: one query."""
+    return runs_list().aggregate(
+        runs=Count("pk"), attention=Count("pk", filter=Q(has_findings=True) | Q(has_ambiguous=True))
+    )
+
+
+def run_states() -> list[str]:
+    return list(Run.objects.order_by("state").values_list("state", flat=True).distinct())
+
+
+@dataclasses.dataclass
+class RunSummary:
+    calls_by_status: dict[str, int]
+    open_findings: int = 0
+    stale_reservations: int = 0
+
+    @property
+    def calls(self) -> int:
+        return sum(self.calls_by_status.values())
+
+    @property
+    def ambiguous(self) -> int:
+        return sum(self.calls_by_status.get(status, 0) for status in AMBIGUOUS)
+
+
+def run_summaries(*, runs: Iterable[Run]) -> dict[int, RunSummary]:
+    """Calls by status, open findings and stale reservations for these runs: two queries."""
+    ids = [run.pk for run in runs]
+    summaries = {pk: RunSummary(calls_by_status={}) for pk in ids}
+    calls = Call.objects.filter(run_id__in=ids).values_list("run_id", "status").annotate(n=Count("id"))
+    for run_id, status, count in calls:
+        summaries[run_id].calls_by_status[status or "missing"] = count
+    findings = (
+        Finding.objects.filter(run_id__in=ids, closed_at__isnull=True)
+        .values_list("run_id", "code")
+        .annotate(n=Count("id"))
+    )
+    for run_id, code, count in findings:
+        summaries[run_id].open_findings += count
+        if code == "stale_reservation":
+            summaries[run_id].stale_reservations += count
+    return summaries
+
+
+@dataclasses.dataclass
+class SearchResult:
+    url: str | None  # where to go when there is exactly one match
+    matches: list[tuple[str, str]]  # (label, url)
+
+
+def search(*, query: str) -> SearchResult:
+    """A run id, a call_id prefix or a client_submission_id: one match jumps, several are listed."""
+    query = query.strip()
+    matches: list[tuple[str, str]] = []
+    if not query:
+        return SearchResult(None, [])
+    run = Run.objects.filter(run_id=query).first()
+    if run is not None:
+        matches.append((f"run {run.run_id}", reverse("run", args=[run.run_id])))
+    if HEX_RE.fullmatch(query):
+        for run_id, call_id in calls_with_prefix(prefix=query).values_list("run__run_id", "call_id")[:20]:
+            matches.append((f"call {call_id[:16]}… in {run_id}", reverse("call", args=[run_id, call_id])))
+    for run_id, submission_id in Submission.objects.filter(client_submission_id=query).values_list(
+        "run__run_id", "client_submission_id"
+    )[:20]:
+        url = reverse("run", args=[run_id]) + f"?submission={submission_id}#submissions"
+        matches.append((f"submission {submission_id} in {run_id}", url))
+    return SearchResult(matches[0][1] if len(matches) == 1 else None, matches)
+
+
+# --- one run ---------------------------------------------------------------
+
+
+def run_events(*, run: Run, event_type: str = "") -> QuerySet[Event]:
+    events = Event.objects.filter(run=run)
+    if event_type:
+        events = events.filter(type=event_type)
+    return events.order_by("-seq")
+
+
+def event_types(*, run: Run) -> list[str]:
+    return list(Event.objects.filter(run=run).order_by("type").values_list("type", flat=True).distinct())
+
+
+def reuse_counts(*, run: Run, call_ids: Iterable[str]) -> dict[str, int]:
+    """How many times each call was reused (``call_reused`` events): one query."""
+    rows = (
+        Event.objects.filter(run=run, type="call_reused", call_id__in=list(call_ids))
+        .values_list("call_id")
+        .annotate(n=Count("id"))
+    )
+    return dict(rows)
+
+
+def disposition_history(*, run: Run, submission_ids: Iterable[str]) -> dict[str, list[Event]]:
+    """Every ``submission`` event of these submissions, in ledger order: one query."""
+    history: dict[str, list[Event]] = defaultdict(list)
+    events = Event.objects.filter(run=run, type="submission", client_submission_id__in=list(submission_ids)).order_by(
+        "seq"
+    )
+    for event in events:
+        history[event.client_submission_id].append(event)
+    return history
+
+
+def legacy_submissions(*, run: Run) -> QuerySet[Event]:
+    """Task creations without a client_submission_id: no record, only their events."""
+    return Event.objects.filter(run=run, type="submission", client_submission_id="").order_by("seq")
+
+
+def events_histogram(*, run: Run, buckets: int = 24) -> list[tuple[dt.datetime, int]]:
+    """Events per equal slice of the run's time span, in one aggregate query."""
+    if run.first_event_at is None or run.last_event_at is None:
+        return []
+    span = max(run.last_event_at - run.first_event_at, dt.timedelta(seconds=1))
+    width = span / buckets
+    edges = [run.first_event_at + width * index for index in range(buckets)]
+    aggregates = {}
+    for index, start in enumerate(edges):
+        window = Q(ts__gte=start) & (Q(ts__lt=start + width) if index < buckets - 1 else Q())
+        aggregates[f"b{index}"] = Count("id", filter=window)
+    counts = Event.objects.filter(run=run).aggregate(**aggregates)
+    return [(start, counts[f"b{index}"]) for index, start in enumerate(edges)]
+
+
+def decisions_of(*, run: Run) -> dict[str, list[Call]]:
+    """The run's calls grouped by recovery decision, in a fixed order."""
+    grouped: dict[str, list[Call]] = {decision: [] for decision in ("confirm", "query", "retry", "stop", "reuse")}
+    for call in Call.objects.filter(run=run).order_by("call_id"):
+        grouped.setdefault(call.decision or "unknown", []).append(call)
+    return grouped
+
+
+# --- findings and reservations --------------------------------------------
+
+
+def open_findings(*, code: str = "", run_id: str = "", severity: str = "") -> QuerySet[Finding]:
+    """Open findings, digest mismatches first, then by code, run and subject."""
+    findings = Finding.objects.filter(closed_at__isnull=True).select_related("run")
+    if code:
+        findings = findings.filter(code=code)
+    if run_id:
+        findings = findings.filter(run__run_id=run_id)
+    if severity:
+        findings = findings.filter(severity=severity)
+    return findings.order_by("code", "run__run_id", "subject")
+
+
+def finding_counts() -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """Open findings by code: (digest mismatches, the others), each ``[(code, count)]``."""
+    counts = Counter(dict(Finding.objects.filter(closed_at__isnull=True).values_list("code").annotate(n=Count("id"))))
+    digest = [(code, counts[code]) for code in DIGEST_CODES if counts.get(code)]
+    others = sorted((code, count) for code, count in counts.items() if code not in DIGEST_CODES)
+    return digest, others
+
+
+@dataclasses.dataclass
+class StaleItem:
+    kind: str  # "reservation" or "call"
+    run_id: str
+    subject: str
+    state: str
+    since: dt.datetime | None
+    task_present: bool | None
+    digests_match: bool | None
+    resume: str
+    url: str
+
+
+def stale_items(*, now: dt.datetime) -> list[StaleItem]:
+    """Stale reservations and stale calls, oldest first, with what a resume would do (three queries)."""
+    findings = list(
+        Finding.objects.filter(closed_at__isnull=True, code__in=STALE_CODES)
+        .select_related("run")
+        .order_by("run__run_id", "subject")
+    )
+    keys = {f.subject.removeprefix("submissions/").removesuffix(".json") for f in findings}
+    submissions = {
+        (s.run_id, s.record_key): s for s in Submission.objects.filter(record_key__in=keys).select_related("run")
+    }
+    call_ids = {f.call_id for f in findings if f.code == "stale_call"}
+    calls = {(c.run_id, c.call_id): c for c in Call.objects.filter(call_id__in=call_ids)}
+    items = []
+    for finding in findings:
+        run_id = finding.run.run_id
+        if finding.code == "stale_reservation":
+            key = finding.subject.removeprefix("submissions/").removesuffix(".json")
+            submission = submissions.get((finding.run_id, key))
+            if submission is None:
+                continue
+            items.append(
+                StaleItem(
+                    "reservation",
+                    run_id,
+                    submission.client_submission_id,
+                    submission.state,
+                    submission.updated_at or submission.reserved_at,
+                    submission.task_present,
+                    submission.task_matches if submission.task_present else None,
+                    reservation_resume(
+                        state=submission.state,
+                        task_present=submission.task_present,
+                        digests_match=submission.task_matches,
+                    ),
+                    reverse("run", args=[run_id]) + f"?submission={submission.client_submission_id}#submissions",
+                )
+            )
+        else:
+            call = calls.get((finding.run_id, finding.call_id))
+            if call is None:
+                continue
+            items.append(
+                StaleItem(
+                    "call",
+                    run_id,
+                    call.call_id,
+                    call.status,
+                    call.updated_at or call.created_at,
+                    None,
+                    None,
+                    f"{call.decision}: {call.decision_reason}",
+                    reverse("call", args=[run_id, call.call_id]),
+                )
+            )
+    items.sort(key=lambda item: (item.since or now, item.run_id))
+    return items

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from receipts import protocol, runtime
+from receipts.demo import write_demo_runs
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 CONTRACT = protocol.sha256_hex(b"test contract")
@@ -35,3 +38,24 @@ def run_dir(tmp_path: Path) -> Path:
 @pytest.fixture(autouse=True)
 def _fast_password_hasher(settings) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(scope="session")
+def demo_source(tmp_path_factory) -> Path:
+    """The demo runs, written once per session by the real writer. Never change them: copy."""
+    root = tmp_path_factory.mktemp("demo-source")
+    write_demo_runs(root)
+    return root
+
+
+@pytest.fixture
+def demo_root(demo_source, tmp_path) -> Path:
+    """A private copy of the demo runs that a test may change (copying keeps the writer's bytes)."""
+    return Path(shutil.copytree(demo_source, tmp_path / "runs", symlinks=True))
+
+
+def import_as_seen_later(root: Path) -> None:
+    """Import as a person would see the demo 20 minutes after it ran: the killed calls are stale."""
+    from receipts import importer
+
+    importer.root_import(root=root, now=protocol.utc_now() + dt.timedelta(minutes=20))

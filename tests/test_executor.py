@@ -237,3 +237,17 @@ def test_init_refuses_a_bad_run_id_and_a_bad_contract(tmp_path):
     assert run_writer("init", str(tmp_path / "ok"), "--contract-sha256", CONTRACT).returncode == 0
     assert json.loads((tmp_path / "ok" / "steer.json").read_bytes())["contract_sha256"] == CONTRACT
     assert run_writer("init", str(tmp_path / "ok"), "--contract-sha256", CONTRACT).returncode == 1
+
+
+def test_a_tampered_committed_receipt_is_neither_reused_nor_run_again(run_dir):
+    adapter = CountingAdapter()
+    executor = runtime.Executor(run_dir, {"counting": adapter})
+    outcome = executor.call("counting", {"x": 1}, attempt=1)
+    path = run_dir / "receipts" / f"{outcome.call_id}.json"
+    receipt = json.loads(path.read_bytes())
+    receipt["args"] = {"x": 2}
+    path.write_text(json.dumps(receipt))
+    again = executor.call("counting", {"x": 1}, attempt=1)
+    assert (again.status, again.reused, again.needs) == ("committed", False, "confirmation")
+    assert adapter.executions == 1
+    assert events_of(run_dir, "call_reused") == []

@@ -16,7 +16,7 @@ from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 
 from receipts import importer, protocol, runtime
-from receipts.demo import SCENARIOS, write_demo_runs
+from receipts.demo import SCENARIOS
 from receipts.models import Call, Event, Finding, Run, Submission
 from receipts.selectors import calls_with_prefix
 from tests.conftest import CONTRACT
@@ -24,21 +24,6 @@ from tests.subprocess_db import child_env, database_url_for_children, manage, ma
 from tests.volume import synthetic_ledger
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(scope="module")
-def demo_source(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("demo-source")
-    write_demo_runs(root)
-    return root
-
-
-@pytest.fixture
-def demo_root(demo_source, tmp_path) -> Path:
-    """A private copy of the demo runs (copying keeps the writer's bytes; tests may change them)."""
-    root = tmp_path / "runs"
-    subprocess.run(["cp", "-a", str(demo_source), str(root)], check=True)
-    return root
 
 
 def import_json(root: Path, *args: str) -> dict:

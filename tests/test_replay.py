@@ -26,6 +26,7 @@ from receipts.replay import decide
         ({"status": "failed"}, "confirm"),
         ({"status": None}, "confirm"),
         ({"status": "weird"}, "confirm"),
+        ({"status": "committed", "identity_mismatch": True}, "confirm"),
     ],
 )
 def test_decide(facts, decision):

@@ -1,12 +1,15 @@
-"""Views: parse the request, call one domain function, render."""
+"""Views, one module per page family: parse the request, call one selector, render."""
 
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_not_required
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
 from django.views.decorators.http import require_GET
+
+from evidence.views.calls import call, replay
+from evidence.views.findings import findings, reservations
+from evidence.views.runs import run, runs, search
 
 
 @login_not_required
@@ -17,6 +20,4 @@ def healthz(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"status": "ok"})
 
 
-@require_GET
-def runs(request: HttpRequest) -> HttpResponse:
-    return render(request, "receipts/runs.html", {})
+__all__ = ["call", "findings", "healthz", "replay", "reservations", "run", "runs", "search"]

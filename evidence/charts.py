@@ -1,0 +1,121 @@
+"""Small server-rendered SVG charts. No charting library: a chart is a few rectangles.
+
+Each chart has a text alternative (``aria-label`` and a ``<title>`` per shape),
+colours come from the stylesheet's classes so dark mode applies, and every
+label is escaped.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+STATUS_ORDER = ("committed", "prepared", "unknown", "rejected", "failed", "missing")
+
+
+def _status_key(status: str) -> tuple[int, str]:
+    return (STATUS_ORDER.index(status) if status in STATUS_ORDER else len(STATUS_ORDER), status)
+
+
+def status_bar(counts: Mapping[str, int], width: int = 140, height: int = 12) -> SafeString:
+    """A stacked bar of calls by status."""
+    total = sum(counts.values())
+    summary = ", ".join(
+        f"{count} {status}" for status, count in sorted(counts.items(), key=lambda i: _status_key(i[0]))
+    )
+    if not total:
+        return format_html('<span class="muted">{}</span>', "no calls")
+    x, shapes = 0.0, []
+    for status, count in sorted(counts.items(), key=lambda item: _status_key(item[0])):
+        share = width * count / total
+        shapes.append((f"{x:.2f}", f"{share:.2f}", height, status, f"{count} {status}"))
+        x += share
+    rects = format_html_join(
+        "",
+        '<rect x="{}" y="0" width="{}" height="{}" class="fill-{}"><title>{}</title></rect>',
+        shapes,
+    )
+    return format_html(
+        '<svg class="chart" width="{}" height="{}" viewBox="0 0 {} {}" role="img" aria-label="calls: {}">{}</svg>',
+        width,
+        height,
+        width,
+        height,
+        summary,
+        rects,
+    )
+
+
+def histogram(buckets: Sequence[tuple[dt.datetime, int]], width: int = 480, height: int = 64) -> SafeString:
+    """Events per time slice, as bars; the first and last slice times are labelled."""
+    if not buckets:
+        return format_html('<span class="muted">{}</span>', "no events")
+    peak = max(count for _, count in buckets) or 1
+    bar = width / len(buckets)
+    shapes = []
+    for index, (start, count) in enumerate(buckets):
+        bar_height = (height - 14) * count / peak
+        shapes.append(
+            (
+                f"{index * bar + 1:.2f}",
+                f"{height - 14 - bar_height:.2f}",
+                f"{max(bar - 2, 1):.2f}",
+                f"{bar_height:.2f}",
+                f"{count} events from {start:%Y-%m-%d %H:%M:%S}",
+            )
+        )
+    rects = format_html_join(
+        "", '<rect x="{}" y="{}" width="{}" height="{}" class="fill-bar"><title>{}</title></rect>', shapes
+    )
+    total = sum(count for _, count in buckets)
+    first, last = buckets[0][0], buckets[-1][0]
+    return format_html(
+        '<svg class="chart" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" '
+        'aria-label="{total} events over time, busiest slice {peak}">{rects}'
+        '<text x="0" y="{ty}" class="axis">{first}</text>'
+        '<text x="{w}" y="{ty}" class="axis" text-anchor="end">{last}</text></svg>',
+        w=width,
+        h=height,
+        total=total,
+        peak=peak,
+        rects=rects,
+        ty=height - 2,
+        first=f"{first:%Y-%m-%d %H:%M}",
+        last=f"{last:%Y-%m-%d %H:%M}",
+    )
+
+
+def activity_strip(
+    first: dt.datetime | None,
+    last: dt.datetime | None,
+    span: tuple[dt.datetime, dt.datetime] | None,
+    width: int = 120,
+    height: int = 10,
+) -> SafeString:
+    """When a run was active, on the time axis shared by every run on the page."""
+    if first is None or last is None or span is None:
+        return format_html('<span class="muted">{}</span>', "no events")
+    total = max((span[1] - span[0]).total_seconds(), 1.0)
+    x = width * (first - span[0]).total_seconds() / total
+    w = max(width * (last - first).total_seconds() / total, 2.0)
+    return format_html(
+        '<svg class="chart" width="{}" height="{}" viewBox="0 0 {} {}" role="img" aria-label="active {} to {}">'
+        '<rect x="0" y="{}" width="{}" height="2" class="fill-axis"></rect>'
+        '<rect x="{}" y="0" width="{}" height="{}" class="fill-bar"><title>{} to {}</title></rect></svg>',
+        width,
+        height,
+        width,
+        height,
+        f"{first:%Y-%m-%d %H:%M:%S}",
+        f"{last:%Y-%m-%d %H:%M:%S}",
+        height // 2 - 1,
+        width,
+        f"{min(x, width - w):.2f}",
+        f"{w:.2f}",
+        height,
+        f"{first:%H:%M:%S}",
+        f"{last:%H:%M:%S}",
+    )

@@ -1,0 +1,81 @@
+"""Template tags of the dashboard: charts, badges, ages."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+
+from django import template
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from evidence import charts
+from receipts import protocol
+
+register = template.Library()
+
+register.simple_tag(charts.status_bar, name="status_bar")
+register.simple_tag(charts.histogram, name="histogram")
+register.simple_tag(charts.activity_strip, name="activity_strip")
+
+BADGE_CLASSES = {
+    "committed": "ok",
+    "reuse": "ok",
+    "created": "ok",
+    "reused": "info",
+    "prepared": "warn",
+    "unknown": "warn",
+    "query": "info",
+    "confirm": "warn",
+    "retry": "info",
+    "rejected": "bad",
+    "stop": "bad",
+    "conflict": "bad",
+    "failed": "bad",
+    "error": "bad",
+    "warning": "warn",
+}
+
+
+@register.simple_tag
+def badge(value: str) -> SafeString:
+    """A status, decision, disposition or severity as a labelled badge (text, not colour alone)."""
+    label = value or "missing"
+    return format_html('<span class="badge badge-{}">{}</span>', BADGE_CLASSES.get(label, "neutral"), label)
+
+
+@register.filter
+def age(since: dt.datetime | None) -> str:
+    """How long ago, in the largest two units (``3 h 12 min``)."""
+    if since is None:
+        return "unknown"
+    seconds = int((protocol.utc_now() - since).total_seconds())
+    if seconds < 60:
+        return f"{max(seconds, 0)} s"
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if days:
+        return f"{days} d {hours % 24} h"
+    if hours:
+        return f"{hours} h {minutes % 60} min"
+    return f"{minutes} min"
+
+
+@register.filter
+def short(value: str, length: int = 12) -> str:
+    return value[:length] if value else ""
+
+
+HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+@register.filter
+def short_subject(subject: str) -> str:
+    """A finding's subject with any 64-hex digest cut to 12 characters (the full one is in a tooltip)."""
+    return HEX64.sub(lambda match: match.group(0)[:12] + "…", subject)
+
+
+@register.filter
+def as_json(value: object) -> str:
+    """Compact JSON, as the ledger holds it (escaped by the template like any text)."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,88 @@
+"""What every page shares: access helpers, pagination, and the CSV/JSON twin of each list."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from django.core.paginator import Page, Paginator
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404
+
+from receipts.models import Call, Run
+
+PER_PAGE = 50
+FORMATS = ("csv", "json")
+
+
+def get_run_or_404(run_id: str) -> Run:
+    return get_object_or_404(Run, run_id=run_id)
+
+
+def get_call_or_404(run: Run, call_id: str) -> Call:
+    return get_object_or_404(Call, run=run, call_id=call_id)
+
+
+def paginate(request: HttpRequest, items: Any, *, param: str = "page", per_page: int = PER_PAGE) -> Page:
+    """One page of ``items``; a page number out of range gives the nearest page, not an error."""
+    return Paginator(items, per_page).get_page(request.GET.get(param))
+
+
+def query_without(request: HttpRequest, *names: str) -> str:
+    """The current query string without ``names`` (for links that change one of them)."""
+    query = request.GET.copy()
+    for name in names:
+        query.pop(name, None)
+    return query.urlencode()
+
+
+def download_format(request: HttpRequest) -> str | None:
+    requested = request.GET.get("format")
+    if requested is None:
+        return None
+    if requested not in FORMATS:
+        raise Http404(f"format must be one of {', '.join(FORMATS)}")
+    return requested
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    return value
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+def download(
+    fmt: str, name: str, columns: Sequence[str], rows: Iterable[Sequence[Any]] | Callable[[], Iterable]
+) -> HttpResponse:
+    """A list as CSV or JSON, streamed so a long list never sits in memory."""
+    rows = rows() if callable(rows) else rows
+    if fmt == "csv":
+        writer = csv.writer(_Echo())
+
+        def lines() -> Iterable[str]:
+            yield writer.writerow(columns)
+            for row in rows:
+                yield writer.writerow(
+                    [json.dumps(v, sort_keys=True) if isinstance(v, dict | list) else _cell(v) for v in row]
+                )
+
+        response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
+    else:
+
+        def chunks() -> Iterable[str]:
+            yield '{"columns": ' + json.dumps(list(columns)) + ', "rows": ['
+            for index, row in enumerate(rows):
+                yield ("," if index else "") + json.dumps([_cell(v) for v in row], ensure_ascii=False)
+            yield "]}\n"
+
+        response = StreamingHttpResponse(chunks(), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="{name}.{fmt}"'
+    return response

@@ -1,0 +1,64 @@
+"""Findings across runs, and stale reservations and calls (read-only)."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from evidence.views.common import download, download_format, paginate, query_without
+from receipts import protocol, selectors
+from receipts.findings import CODES, DIGEST_CODES
+
+FINDING_COLUMNS = (
+    "run__run_id",
+    "code",
+    "severity",
+    "subject",
+    "detail",
+    "stored_value",
+    "recomputed_value",
+    "first_seen",
+)
+STALE_COLUMNS = ("kind", "run_id", "subject", "state", "since", "task_present", "digests_match", "resume")
+
+
+@require_GET
+def findings(request: HttpRequest) -> HttpResponse:
+    code = request.GET.get("code", "")
+    run_id = request.GET.get("run", "")
+    severity = request.GET.get("severity", "")
+    findings = selectors.open_findings(code=code, run_id=run_id, severity=severity)
+    fmt = download_format(request)
+    if fmt:
+        columns = ("run_id", *FINDING_COLUMNS[1:])
+        return download(fmt, "findings", columns, findings.values_list(*FINDING_COLUMNS).iterator())
+    digest_counts, other_counts = selectors.finding_counts()
+    # Digest mismatches first: they are the evidence that something was altered.
+    digest_page = paginate(request, findings.filter(code__in=DIGEST_CODES), param="digest_page")
+    other_page = paginate(request, findings.exclude(code__in=DIGEST_CODES), param="page")
+    context = {
+        "digest_counts": digest_counts,
+        "other_counts": other_counts,
+        "digest_page": digest_page,
+        "other_page": other_page,
+        "code": code,
+        "run_id": run_id,
+        "severity": severity,
+        "codes": CODES,
+        "query": query_without(request, "page", "digest_page", "format"),
+    }
+    template = "receipts/findings.html#findings-lists" if request.htmx else "receipts/findings.html"
+    return render(request, template, context)
+
+
+@require_GET
+def reservations(request: HttpRequest) -> HttpResponse:
+    now = protocol.utc_now()
+    items = selectors.stale_items(now=now)
+    fmt = download_format(request)
+    if fmt:
+        rows = [tuple(getattr(item, column) for column in STALE_COLUMNS) for item in items]
+        return download(fmt, "stale", STALE_COLUMNS, rows)
+    page = paginate(request, items)
+    return render(request, "receipts/reservations.html", {"page": page, "now": now})

@@ -1,0 +1,65 @@
+"""Playwright driving Debian's Chromium (never a downloaded browser) against a live server."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import sync_playwright
+
+from tests.conftest import import_as_seen_later
+
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
+PASSWORD = "a-long-password-1"
+# Chromium's own background traffic would only meet this machine's closed network.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    if not CHROMIUM.exists():
+        pytest.fail("Debian's Chromium is missing: `make test` installs it (apt-get install chromium)")
+    # Playwright's sync API keeps an event loop in this thread, which Django takes
+    # for async code; the tests' own ORM calls are plain synchronous ones.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+    if previous is None:
+        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    else:
+        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture
+def demo(demo_root, transactional_db) -> Path:
+    import_as_seen_later(demo_root)
+    return demo_root
+
+
+@pytest.fixture
+def page(chromium, live_server, demo, django_user_model):
+    django_user_model.objects.create_user("alice", password=PASSWORD)
+    context = chromium.new_context(viewport={"width": 1400, "height": 900}, base_url=live_server.url)
+    context.set_default_timeout(10_000)
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+def log_in(page) -> None:
+    page.goto("/")
+    page.get_by_label("User name").fill("alice")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url("**/")
+
+
+def screenshot(page, name: str) -> None:
+    SCREENSHOTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)

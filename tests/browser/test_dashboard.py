@@ -1,0 +1,103 @@
+"""A person in a real browser: log in, filter, search, follow a call, watch a run live."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from receipts import importer, protocol
+from receipts.models import Call
+from tests.browser.conftest import log_in, screenshot
+
+pytestmark = pytest.mark.browser
+
+
+def test_login_then_the_runs_page(page):
+    page.goto("/")
+    expect(page).to_have_url(re.compile(r"/accounts/login/"))
+    screenshot(page, "login")
+    log_in(page)
+    expect(page.get_by_role("heading", name="Runs")).to_be_visible()
+    expect(page.locator("#runs-table tbody tr")).to_have_count(9)
+    expect(page.get_by_text("5 need attention")).to_be_visible()
+    screenshot(page, "runs")
+
+
+def test_needs_attention_filter_swaps_the_table_in_place(page):
+    log_in(page)
+    page.get_by_label("Needs attention only").check()
+    expect(page).to_have_url(re.compile(r"attention=1"))
+    expect(page.locator("#runs-table tbody tr")).to_have_count(5)
+    expect(page.locator("#runs-table")).not_to_contain_text("clean-run")
+    page.get_by_label("State").select_option("retrying")
+    expect(page.locator("#runs-table tbody tr")).to_have_count(3)
+    screenshot(page, "runs-filtered")
+
+
+def test_search_a_call_id_prefix_and_follow_the_call(page):
+    call = Call.objects.get(run__run_id="tampered-receipt")
+    log_in(page)
+    search = page.get_by_label("Find a run id, call_id prefix or client_submission_id")
+    search.fill(call.call_id[:8])
+    search.press("Enter")
+    expect(page).to_have_url(re.compile(rf"/runs/tampered-receipt/calls/{call.call_id}/"))
+    expect(page.get_by_role("heading", name="Identity check")).to_be_visible()
+    expect(page.get_by_text("mismatch: the receipt was altered")).to_be_visible()
+    screenshot(page, "call")
+    page.get_by_role("navigation", name="Breadcrumb").get_by_role("link", name="tampered-receipt").click()
+    expect(page.get_by_role("heading", name="Run tampered-receipt")).to_be_visible()
+
+
+def test_live_refresh_shows_an_event_appended_while_the_page_is_open(page, demo):
+    log_in(page)
+    page.goto("/runs/send-message-killed/")
+    expect(page.get_by_text("Refreshing every 3 seconds")).to_be_visible()
+    screenshot(page, "run-live-before")
+    run_dir = demo / "send-message-killed"
+    protocol.append_event(run_dir, "note", {"text": "a new event, seen live"})
+    importer.run_import(path=run_dir)
+    expect(page.locator("#timeline")).to_contain_text("a new event, seen live", timeout=12_000)
+    screenshot(page, "run-live-after")
+
+
+def test_a_finished_run_does_not_poll(page):
+    log_in(page)
+    page.goto("/runs/clean-run/")
+    expect(page.locator("#timeline")).not_to_have_attribute("hx-trigger", re.compile("every"))
+    page.get_by_label("Event type").select_option("receipt")
+    expect(page).to_have_url(re.compile(r"type=receipt"))
+    expect(page.locator("#timeline tbody tr")).to_have_count(6)
+    screenshot(page, "run")
+
+
+@pytest.mark.parametrize(
+    ("url", "name", "heading"),
+    [
+        ("/findings/", "findings", "Open findings"),
+        ("/reservations/", "reservations", "Stale reservations and calls"),
+        ("/runs/send-message-killed/replay/", "replay", "Recovery decisions for send-message-killed"),
+        ("/runs/conflict-same-id/", "run-conflict", "Run conflict-same-id"),
+    ],
+)
+def test_every_page_renders(page, url, name, heading):
+    log_in(page)
+    page.goto(url)
+    expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible()
+    screenshot(page, name)
+
+
+def test_dark_mode_and_keyboard(chromium, live_server, demo, django_user_model):
+    django_user_model.objects.create_user("alice", password="a-long-password-1")
+    context = chromium.new_context(
+        color_scheme="dark", base_url=live_server.url, viewport={"width": 1400, "height": 900}
+    )
+    page = context.new_page()
+    log_in(page)
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(13, 17, 23)"
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
+    screenshot(page, "runs-dark")
+    context.close()
