@@ -177,6 +177,7 @@ class Finding(models.Model):
         ]
         indexes = [
             models.Index(fields=["closed_at", "code"]),
+            models.Index(fields=["closed_at", "severity"]),
             models.Index(fields=["run", "closed_at"]),
             models.Index(fields=["run", "call_id"]),
         ]

@@ -302,3 +302,24 @@ def test_watch_imports_what_changes_until_interrupted(demo_root, tmp_path):
         _, stderr = child.communicate(timeout=30)
     assert child.returncode == 0
     assert "stopped watching" in stderr
+
+
+def test_the_progress_bar_draws_only_on_a_terminal():
+    from receipts.management.commands.import_runs import ProgressBar
+
+    class Stream(StringIO):
+        def __init__(self, tty: bool) -> None:
+            super().__init__()
+            self.tty = tty
+
+        def isatty(self) -> bool:
+            return self.tty
+
+    terminal, pipe = Stream(True), Stream(False)
+    for stream in (terminal, pipe):
+        bar = ProgressBar(stream)
+        bar("run-1", 50, 100)
+        bar("run-1", 100, 100)
+    assert "run-1" in terminal.getvalue() and "100.0%" in terminal.getvalue()
+    assert "#" * 30 in terminal.getvalue()
+    assert pipe.getvalue() == ""
