@@ -113,6 +113,14 @@ def list_names(dir_fd: int) -> list[str]:
         return sorted(e.name for e in entries if not e.name.startswith(".") and not e.name.endswith(".tmp"))
 
 
+def _exists(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def valid_run_id(name: str) -> bool:
     return bool(protocol.RUN_ID_RE.fullmatch(name)) and not name.startswith(".")
 
@@ -602,9 +610,12 @@ class _RunReader:
         self.out.findings.append(FindingRecord(code, subject, detail, **values))
 
     def read_json(self, name: str, dir_fd: int, subject: str) -> tuple[Any, str] | None:
-        """The parsed document and the digest of its bytes, or ``None`` after a finding."""
+        """The parsed document and the digest of its bytes, or ``None``: after a finding, or
+        with none when the file is absent (or was removed since it was listed)."""
         try:
             data = read_regular(name, dir_fd, self.limits.max_json_bytes)
+        except FileNotFoundError:
+            return None
         except Unsafe as unsafe:
             self.finding(unsafe.code, subject, unsafe.detail)
             return None
@@ -650,10 +661,7 @@ class _RunReader:
         return self.out
 
     def read_state(self, run_fd: int) -> None:
-        try:
-            parsed = self.read_json("state.json", run_fd, "state.json")
-        except FileNotFoundError:
-            return
+        parsed = self.read_json("state.json", run_fd, "state.json")
         if parsed is None:
             return
         state, _ = parsed
@@ -664,11 +672,10 @@ class _RunReader:
         self.out.attempts = attempts if isinstance(attempts, int) and not isinstance(attempts, bool) else None
 
     def read_steer(self, run_fd: int) -> None:
-        try:
-            parsed = self.read_json("steer.json", run_fd, "steer.json")
-        except FileNotFoundError:
+        if not _exists(run_fd, "steer.json"):
             self.finding("schema_error", "steer.json", "missing: receipts' contract cannot be checked")
             return
+        parsed = self.read_json("steer.json", run_fd, "steer.json")
         if parsed is None:
             return
         steer, _ = parsed

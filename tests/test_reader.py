@@ -356,3 +356,25 @@ def test_every_code_of_the_spec_is_known():
         for part in line.split("|")[1].split("/")
     }
     assert named == set(CODES)
+
+
+def test_a_run_without_state_or_steer_says_so_plainly(good_run):
+    (good_run / "state.json").unlink()
+    (good_run / "steer.json").unlink()
+    files, _ = read_run(good_run)
+    assert [(f.code, f.subject) for f in files.findings if f.subject in ("state.json", "steer.json")] == [
+        ("schema_error", "steer.json")
+    ]
+    assert "unsafe_path" not in {f.code for f in files.findings}
+    assert files.state == "" and files.contract_sha256 == ""
+
+
+def test_a_receipt_that_vanishes_while_listed_is_not_a_finding(good_run, monkeypatch):
+    from receipts import reader
+
+    ghost = "f" * 64 + ".json"
+    real = reader.list_names
+    monkeypatch.setattr(reader, "list_names", lambda fd: [*real(fd), ghost])
+    files, _ = read_run(good_run)
+    assert not [f for f in files.findings if ghost in f.subject]
+    assert_good_records_kept(good_run)
