@@ -395,12 +395,31 @@ class CallOutcome:
         return document
 
 
+def _new_receipt(adapter: Adapter, call_id: str, contract: str, attempt: int, args: dict[str, Any]) -> dict[str, Any]:
+    """A receipt's fixed part: identity inputs and args never change after this."""
+    return {
+        "call_id": call_id,
+        "identity": IDENTITY_V2,
+        "contract_sha256": contract,
+        "attempt": attempt,
+        "tool": adapter.name,
+        "tool_version": adapter.version,
+        "args": args,
+        "input_sha256": protocol.input_sha256(args),
+        "queryable": adapter_can_query(adapter),
+    }
+
+
 class Executor:
     """Runs tool calls through receipts: a committed call is never executed twice."""
 
     def __init__(self, run_dir: Path, adapters: Mapping[str, Adapter] | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.adapters = dict(BUILTIN_ADAPTERS if adapters is None else adapters)
+        misnamed = [key for key, adapter in self.adapters.items() if key != adapter.name]
+        if misnamed:
+            # The id is computed from the name the caller used, the receipt records adapter.name.
+            raise ValueError(f"adapters registered under another name than their own: {', '.join(misnamed)}")
 
     def call(self, tool: str, args: Mapping[str, Any], *, attempt: int) -> CallOutcome:
         adapter = self.adapters.get(tool)
@@ -425,18 +444,9 @@ class Executor:
             expected = {"call_id": call_id, "tool": tool, "attempt": attempt, "args": identity_args}
             if existing is not None:
                 return self._resume(adapter, existing, receipt_path, expected)
-            receipt = {
-                "call_id": call_id,
-                "identity": IDENTITY_V2,
-                "contract_sha256": contract,
-                "attempt": attempt,
-                "tool": tool,
-                "tool_version": adapter.version,
-                "args": identity_args,
-                "input_sha256": protocol.input_sha256(identity_args),
-                "queryable": adapter_can_query(adapter),
-            }
-            return self._execute(adapter, receipt, receipt_path)
+            return self._execute(
+                adapter, _new_receipt(adapter, call_id, contract, attempt, identity_args), receipt_path
+            )
 
     def _write_receipt(self, receipt: dict[str, Any], path: Path, before_replace: Any = None) -> None:
         now = format_time(utc_now())
@@ -502,18 +512,7 @@ class Executor:
             existing = read_json_file(path)
             if existing is not None:
                 return CallOutcome(call_id, existing["status"], False, None, existing.get("error"))
-            receipt = {
-                "call_id": call_id,
-                "identity": IDENTITY_V2,
-                "contract_sha256": contract,
-                "attempt": attempt,
-                "tool": adapter.name,
-                "tool_version": adapter.version,
-                "args": args,
-                "input_sha256": protocol.input_sha256(args),
-                "queryable": adapter_can_query(adapter),
-            }
-            return self._finish_rejected(receipt, path, rejection)
+            return self._finish_rejected(_new_receipt(adapter, call_id, contract, attempt, args), path, rejection)
 
     def _resume(self, adapter: Adapter, receipt: dict[str, Any], path: Path, expected: dict[str, Any]) -> CallOutcome:
         call_id, status = receipt.get("call_id"), receipt.get("status")

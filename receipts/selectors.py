@@ -13,7 +13,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.models import Case, Count, Exists, OuterRef, Q, QuerySet, Value, When
 from django.urls import reverse
 
 from receipts.findings import DIGEST_CODES
@@ -188,12 +188,22 @@ def events_histogram(*, run: Run, buckets: int = 24) -> list[tuple[dt.datetime, 
     return [(start, counts[f"b{index}"]) for index, start in enumerate(edges)]
 
 
-def decisions_of(*, run: Run) -> dict[str, list[Call]]:
-    """The run's calls grouped by recovery decision, in a fixed order."""
-    grouped: dict[str, list[Call]] = {decision: [] for decision in ("confirm", "query", "retry", "stop", "reuse")}
-    for call in Call.objects.filter(run=run).order_by("call_id"):
-        grouped.setdefault(call.decision or "unknown", []).append(call)
-    return grouped
+DECISION_ORDER = ("confirm", "query", "retry", "stop", "reuse")
+
+
+def decision_counts(*, run: Run) -> list[tuple[str, int]]:
+    """How many calls get each recovery decision, most urgent first: one query."""
+    counts = dict(Call.objects.filter(run=run).values_list("decision").annotate(n=Count("id")))
+    return [(decision, counts[decision]) for decision in DECISION_ORDER if counts.get(decision)]
+
+
+def calls_by_decision(*, run: Run, decision: str = "") -> QuerySet[Call]:
+    """The run's calls, most urgent decision first (a person's call before a reuse)."""
+    rank = Case(*(When(decision=d, then=Value(i)) for i, d in enumerate(DECISION_ORDER)), default=Value(99))
+    calls = Call.objects.filter(run=run)
+    if decision:
+        calls = calls.filter(decision=decision)
+    return calls.annotate(rank=rank).order_by("rank", "call_id")
 
 
 # --- findings and reservations --------------------------------------------

@@ -251,3 +251,8 @@ def test_a_tampered_committed_receipt_is_neither_reused_nor_run_again(run_dir):
     assert (again.status, again.reused, again.needs) == ("committed", False, "confirmation")
     assert adapter.executions == 1
     assert events_of(run_dir, "call_reused") == []
+
+
+def test_an_adapter_must_be_registered_under_its_own_name(run_dir):
+    with pytest.raises(ValueError, match="another name"):
+        runtime.Executor(run_dir, {"other": CountingAdapter()})

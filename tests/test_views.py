@@ -181,9 +181,18 @@ def test_unknown_run_and_call_are_404(browser, demo):
 
 def test_replay_page_groups_decisions_with_counts(browser, demo):
     page = content(browser.get("/runs/send-message-killed/replay/"))
-    assert "1 call" in page and "a person must decide" in page
+    assert "all 1" in page and "a person must decide" in page
     document = json.loads(content(browser.get("/runs/send-message-killed/replay/?format=json")))
     assert [row[3] for row in document["rows"]] == ["confirm"]
+
+
+def test_replay_puts_a_persons_decisions_first_and_filters(browser, demo):
+    last = Call.objects.filter(run__run_id="clean-run").order_by("-call_id").first()
+    Call.objects.filter(pk=last.pk).update(decision="confirm", decision_reason="made up for the test")
+    page = content(browser.get("/runs/clean-run/replay/"))
+    assert page.index('badge-warn">confirm') < page.index('badge-ok">reuse')
+    only = content(browser.get("/runs/clean-run/replay/?decision=reuse"))
+    assert "made up for the test" not in only and "all 3" in only
 
 
 def test_findings_page_puts_digest_mismatches_first_with_both_values(browser, demo):

@@ -8,9 +8,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from evidence.views.common import download, download_format, get_call_or_404, get_run_or_404
+from evidence.views.common import download, download_format, get_call_or_404, get_run_or_404, paginate, query_without
 from receipts import protocol, selectors
-from receipts.models import Call, Confirmation, Event
+from receipts.models import Confirmation, Event
 
 DECISION_COLUMNS = ("call_id", "status", "tool", "decision", "decision_reason")
 
@@ -48,13 +48,18 @@ def call(request: HttpRequest, run_id: str, call_id: str) -> HttpResponse:
 @require_GET
 def replay(request: HttpRequest, run_id: str) -> HttpResponse:
     run = get_run_or_404(run_id)
+    decision = request.GET.get("decision", "")
+    calls = selectors.calls_by_decision(run=run, decision=decision)
     fmt = download_format(request)
     if fmt:
-        rows = Call.objects.filter(run=run).order_by("decision", "call_id").values_list(*DECISION_COLUMNS)
-        return download(fmt, f"{run.run_id}-replay", DECISION_COLUMNS, rows.iterator())
-    groups = selectors.decisions_of(run=run)
-    return render(
-        request,
-        "receipts/replay.html",
-        {"run": run, "groups": [(d, calls) for d, calls in groups.items()], "total": sum(map(len, groups.values()))},
-    )
+        return download(fmt, f"{run.run_id}-replay", DECISION_COLUMNS, calls.values_list(*DECISION_COLUMNS).iterator())
+    counts = selectors.decision_counts(run=run)
+    context = {
+        "run": run,
+        "counts": counts,
+        "total": sum(count for _, count in counts),
+        "decision": decision,
+        "page": paginate(request, calls, per_page=100),
+        "query": query_without(request, "page", "format"),
+    }
+    return render(request, "receipts/replay.html", context)
