@@ -220,16 +220,20 @@ EVENT_COLUMNS = (
 )
 
 
+# Run column <-> LedgerCursor field: the cursor is stored with each batch and read back from these.
+CURSOR_COLUMNS = (
+    ("ledger_offset", "offset"),
+    ("ledger_prefix_sha256", "prefix_sha256"),
+    ("ledger_last_seq", "last_seq"),
+    ("ledger_last_line_sha256", "last_line_sha256"),
+    ("ledger_line_no", "line_no"),
+    ("first_event_at", "first_ts"),
+    ("last_event_at", "last_ts"),
+)
+
+
 def _cursor_of(run: Run) -> LedgerCursor:
-    cursor = LedgerCursor(
-        offset=run.ledger_offset,
-        prefix_sha256=run.ledger_prefix_sha256,
-        last_seq=run.ledger_last_seq,
-        last_line_sha256=run.ledger_last_line_sha256,
-        line_no=run.ledger_line_no,
-        first_ts=run.first_event_at,
-        last_ts=run.last_event_at,
-    )
+    cursor = LedgerCursor(**{field: getattr(run, column) for column, field in CURSOR_COLUMNS})
     if run.ledger_offset:
         events = Event.objects.filter(run=run)
         cursor.call_ids = set(events.exclude(call_id="").values_list("call_id", flat=True).distinct())
@@ -274,15 +278,7 @@ def _import_ledger(
             )
             _store_findings(run, batch.findings, now)
             cursor = batch.cursor
-            Run.objects.filter(pk=run.pk).update(
-                ledger_offset=cursor.offset,
-                ledger_prefix_sha256=cursor.prefix_sha256,
-                ledger_last_seq=cursor.last_seq,
-                ledger_last_line_sha256=cursor.last_line_sha256,
-                ledger_line_no=cursor.line_no,
-                first_event_at=cursor.first_ts,
-                last_event_at=cursor.last_ts,
-            )
+            Run.objects.filter(pk=run.pk).update(**{column: getattr(cursor, field) for column, field in CURSOR_COLUMNS})
         if progress is not None:
             progress(run.run_id, cursor.offset, ledger_size)
     return cursor
