@@ -9,8 +9,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-ZERO_HASH = "0" * 64
-EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+from receipts.protocol import EMPTY_SHA256, ZERO_HASH
 
 
 class Run(models.Model):

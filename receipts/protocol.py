@@ -43,6 +43,7 @@ LEGACY_STATUS = "failed"
 SUBMISSION_STATES = ("reserved", "task_created", "committed")
 DISPOSITIONS = ("created", "reused", "conflict")
 ZERO_HASH = "0" * 64
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 RUN_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
 HEX64_RE = re.compile(r"[0-9a-f]{64}")
 MAX_JSON_DEPTH = 256
@@ -51,6 +52,11 @@ MAX_JSON_DEPTH = 256
 def canonical_json(value: Any) -> bytes:
     """The one byte form every digest is taken over."""
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def valid_run_id(name: str) -> bool:
+    """1-128 characters of ``[A-Za-z0-9._-]``, not starting with a dot."""
+    return bool(RUN_ID_RE.fullmatch(name)) and not name.startswith(".")
 
 
 def sha256_hex(data: bytes) -> str:

@@ -34,7 +34,6 @@ MAX_JSON_BYTES = 16 * 1024 * 1024
 MAX_LINE_BYTES = 1024 * 1024
 DEFAULT_STALE_AFTER = dt.timedelta(minutes=15)
 LEDGER = protocol.LEDGER_NAME
-EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 MAX_CALL_ID = 200
 MAX_SUBMISSION_ID = 256
 BATCH_EVENTS = 20_000
@@ -121,10 +120,6 @@ def _exists(dir_fd: int, name: str) -> bool:
     return True
 
 
-def valid_run_id(name: str) -> bool:
-    return bool(protocol.RUN_ID_RE.fullmatch(name)) and not name.startswith(".")
-
-
 # --- the runs root ---------------------------------------------------------
 
 
@@ -148,7 +143,7 @@ def discover_runs(root: Path) -> Discovery:
     if not root.is_dir():
         return Discovery([], [FindingRecord("unsafe_path", str(root), "not a directory")])
     if looks_like_run(root):
-        if not valid_run_id(root.name):
+        if not protocol.valid_run_id(root.name):
             return Discovery([], [FindingRecord("unsafe_path", root.name, "not a valid run_id")])
         return Discovery([root], [])
     runs, findings = [], []
@@ -161,7 +156,7 @@ def discover_runs(root: Path) -> Discovery:
         elif not path.is_dir():
             if not stat.S_ISREG(path.lstat().st_mode):
                 findings.append(FindingRecord("unsafe_path", name, "not a regular file or directory"))
-        elif not valid_run_id(name):
+        elif not protocol.valid_run_id(name):
             findings.append(
                 FindingRecord("unsafe_path", name, "not a valid run_id (1-128 of A-Za-z0-9._-, no leading dot)")
             )
@@ -220,7 +215,7 @@ class LedgerCursor:
     """How far the ledger was read, and what the rest of the reading needs to know of it."""
 
     offset: int = 0
-    prefix_sha256: str = EMPTY_SHA256
+    prefix_sha256: str = protocol.EMPTY_SHA256
     last_seq: int = 0
     last_line_sha256: str = protocol.ZERO_HASH
     line_no: int = 0

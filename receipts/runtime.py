@@ -64,7 +64,7 @@ def run_init(run_dir: Path, *, contract_sha256: str, attempts: int = 1, state: s
     if not protocol.HEX64_RE.fullmatch(contract_sha256):
         raise ValueError("contract_sha256 must be 64 lowercase hex digits")
     run_dir = Path(run_dir)
-    if not protocol.RUN_ID_RE.fullmatch(run_dir.name) or run_dir.name.startswith("."):
+    if not protocol.valid_run_id(run_dir.name):
         raise ValueError(f"{run_dir.name!r} is not a valid run_id")
     if (run_dir / "steer.json").exists():
         raise FileExistsError(f"{run_dir} is already a run directory")
