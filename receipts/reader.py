@@ -14,7 +14,6 @@ reads everything else once the ledger's call ids are known.
 from __future__ import annotations
 
 import array
-import contextlib
 import dataclasses
 import datetime as dt
 import errno
@@ -180,14 +179,18 @@ def run_fingerprint(run_dir: Path) -> str:
     """
     names: list[str] = []
     numbers = array.array("q")
-    for name in ("state.json", "steer.json", LEDGER, *RUN_FOLDERS):
+
+    def add(name: str, stat_of: Any) -> None:
         names.append(name)
         try:
-            info = os.lstat(run_dir / name)
+            info = stat_of()
         except OSError:
             numbers.extend((-1, -1, -1, -1, -1))
-            continue
+            return
         numbers.extend((info.st_mode, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino))
+
+    for name in ("state.json", "steer.json", LEDGER, *RUN_FOLDERS):
+        add(name, lambda name=name: os.lstat(run_dir / name))
     for folder in RUN_FOLDERS:
         names.append(f"{folder}/")
         try:
@@ -195,13 +198,7 @@ def run_fingerprint(run_dir: Path) -> str:
         except OSError:
             continue
         for entry in entries:
-            names.append(entry.name)
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError:
-                numbers.extend((-1, -1, -1, -1, -1))
-                continue
-            numbers.extend((info.st_mode, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino))
+            add(entry.name, lambda entry=entry: entry.stat(follow_symlinks=False))
     digest = hashlib.sha256("\0".join(names).encode("utf-8", "surrogateescape"))
     digest.update(numbers.tobytes())
     return digest.hexdigest()
@@ -293,18 +290,12 @@ def read_ledger(
         except Unsafe as unsafe:
             yield LedgerBatch([], [FindingRecord(unsafe.code, LEDGER, unsafe.detail)], cursor)
             return
-        with contextlib.closing(_Fd(fd)):
+        try:
             yield from _read_ledger_fd(fd, info.st_size, cursor, limits, batch_size)
+        finally:
+            os.close(fd)
     finally:
         os.close(run_fd)
-
-
-class _Fd:
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def close(self) -> None:
-        os.close(self.fd)
 
 
 def _read_ledger_fd(fd: int, size: int, cursor: LedgerCursor, limits: Limits, batch_size: int) -> Iterator[LedgerBatch]:
@@ -661,10 +652,12 @@ class _RunReader:
             return
         state, _ = parsed
         name, attempts = (state.get("name"), state.get("attempts")) if isinstance(state, dict) else (None, None)
-        if not isinstance(name, str) or isinstance(attempts, bool) or not isinstance(attempts, int):
+        if type(attempts) is not int:  # bool is an int subclass, and no attempt count
+            attempts = None
+        if not isinstance(name, str) or attempts is None:
             self.finding("schema_error", "state.json", "needs a string name and an integer attempts")
         self.out.state = name[:64] if isinstance(name, str) else ""
-        self.out.attempts = attempts if isinstance(attempts, int) and not isinstance(attempts, bool) else None
+        self.out.attempts = attempts
 
     def read_steer(self, run_fd: int) -> None:
         if not _exists(run_fd, "steer.json"):
@@ -1038,13 +1031,15 @@ def read_run_files(
 
 
 def read_run(
-    run_dir: Path, *, limits: Limits = DEFAULT_LIMITS, now: dt.datetime | None = None
+    run_dir: Path, *, limits: Limits = DEFAULT_LIMITS, now: dt.datetime | None = None, keep_events: bool = True
 ) -> tuple[RunFiles, list]:
-    """A whole run at once (small runs, replay, tests): files and every ledger event and finding."""
+    """A whole run at once: files and every ledger finding, and the events unless ``keep_events``
+    is false (replay needs only the call ids the ledger names, not a million events in memory)."""
     events, ledger_findings = [], []
     cursor = LedgerCursor()
     for batch in read_ledger(Path(run_dir), None, limits):
-        events.extend(batch.events)
+        if keep_events:
+            events.extend(batch.events)
         ledger_findings.extend(batch.findings)
         cursor = batch.cursor
     files = read_run_files(run_dir, ledger_call_ids=cursor.call_ids, limits=limits, now=now)

@@ -97,7 +97,7 @@ def apply_decisions(files: RunFiles) -> None:
 
 def replay_run(run_dir: Path) -> dict[str, Any]:
     """Decisions for every receipt and every call_id the ledger names, read with no side effect."""
-    files, _ = read_run(Path(run_dir))
+    files, _ = read_run(Path(run_dir), keep_events=False)
     apply_decisions(files)
     return {
         "run_id": files.run_id,
