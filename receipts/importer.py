@@ -193,9 +193,10 @@ def _store_findings(run: Run | None, findings: Iterable[FindingRecord], now: dt.
 
 
 def _close_findings_not_seen(findings: Any, seen: set, now: dt.datetime) -> None:
-    for finding_id, code, subject in findings.filter(closed_at__isnull=True).values_list("id", "code", "subject"):
-        if (code, subject) not in seen:
-            Finding.objects.filter(id=finding_id).update(closed_at=now)
+    rows = findings.filter(closed_at__isnull=True).values_list("id", "code", "subject")
+    gone = [finding_id for finding_id, code, subject in rows if (code, subject) not in seen]
+    for start in range(0, len(gone), 500):
+        Finding.objects.filter(id__in=gone[start : start + 500]).update(closed_at=now)
 
 
 def open_findings_of(run: Run) -> list[dict[str, str]]:
