@@ -17,6 +17,8 @@ CODES: dict[str, tuple[str, str]] = {
     "schema_error": (ERROR, "valid JSON, wrong shape"),
     "unsafe_path": (ERROR, "symlink, path escaping the run directory, non-regular file, or bad name"),
     "oversize": (ERROR, "file or ledger line over the size limit"),
+    "not_a_run": (WARNING, "an entry of the runs root that is not a run directory"),
+    "duplicate_run_id": (ERROR, "a run_id already imported from another runs root: refused"),
     "receipt_name_mismatch": (ERROR, "file stem differs from call_id"),
     "identity_mismatch": (ERROR, "recomputed call_id differs from call_id"),
     "identity_unverifiable": (WARNING, "not enough fields to recompute the call_id"),
@@ -37,6 +39,8 @@ CODES: dict[str, tuple[str, str]] = {
     "stale_reservation": (WARNING, "reserved or task_created past the stale age"),
     "stale_call": (WARNING, "prepared or unknown past the stale age, unconfirmed"),
     "confirmation_invalid": (ERROR, "a confirmation file that does not match its receipt"),
+    "unstorable_value": (WARNING, "a value the database cannot hold as written: stored with U+FFFD in its place"),
+    "import_failed": (ERROR, "the run's import failed for a reason nobody foresaw: rolled back"),
 }
 
 # The digest mismatches: shown first on the findings page, stored beside recomputed.

@@ -1,4 +1,4 @@
-"""Shared fixtures: run directories made by the real writer, the spec's files."""
+"""Shared fixtures: run directories made by the real writer, the test data under tests/data."""
 
 from __future__ import annotations
 
@@ -12,20 +12,23 @@ import pytest
 from receipts import protocol, runtime
 from receipts.demo import write_demo_runs
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+DATA = Path(__file__).resolve().parent / "data"
 CONTRACT = protocol.sha256_hex(b"test contract")
 
 
-def shared_path(*parts: str) -> Path:
-    path = SHARED.joinpath(*parts)
-    if not path.exists():
-        pytest.fail(f"{path} is missing: the tests need ../shared beside the checkout")
-    return path
+def data_path(*parts: str) -> Path:
+    """A file of the project's test data (vectors, the JSON corpus), kept in tests/data."""
+    return DATA.joinpath(*parts)
+
+
+def corpus_files() -> list[Path]:
+    """JSONTestSuite's parsing cases (MIT, see tests/data/jsontestsuite/LICENSE)."""
+    return sorted(data_path("jsontestsuite", "test_parsing").iterdir())
 
 
 @pytest.fixture
 def vectors() -> dict:
-    return json.loads(shared_path("spec", "vectors.json").read_bytes())
+    return json.loads(data_path("vectors.json").read_bytes())
 
 
 @pytest.fixture

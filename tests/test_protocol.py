@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from receipts import protocol
-from tests.conftest import shared_path
+from tests.conftest import corpus_files, data_path
 
 DUPLICATE_KEY_FILES = {"y_object_duplicated_key.json", "y_object_duplicated_key_and_value.json"}
 
@@ -68,10 +68,6 @@ def test_input_sha256_matches_every_vector(vectors):
 def test_request_digest_matches_every_vector(vectors):
     for vector in vectors["request_digest_write_task_v1"]:
         assert protocol.request_digest(vector["request"]) == vector["request_digest"], vector["case"]
-
-
-def corpus_files() -> list[Path]:
-    return sorted(shared_path("corpus", "jsontestsuite", "test_parsing").iterdir())
 
 
 def test_the_corpus_is_there():
@@ -304,7 +300,7 @@ def test_times_are_rfc3339_utc_with_a_z():
 
 
 def test_vectors_file_is_valid_under_the_strict_rules():
-    data = shared_path("spec", "vectors.json").read_bytes()
+    data = data_path("vectors.json").read_bytes()
     assert protocol.load_json_strict(data) == json.loads(data)
 
 

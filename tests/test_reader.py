@@ -12,7 +12,8 @@ import pytest
 from receipts import protocol, runtime
 from receipts.findings import CODES
 from receipts.reader import Limits, discover_runs, read_ledger, read_run
-from tests.conftest import CONTRACT, shared_path
+from tests.conftest import CONTRACT, corpus_files
+from tests.subprocess_db import PROJECT
 
 GOOD_ARGS = {"path": "ok.txt", "content": "fine"}
 
@@ -278,10 +279,6 @@ def test_confirmation_invalid_when_the_receipt_changed(good_run):
     assert [c.valid for c in files.confirmations] == [False]
 
 
-def corpus_files() -> list[Path]:
-    return sorted(shared_path("corpus", "jsontestsuite", "test_parsing").iterdir())
-
-
 def test_every_corpus_file_as_a_receipt_and_as_a_ledger_line(good_run):
     files = corpus_files()
     for index, path in enumerate(files):
@@ -347,7 +344,7 @@ def test_bad_run_directory_names_are_unsafe(tmp_path):
 
 
 def test_every_code_of_the_spec_is_known():
-    spec = shared_path("spec", "RUN_DIRECTORY.md").read_text()
+    spec = (PROJECT / "docs" / "RUN_DIRECTORY.md").read_text()
     table = spec[spec.index("## Finding codes") :]
     named = {
         part.strip("` ")

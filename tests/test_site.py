@@ -95,3 +95,15 @@ def test_settings_refuse_a_bad_environment(values, message):
         check=False,
     )
     assert completed.returncode != 0 and message in completed.stderr
+
+
+def test_the_project_reads_nothing_beside_its_checkout():
+    # A user's clone has nothing beside it; .ci/run also runs the suite from such a copy.
+    beside = "../" + "shared"
+    tracked = subprocess.run(["git", "ls-files"], cwd=PROJECT, capture_output=True, text=True, check=True).stdout
+    readers = [
+        name
+        for name in tracked.splitlines()
+        if (PROJECT / name).is_file() and beside in (PROJECT / name).read_text(errors="replace")
+    ]
+    assert readers == []
