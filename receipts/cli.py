@@ -48,11 +48,13 @@ def cmd_call(options: argparse.Namespace) -> int:
     args = protocol.load_json_strict(options.args.encode("utf-8"))
     if not isinstance(args, dict):
         raise ValueError("--args must be a JSON object")
-    outcome = runtime.Executor(Path(options.run_dir)).call(options.tool, args, attempt=options.attempt)
+    executor = runtime.Executor(Path(options.run_dir))
+    outcome = executor.call(options.tool, args, attempt=options.attempt, identity=options.identity)
     _print(outcome.as_dict())
-    if outcome.status == "committed":
-        return EXIT_OK
-    return EXIT_AWAITING if outcome.needs else EXIT_CONFLICT
+    # Only a verified commit is success: "committed" with needs set is a receipt a person must look at.
+    if outcome.needs:
+        return EXIT_AWAITING
+    return EXIT_OK if outcome.status == "committed" else EXIT_CONFLICT
 
 
 def cmd_replay(options: argparse.Namespace) -> int:
@@ -104,7 +106,15 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument("run_dir")
     call.add_argument("--tool", required=True, choices=sorted(runtime.BUILTIN_ADAPTERS))
     call.add_argument("--args", required=True, help="the tool's arguments as a JSON object")
-    call.add_argument("--attempt", type=int, required=True)
+    call.add_argument(
+        "--attempt", type=int, default=None, help="default: from state.json (attempts, or attempts + 1 while retrying)"
+    )
+    call.add_argument(
+        "--identity",
+        choices=protocol.IDENTITIES,
+        default=protocol.IDENTITY_V2,
+        help="call_id formula; call-id-v1 only to match ids of a runtime written to the seed article",
+    )
     call.set_defaults(handler=cmd_call)
 
     replay = commands.add_parser("replay", help="recovery decisions, with no side effect")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import datetime as dt
 import fcntl
 import hashlib
@@ -47,6 +48,9 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 RUN_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
 HEX64_RE = re.compile(r"[0-9a-f]{64}")
 MAX_JSON_DEPTH = 256
+# The largest integer the format gives a meaning to (seq, attempt, attempts): what a
+# 64-bit signed column holds. Larger numbers are a schema error, never a crash.
+MAX_INT = 2**63 - 1
 
 
 def canonical_json(value: Any) -> bytes:
@@ -82,6 +86,109 @@ def make_call_id(
     elif identity != IDENTITY_V1:
         raise ValueError(f"unknown identity formula {identity!r}")
     return sha256_hex(canonical_json(identity_object))
+
+
+# --- the identity check ----------------------------------------------------
+
+VERIFIED, MISMATCH, UNVERIFIABLE = "verified", "mismatch", "unverifiable"
+_MISMATCH_CODES = ("receipt_name_mismatch", "contract_mismatch", "input_digest_mismatch", "identity_mismatch")
+
+
+@dataclasses.dataclass(frozen=True)
+class IdentityCheck:
+    """Whether a receipt is the call it claims to be, and why not."""
+
+    verdict: str  # verified, mismatch, unverifiable
+    recomputed_call_id: str  # "" when an input is missing
+    inputs: dict[str, Any]  # identity, contract_sha256, attempt, tool, tool_version: what was used
+    problems: tuple[tuple[str, str, str, str], ...] = ()  # (finding code, detail, stored, recomputed)
+
+    @property
+    def verified(self) -> bool:
+        return self.verdict == VERIFIED
+
+    def summary(self) -> str:
+        return "; ".join(detail for _, detail, _, _ in self.problems) or "the receipt is the call it claims to be"
+
+
+def check_receipt_identity(receipt: Mapping[str, Any], *, call_id: str, contract_sha256: str | None) -> IdentityCheck:
+    """The one identity check: the writer, replay, the reader and the pages all call it.
+
+    ``call_id`` is the call the receipt must be (its file's stem, or the call
+    being made); ``contract_sha256`` is the run's (steer.json). The call_id is
+    recomputed from the receipt's own formula, contract, attempt, tool, tool
+    version and args. Any difference, or a contract other than the run's, or an
+    ``input_sha256`` other than the args' digest, is a mismatch; a missing
+    input makes the receipt unverifiable. Only a verified receipt may be reused.
+    """
+    problems: list[tuple[str, str, str, str]] = []
+    declared = receipt.get("call_id")
+    if declared != call_id:
+        problems.append(
+            ("receipt_name_mismatch", "the receipt's call_id is not the call it is filed as", _clip(declared), call_id)
+        )
+    stored_contract = receipt.get("contract_sha256")
+    if stored_contract is not None and contract_sha256 and stored_contract != contract_sha256:
+        problems.append(
+            (
+                "contract_mismatch",
+                "the receipt was made under another contract than the run's",
+                _clip(stored_contract),
+                contract_sha256,
+            )
+        )
+    args = receipt.get("args")
+    stored_input = receipt.get("input_sha256")
+    if stored_input is not None and isinstance(args, dict) and stored_input != input_sha256(args):
+        problems.append(
+            ("input_digest_mismatch", "input_sha256 is not the digest of args", _clip(stored_input), input_sha256(args))
+        )
+    identity = receipt.get("identity", IDENTITY_V1)
+    contract = stored_contract if stored_contract is not None else contract_sha256
+    inputs = {
+        "identity": identity,
+        "contract_sha256": contract,
+        "attempt": receipt.get("attempt"),
+        "tool": receipt.get("tool"),
+        "tool_version": receipt.get("tool_version"),
+    }
+    missing = []
+    if identity not in IDENTITIES:
+        missing.append(f"unknown identity formula {_clip(identity, 40)!r}")
+    if type(inputs["attempt"]) is not int:
+        missing.append("no attempt")
+    if not isinstance(contract, str) or not contract:
+        missing.append("no contract_sha256 here or in steer.json")
+    if not isinstance(inputs["tool"], str) or not isinstance(args, dict):
+        missing.append("no tool name or args")
+    if identity == IDENTITY_V2 and (not isinstance(inputs["tool_version"], str) or not inputs["tool_version"]):
+        missing.append("call-id-v2 without tool_version")
+    recomputed = ""
+    if missing:
+        problems.append(("identity_unverifiable", "; ".join(missing), "", ""))
+    else:
+        version = inputs["tool_version"] if identity == IDENTITY_V2 else None
+        recomputed = make_call_id(contract, inputs["attempt"], inputs["tool"], args, version, identity)
+        if recomputed != declared:
+            problems.append(
+                (
+                    "identity_mismatch",
+                    f"{identity} over contract, attempt {inputs['attempt']}, tool and args gives another call_id",
+                    _clip(declared),
+                    recomputed,
+                )
+            )
+    if any(code in _MISMATCH_CODES for code, _, _, _ in problems):
+        verdict = MISMATCH
+    elif problems:
+        verdict = UNVERIFIABLE
+    else:
+        verdict = VERIFIED
+    return IdentityCheck(verdict, recomputed, inputs, tuple(problems))
+
+
+def _clip(value: Any, limit: int = 200) -> str:
+    return (value if isinstance(value, str) else json.dumps(value, default=str))[:limit]
 
 
 def _normalise_text(value: Any) -> Any:
@@ -126,8 +233,19 @@ def parse_time(text: str) -> dt.datetime:
         raise ValueError("time is not a string")
     moment = dt.datetime.fromisoformat(text)
     if moment.tzinfo is None:
-        raise ValueError(f"time without a zone: {text!r}")
-    return moment if moment.tzinfo is dt.UTC else moment.astimezone(dt.UTC)
+        raise ValueError(f"time without a zone: {text[:40]!r}")
+    if moment.tzinfo is dt.UTC:
+        return moment
+    try:
+        return moment.astimezone(dt.UTC)
+    except OverflowError:
+        # 0001-01-01T00:00:00+01:00 is a valid RFC 3339 time with no UTC form Python can hold.
+        raise ValueError(f"time out of range: {text[:40]!r}") from None
+
+
+def is_whole_number(value: Any, minimum: int = 0) -> bool:
+    """An int (not a bool) from ``minimum`` to ``MAX_INT``."""
+    return type(value) is int and minimum <= value <= MAX_INT
 
 
 # --- strict JSON -----------------------------------------------------------
@@ -237,14 +355,38 @@ def glob_escape(name: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", name)
 
 
+class ShortWriteError(OSError):
+    """A write that stopped before its last byte (a file-size limit, a full disk)."""
+
+    def __init__(self, written: int, total: int, cause: OSError) -> None:
+        super().__init__(cause.errno, f"{written} of {total} bytes written: {cause.strerror or cause}")
+        self.written = written
+        self.total = total
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data``; ``ShortWriteError`` says how many went out when it cannot.
+
+    ``os.write`` may write fewer bytes than asked (near a file-size limit it
+    writes what fits, and only the next call fails): the count is never ignored.
+    """
+    view = memoryview(data)
+    written = 0
+    while written < len(data):
+        try:
+            count = os.write(fd, view[written:])
+        except OSError as error:
+            raise ShortWriteError(written, len(data), error) from error
+        if count == 0:
+            raise ShortWriteError(written, len(data), OSError(0, "the write made no progress"))
+        written += count
+
+
 def _write_temp(path: Path, data: bytes) -> Path:
     temp = temp_name_for(path)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
+        write_all(fd, data)
         # An fsync error is fatal: the caller never gets to call this durable.
         os.fsync(fd)
     except BaseException:
@@ -362,6 +504,28 @@ def _last_seq(lines: Iterator[bytes]) -> int:
     return 0
 
 
+def read_events(run_dir: Path) -> Iterator[dict[str, Any]]:
+    """The ledger's valid events in order, streamed; bad lines and a torn tail are passed over.
+
+    For the writer's rare recovery checks. The reader (``receipts.reader``) is
+    the one that reports what is wrong with a ledger.
+    """
+    try:
+        stream = open(Path(run_dir) / LEDGER_NAME, "rb")  # noqa: SIM115 - closed below, a generator
+    except FileNotFoundError:
+        return
+    with stream:
+        for line in stream:
+            if not line.endswith(b"\n"):
+                return
+            try:
+                event = load_json_strict(line[:-1])
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                yield event
+
+
 def append_event(run_dir: Path, event_type: str, fields: Mapping[str, Any]) -> dict[str, Any]:
     """Append one event to the run's ledger under an exclusive lock.
 
@@ -384,9 +548,12 @@ def append_event(run_dir: Path, event_type: str, fields: Mapping[str, Any]) -> d
         event = {"seq": seq, "ts": format_time(utc_now()), "type": event_type, "prev_sha256": prev_sha256}
         event.update({key: value for key, value in fields.items() if key not in event})
         line = canonical_json(event) + b"\n"
-        view = memoryview(line)
-        while view:
-            view = view[os.write(fd, view) :]
+        try:
+            write_all(fd, line)
+        except ShortWriteError:
+            # Never leave a torn line behind: the ledger stays as it was.
+            os.ftruncate(fd, end)
+            raise
         os.fsync(fd)
         return event
     finally:

@@ -715,15 +715,6 @@ class _RunReader:
             tool=receipt["tool"],
             args=receipt["args"],
         )
-        if receipt["call_id"] != stem:
-            self.finding(
-                "receipt_name_mismatch",
-                subject,
-                "the file name is not the receipt's call_id",
-                call_id=stem,
-                stored_value=receipt["call_id"][:200],
-                recomputed_value=stem,
-            )
         self.optional_receipt_fields(receipt, call, subject)
         self.check_identity(receipt, call, subject)
         self.check_status(call, subject)
@@ -764,57 +755,14 @@ class _RunReader:
             self.finding("schema_error", subject, f"wrong type: {', '.join(wrong)}", call_id=call.call_id)
 
     def check_identity(self, receipt: dict[str, Any], call: CallRecord, subject: str) -> None:
-        identity = call.identity or protocol.IDENTITY_V1
-        contract = call.contract_sha256 or self.out.contract_sha256
-        if self.out.contract_sha256 and call.contract_sha256 and call.contract_sha256 != self.out.contract_sha256:
-            self.finding(
-                "contract_mismatch",
-                subject,
-                "the receipt was made under another contract than steer.json's",
-                call_id=call.call_id,
-                stored_value=call.contract_sha256[:200],
-                recomputed_value=self.out.contract_sha256,
-            )
-        if call.input_sha256:
-            actual = protocol.input_sha256(call.args)
-            if actual != call.input_sha256:
-                self.finding(
-                    "input_digest_mismatch",
-                    subject,
-                    "input_sha256 is not the digest of args",
-                    call_id=call.call_id,
-                    stored_value=call.input_sha256[:200],
-                    recomputed_value=actual,
-                )
-        unverifiable = []
-        if identity not in protocol.IDENTITIES:
-            unverifiable.append(f"unknown identity formula {identity[:40]!r}")
-        if call.attempt is None:
-            unverifiable.append("no attempt")
-        if not contract:
-            unverifiable.append("no contract_sha256 here or in steer.json")
-        if identity == protocol.IDENTITY_V2 and not call.tool_version:
-            unverifiable.append("call-id-v2 without tool_version")
-        if unverifiable:
-            call.verification = "unverifiable"
-            self.finding("identity_unverifiable", subject, "; ".join(unverifiable), call_id=call.call_id)
-            return
-        call.identity = identity
-        call.recomputed_call_id = protocol.make_call_id(
-            contract, call.attempt, call.tool, call.args, call.tool_version or None, identity
+        """The protocol's one identity check; each problem it names is a finding."""
+        check = protocol.check_receipt_identity(
+            receipt, call_id=call.call_id, contract_sha256=self.out.contract_sha256 or None
         )
-        if call.recomputed_call_id == call.declared_call_id:
-            call.verification = "verified"
-            return
-        call.verification = "mismatch"
-        self.finding(
-            "identity_mismatch",
-            subject,
-            f"{identity} over contract, attempt {call.attempt}, tool and args gives another call_id",
-            call_id=call.call_id,
-            stored_value=call.declared_call_id[:200],
-            recomputed_value=call.recomputed_call_id,
-        )
+        call.verification = check.verdict
+        call.recomputed_call_id = check.recomputed_call_id
+        for code, detail, stored, recomputed in check.problems:
+            self.finding(code, subject, detail, call_id=call.call_id, stored_value=stored, recomputed_value=recomputed)
 
     def check_status(self, call: CallRecord, subject: str) -> None:
         if call.status == protocol.LEGACY_STATUS:

@@ -28,17 +28,20 @@ def decide(
     error_kind: str | None = None,
     queryable: bool = False,
     confirmation: str | None = None,
-    identity_mismatch: bool = False,
+    verification: str = protocol.VERIFIED,
 ) -> Decision:
     """The recovery decision for one call.
 
     ``confirmation`` is the resolution of a valid human confirmation
-    (``committed`` or ``rejected``), or ``None``. A receipt whose recomputed
-    call_id differs from its own was altered or misfiled: nothing it says is
-    trusted, so a person decides.
+    (``committed`` or ``rejected``), or ``None``. ``verification`` is the
+    verdict of ``protocol.check_receipt_identity``: a receipt that does not pass
+    it (altered, misfiled, or missing an input) proves nothing, so a person
+    decides, as the writer does.
     """
-    if identity_mismatch:
-        return Decision("confirm", "the receipt's identity does not verify (altered?): a person must decide")
+    if status is not None and verification == protocol.MISMATCH:
+        return Decision("confirm", "the receipt does not pass its identity check (altered?): a person must decide")
+    if status is not None and verification != protocol.VERIFIED:
+        return Decision("confirm", "the receipt's identity cannot be checked (an input is missing): a person decides")
     if status == "committed":
         return Decision("reuse", "committed: its result is reused, never executed again")
     if status in ("prepared", "unknown"):
@@ -90,7 +93,7 @@ def apply_decisions(files: RunFiles) -> None:
             error_kind=call.error_kind or None,
             queryable=call.queryable,
             confirmation=resolutions.get(call.call_id),
-            identity_mismatch=call.verification == "mismatch",
+            verification=call.verification,
         )
         call.decision, call.decision_reason = decision.decision, decision.reason
 

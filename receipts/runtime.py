@@ -36,6 +36,9 @@ WRITER_DIR = ".writer"  # locks and the task counter; readers skip dot names
 TASK_NUMBER_LOCK = "task-number.lock"
 TASK_COUNTER = "task-counter"
 MAX_SUBMISSION_ID_LENGTH = 256
+# The seed's rule: tools run only while the run may still act. A run starts in
+# "running" at attempt 1; "retrying" means the next attempt is due.
+CALLABLE_STATES = ("running", "retrying")
 
 
 def failpoint(name: str) -> None:
@@ -84,9 +87,36 @@ def run_set_state(run_dir: Path, *, state: str, attempts: int) -> None:
 
 def run_contract(run_dir: Path) -> str:
     steer = read_json_file(Path(run_dir) / "steer.json")
-    if not isinstance(steer, dict) or not isinstance(steer.get("contract_sha256"), str):
-        raise ValueError(f"{run_dir}/steer.json has no contract_sha256")
-    return steer["contract_sha256"]
+    contract = steer.get("contract_sha256") if isinstance(steer, dict) else None
+    if not isinstance(contract, str) or not protocol.HEX64_RE.fullmatch(contract):
+        raise ValueError(f"{run_dir}/steer.json has no contract_sha256 of 64 lowercase hex digits")
+    return contract
+
+
+def run_state(run_dir: Path) -> tuple[str, int]:
+    """The run's state name and attempt count from state.json; ``ValueError`` when unreadable."""
+    state = read_json_file(Path(run_dir) / "state.json")
+    name = state.get("name") if isinstance(state, dict) else None
+    attempts = state.get("attempts") if isinstance(state, dict) else None
+    if not isinstance(name, str) or not protocol.is_whole_number(attempts):
+        raise ValueError(f"{run_dir}/state.json needs a string name and a whole number of attempts")
+    return name, attempts
+
+
+def next_attempt(run_dir: Path) -> int:
+    """The attempt a tool call belongs to now; ``ValueError`` when the state refuses calls.
+
+    ``attempts`` while running; ``attempts + 1`` while retrying (the attempt
+    that failed is behind us).
+    """
+    name, attempts = run_state(run_dir)
+    if name not in CALLABLE_STATES:
+        allowed = " or ".join(CALLABLE_STATES)
+        raise ValueError(f"the run is {name[:64]!r}: tool calls are refused (only {allowed} allow them)")
+    attempt = attempts + 1 if name == "retrying" else attempts
+    if not 1 <= attempt <= protocol.MAX_INT:
+        raise ValueError(f"state.json gives attempt {attempt}: attempts start at 1")
+    return attempt
 
 
 # --- task creation ---------------------------------------------------------
@@ -126,15 +156,19 @@ def _allocate_task_id(run_dir: Path) -> str:
     """The next task number, persisted before use so no two callers share one."""
     writer = run_dir / WRITER_DIR
     with exclusive_lock(writer / TASK_NUMBER_LOCK):
-        counter = read_json_file(writer / TASK_COUNTER) or {"next": 1}
-        number = int(counter["next"])
+        counter = read_json_file(writer / TASK_COUNTER)
+        number = counter.get("next") if isinstance(counter, dict) else 1 if counter is None else None
+        if not protocol.is_whole_number(number, minimum=1):
+            raise ValueError(f"{writer / TASK_COUNTER} is not a task counter: a person has to look")
         while (run_dir / "tasks" / f"TASK-{number:06d}.md").exists():
             number += 1
         write_durable(writer / TASK_COUNTER, _json_file({"next": number + 1}))
     return f"TASK-{number:06d}"
 
 
-def _submission_event(run_dir: Path, result: TaskResult, client_submission_id: str | None, digest: str) -> TaskResult:
+def _submission_event(
+    run_dir: Path, result: TaskResult, client_submission_id: str | None, digest: str, **extra: Any
+) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "request_digest": digest,
         "digest_schema_version": DIGEST_SCHEMA,
@@ -147,8 +181,8 @@ def _submission_event(run_dir: Path, result: TaskResult, client_submission_id: s
         fields["client_submission_id"] = client_submission_id
     if result.reason is not None:
         fields["reason"] = result.reason
-    append_event(run_dir, "submission", fields)
-    return result
+    fields.update(extra)
+    return append_event(run_dir, "submission", fields)
 
 
 def write_task(run_dir: Path, request: Mapping[str, Any], client_submission_id: str | None = None) -> TaskResult:
@@ -168,9 +202,61 @@ def write_task(run_dir: Path, request: Mapping[str, Any], client_submission_id: 
     if not isinstance(client_submission_id, str) or not 1 <= len(client_submission_id) <= MAX_SUBMISSION_ID_LENGTH:
         raise ValueError("client_submission_id must be a string of 1 to 256 characters")
     key = submission_key(client_submission_id)
+    record_path = run_dir / "submissions" / f"{key}.json"
+    # The event is appended under the submission's lock, so that the record can
+    # say which event recorded its creation (see _record_creation_event).
     with exclusive_lock(run_dir / WRITER_DIR / f"submission-{key}.lock"):
-        result = _write_task_locked(run_dir, request, client_submission_id, key, digest)
-    return _submission_event(run_dir, result, client_submission_id, digest)
+        result = _write_task_locked(run_dir, request, client_submission_id, record_path, digest)
+        if result.disposition == "reused":
+            _recover_creation_event(run_dir, record_path, client_submission_id)
+        event = _submission_event(run_dir, result, client_submission_id, digest)
+        if result.disposition == "created":
+            _note_creation_event(record_path, event["seq"])
+    return result
+
+
+def _note_creation_event(record_path: Path, seq: int) -> None:
+    record = read_json_file(record_path)
+    record["created_event_seq"] = seq
+    write_durable(record_path, _json_file(record))
+
+
+def _recover_creation_event(run_dir: Path, record_path: Path, client_submission_id: str) -> None:
+    """Append the ``created`` event a crash kept out of the ledger, marked as recovered.
+
+    The process that created the task may die between committing the record
+    and appending its event; the history would then start with ``reused``. A
+    committed record without ``created_event_seq`` is that case (or a record
+    from before the field): the ledger is searched once, and the event is
+    appended only when no ``created`` event for this submission is there.
+    """
+    record = read_json_file(record_path)
+    if "created_event_seq" in record:
+        return
+    seq = next(
+        (
+            event.get("seq")
+            for event in protocol.read_events(run_dir)
+            if event.get("type") == "submission"
+            and event.get("client_submission_id") == client_submission_id
+            and event.get("disposition") == "created"
+        ),
+        None,
+    )
+    if seq is None:
+        first = record["creation_result"]
+        created = TaskResult("created", True, first.get("task_id"), first.get("task_path"))
+        event = _submission_event(
+            run_dir,
+            created,
+            client_submission_id,
+            record["request_digest"],
+            recovered=True,
+            created_at=first.get("created_at"),
+        )
+        seq = event["seq"]
+    record["created_event_seq"] = seq
+    write_durable(record_path, _json_file(record))
 
 
 def _write_legacy_task(run_dir: Path, request: Mapping[str, Any], digest: str) -> TaskResult:
@@ -179,13 +265,29 @@ def _write_legacy_task(run_dir: Path, request: Mapping[str, Any], digest: str) -
     task_path = f"tasks/{task_id}.md"
     create_durable(run_dir / task_path, render_task(task_id, request, None))
     result = TaskResult("created", True, task_id, task_path, legacy=True)
-    return _submission_event(run_dir, result, None, digest)
+    _submission_event(run_dir, result, None, digest)
+    return result
+
+
+def _record_problem(record: Any) -> str | None:
+    """Why a submission record has a shape the writer cannot act on, or ``None``."""
+    if not isinstance(record, dict) or record.get("state") not in protocol.SUBMISSION_STATES:
+        return "no known state"
+    for name in ("client_submission_id", "request_digest", "digest_schema_version", "task_id", "task_path"):
+        if not isinstance(record.get(name), str):
+            return f"{name} is not a string"
+    if not isinstance(record.get("request"), dict):
+        return "request is not an object"
+    if record["state"] != "reserved" and not isinstance(record.get("task_sha256"), str):
+        return "task_sha256 is not a string"
+    if record["state"] == "committed" and not isinstance(record.get("creation_result"), dict):
+        return "creation_result is not an object"
+    return None
 
 
 def _write_task_locked(
-    run_dir: Path, request: Mapping[str, Any], client_submission_id: str, key: str, digest: str
+    run_dir: Path, request: Mapping[str, Any], client_submission_id: str, record_path: Path, digest: str
 ) -> TaskResult:
-    record_path = run_dir / "submissions" / f"{key}.json"
     try:
         record = read_json_file(record_path)
     except ValueError:
@@ -209,13 +311,15 @@ def _write_task_locked(
         write_durable(record_path, _json_file(record))
         failpoint("after_reserve")
 
-    if not isinstance(record, dict) or record.get("state") not in protocol.SUBMISSION_STATES:
+    if _record_problem(record) is not None or record["client_submission_id"] != client_submission_id:
         return TaskResult("conflict", False, None, None, reason="record_invalid")
-    task_id, task_path = record.get("task_id"), record.get("task_path")
-    if record.get("request_digest") != digest or record.get("digest_schema_version") != DIGEST_SCHEMA:
+    task_id, task_path = record["task_id"], record["task_path"]
+    if record["digest_schema_version"] != DIGEST_SCHEMA:
+        return TaskResult("conflict", False, task_id, task_path, reason="digest_schema_version_differs")
+    if record["request_digest"] != digest:
         return TaskResult("conflict", False, task_id, task_path, reason="request_digest_differs")
     if record["state"] == "committed":
-        first = record.get("creation_result") or {}
+        first = record["creation_result"]
         return TaskResult("reused", False, first.get("task_id", task_id), first.get("task_path", task_path))
     if not _safe_task_path(task_path):
         return TaskResult("conflict", False, task_id, task_path, reason="record_invalid")
@@ -361,17 +465,30 @@ class SendMessage:
         return {"to": values["to"].strip(), "body": values["body"]}
 
     def execute(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> dict[str, Any]:
-        outbox = Path(run_dir) / "outbox.jsonl"
-        message = {"to": args["to"], "body": args["body"], "sent_at": format_time(utc_now())}
+        # The call_id is the target's idempotency key, and the message id is what
+        # the target gives back: a person checking the outbox finds the line by either.
+        message_id = f"msg-{os.urandom(8).hex()}"
+        message = {
+            "call_id": call_id,
+            "message_id": message_id,
+            "to": args["to"],
+            "body": args["body"],
+            "sent_at": format_time(utc_now()),
+        }
         line = canonical_json(message) + b"\n"
         with exclusive_lock(Path(run_dir) / WRITER_DIR / "outbox.lock"):
-            fd = os.open(outbox, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            fd = os.open(Path(run_dir) / "outbox.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:
-                os.write(fd, line)
+                protocol.write_all(fd, line)
                 os.fsync(fd)
+            except protocol.ShortWriteError as error:
+                if error.written == 0:
+                    raise Rejected(f"the outbox took no byte: {error.strerror}", kind="retryable") from error
+                # Part of the line is in the outbox: whether the message counts is not ours to say.
+                raise OutcomeUnknown(f"the outbox write stopped short: {error.strerror}") from error
             finally:
                 os.close(fd)
-        return {"outbox": "outbox.jsonl", "message_sha256": sha256_hex(line[:-1])}
+        return {"outbox": "outbox.jsonl", "remote_resource_id": message_id, "message_sha256": sha256_hex(line[:-1])}
 
 
 BUILTIN_ADAPTERS: dict[str, Adapter] = {adapter.name: adapter for adapter in (WriteFile(), SendMessage())}
@@ -395,11 +512,11 @@ class CallOutcome:
         return document
 
 
-def _new_receipt(adapter: Adapter, call_id: str, contract: str, attempt: int, args: dict[str, Any]) -> dict[str, Any]:
+def _new_receipt(adapter: Adapter, contract: str, attempt: int, args: dict[str, Any], identity: str) -> dict[str, Any]:
     """A receipt's fixed part: identity inputs and args never change after this."""
     return {
-        "call_id": call_id,
-        "identity": IDENTITY_V2,
+        "call_id": protocol.make_call_id(contract, attempt, adapter.name, args, adapter.version, identity),
+        "identity": identity,
         "contract_sha256": contract,
         "attempt": attempt,
         "tool": adapter.name,
@@ -421,48 +538,86 @@ class Executor:
             # The id is computed from the name the caller used, the receipt records adapter.name.
             raise ValueError(f"adapters registered under another name than their own: {', '.join(misnamed)}")
 
-    def call(self, tool: str, args: Mapping[str, Any], *, attempt: int) -> CallOutcome:
+    def call(
+        self, tool: str, args: Mapping[str, Any], *, attempt: int | None = None, identity: str = IDENTITY_V2
+    ) -> CallOutcome:
+        """Run one tool call through its receipt.
+
+        ``attempt`` defaults to the run's (``next_attempt``); a run whose state
+        refuses calls raises ``ValueError``, as does a record file the writer
+        cannot read. ``identity`` is the call_id formula (``call-id-v1`` only for
+        ids that must match a runtime written to the seed article).
+        """
         adapter = self.adapters.get(tool)
         if adapter is None:
             raise ValueError(f"unknown tool {tool!r}; known: {', '.join(sorted(self.adapters))}")
-        if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+        if identity not in protocol.IDENTITIES:
+            raise ValueError(f"unknown identity formula {identity!r}; known: {', '.join(protocol.IDENTITIES)}")
+        default_attempt = next_attempt(self.run_dir)
+        attempt = default_attempt if attempt is None else attempt
+        if not protocol.is_whole_number(attempt, minimum=1):
             raise ValueError("attempt must be a whole number from 1")
         contract = run_contract(self.run_dir)
         try:
             normalised = adapter.normalise(copy.deepcopy(dict(args)))
         except Rejected as rejection:
             normalised = copy.deepcopy(dict(args))
-            return self._reject_unnormalisable(adapter, normalised, attempt, contract, rejection)
+            return self._reject_unnormalisable(adapter, normalised, attempt, contract, identity, rejection)
         # The id is fixed from a private copy before the adapter sees the args,
         # so an adapter that mutates its input cannot move the identity.
-        identity_args = copy.deepcopy(normalised)
-        call_id = protocol.make_call_id(contract, attempt, tool, identity_args, adapter.version, IDENTITY_V2)
-        receipt_path = self.run_dir / "receipts" / f"{call_id}.json"
-        with exclusive_lock(self.run_dir / WRITER_DIR / f"call-{call_id}.lock"):
-            protocol.remove_temp_files(receipt_path)
-            existing = read_json_file(receipt_path)
-            expected = {"call_id": call_id, "tool": tool, "attempt": attempt, "args": identity_args}
+        receipt = _new_receipt(adapter, contract, attempt, copy.deepcopy(normalised), identity)
+        receipt_path = self.run_dir / "receipts" / f"{receipt['call_id']}.json"
+        with exclusive_lock(self.run_dir / WRITER_DIR / f"call-{receipt['call_id']}.lock"):
+            existing = read_receipt(receipt_path)
             if existing is not None:
-                return self._resume(adapter, existing, receipt_path, expected)
-            return self._execute(
-                adapter, _new_receipt(adapter, call_id, contract, attempt, identity_args), receipt_path
-            )
+                recovered = self._finish_crashed_commit(existing, receipt_path, contract)
+                if recovered is not None:
+                    return recovered
+            protocol.remove_temp_files(receipt_path)
+            if existing is not None:
+                return self._resume(adapter, existing, receipt_path, contract)
+            return self._execute(adapter, receipt, receipt_path)
 
     def _write_receipt(self, receipt: dict[str, Any], path: Path, before_replace: Any = None) -> None:
         now = format_time(utc_now())
         receipt.setdefault("created_at", now)
         receipt["updated_at"] = now
         write_durable(path, _json_file(receipt), before_replace)
-        append_event(
-            self.run_dir,
-            "receipt",
-            {
-                "call_id": receipt["call_id"],
-                "tool": receipt["tool"],
-                "attempt": receipt["attempt"],
-                "status": receipt["status"],
-            },
-        )
+        self._receipt_event(receipt)
+
+    def _receipt_event(self, receipt: dict[str, Any], **extra: Any) -> None:
+        fields = {key: receipt[key] for key in ("call_id", "tool", "attempt", "status")}
+        append_event(self.run_dir, "receipt", fields | extra)
+
+    def _finish_crashed_commit(self, existing: dict[str, Any], path: Path, contract: str) -> CallOutcome | None:
+        """Complete the rename a crash interrupted, when its temp receipt proves the commit.
+
+        The temp file was fsynced before the rename was due, so a complete one
+        that says committed, for this very call, is the outcome: the effect
+        happened and must not happen again. Anything less proves nothing and is
+        removed by the caller.
+        """
+        if existing.get("status") not in ("prepared", "unknown"):
+            return None
+        call_id = path.stem
+        if not protocol.check_receipt_identity(existing, call_id=call_id, contract_sha256=contract).verified:
+            return None
+        for temp in reversed(protocol.temp_files_of(path)):
+            try:
+                candidate = protocol.load_json_strict(temp.read_bytes())
+            except (OSError, ValueError):
+                continue
+            if not isinstance(candidate, dict) or candidate.get("status") != "committed":
+                continue
+            if not protocol.check_receipt_identity(candidate, call_id=call_id, contract_sha256=contract).verified:
+                continue
+            if candidate.get("output_sha256") != protocol.input_sha256(candidate.get("result")):
+                continue
+            os.replace(temp, path)
+            protocol.fsync_directory(path.parent)
+            self._receipt_event(candidate, recovered=True)
+            return CallOutcome(call_id, "committed", True, candidate.get("result"))
+        return None
 
     def _execute(self, adapter: Adapter, receipt: dict[str, Any], path: Path) -> CallOutcome:
         receipt["status"] = "prepared"
@@ -503,24 +658,26 @@ class Executor:
         return CallOutcome(receipt["call_id"], receipt["status"], False, None, receipt.get("error"), "confirmation")
 
     def _reject_unnormalisable(
-        self, adapter: Adapter, args: dict[str, Any], attempt: int, contract: str, rejection: Rejected
+        self, adapter: Adapter, args: dict[str, Any], attempt: int, contract: str, identity: str, rejection: Rejected
     ) -> CallOutcome:
         # Args the schema refuses still get a receipt, so the refusal is on record.
-        call_id = protocol.make_call_id(contract, attempt, adapter.name, args, adapter.version, IDENTITY_V2)
-        path = self.run_dir / "receipts" / f"{call_id}.json"
-        with exclusive_lock(self.run_dir / WRITER_DIR / f"call-{call_id}.lock"):
-            existing = read_json_file(path)
+        receipt = _new_receipt(adapter, contract, attempt, args, identity)
+        path = self.run_dir / "receipts" / f"{receipt['call_id']}.json"
+        with exclusive_lock(self.run_dir / WRITER_DIR / f"call-{receipt['call_id']}.lock"):
+            existing = read_receipt(path)
             if existing is not None:
-                return CallOutcome(call_id, existing["status"], False, None, existing.get("error"))
-            return self._finish_rejected(_new_receipt(adapter, call_id, contract, attempt, args), path, rejection)
+                return self._resume(adapter, existing, path, contract)
+            return self._finish_rejected(receipt, path, rejection)
 
-    def _resume(self, adapter: Adapter, receipt: dict[str, Any], path: Path, expected: dict[str, Any]) -> CallOutcome:
-        call_id, status = receipt.get("call_id"), receipt.get("status")
-        if any(receipt.get(key) != value for key, value in expected.items()):
-            # The file at this call's path does not hold this call: altered or misfiled.
-            # Reusing it could skip an effect that never happened; re-running could repeat one.
-            error = {"kind": "unknown", "message": "the receipt on disk is not this call's: a person must look"}
-            return CallOutcome(expected["call_id"], str(status), False, None, error, "confirmation")
+    def _resume(self, adapter: Adapter, receipt: dict[str, Any], path: Path, contract: str) -> CallOutcome:
+        call_id, status = path.stem, receipt["status"]
+        check = protocol.check_receipt_identity(receipt, call_id=call_id, contract_sha256=contract)
+        if not check.verified:
+            # The file at this call's path does not prove it holds this call: altered,
+            # misfiled or incomplete. Reusing it could skip an effect that never
+            # happened; re-running could repeat one. A person decides.
+            error = {"kind": "unknown", "message": f"the receipt does not pass its identity check: {check.summary()}"}
+            return CallOutcome(call_id, status, False, None, error, "confirmation")
         if status == "committed":
             append_event(self.run_dir, "call_reused", {"call_id": call_id})
             return CallOutcome(call_id, "committed", True, receipt.get("result"))
@@ -528,7 +685,7 @@ class Executor:
             # Not executed at this attempt; a retry goes under the next attempt.
             return CallOutcome(call_id, "rejected", False, None, receipt.get("error"))
         if status not in ("prepared", "unknown"):
-            raise ValueError(f"receipt {call_id} has status {status!r}: a person has to look")
+            raise ValueError(f"receipt {call_id} has status {status[:32]!r}: a person has to look")
         confirmation = read_confirmation(self.run_dir, call_id, path.read_bytes())
         if confirmation is not None:
             if confirmation["resolution"] == "committed":
@@ -543,6 +700,29 @@ class Executor:
             # The target says the effect is absent, so running it now is safe.
             return self._run_effect(adapter, receipt, path)
         return self._awaiting(receipt)
+
+
+def read_receipt(path: Path) -> dict[str, Any] | None:
+    """The receipt at ``path``, ``None`` when there is none, ``ValueError`` when the writer cannot act on it."""
+    try:
+        receipt = read_json_file(path)
+    except ValueError as error:
+        raise ValueError(f"{path} is not a receipt the writer can read ({error}): a person has to look") from None
+    if receipt is None:
+        return None
+    wrong = (
+        ["a JSON object"]
+        if not isinstance(receipt, dict)
+        else [
+            f"{name} as {kind.__name__}"
+            for name, kind in (("call_id", str), ("status", str), ("tool", str), ("args", dict))
+            if not isinstance(receipt.get(name), kind)
+        ]
+    )
+    if wrong:
+        needs = ", ".join(wrong)
+        raise ValueError(f"{path} is not a receipt the writer can read (it needs {needs}): a person has to look")
+    return receipt
 
 
 def read_confirmation(run_dir: Path, call_id: str, receipt_bytes: bytes) -> dict[str, Any] | None:

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from django.db.models import Case, Count, Exists, OuterRef, Q, QuerySet, Value, When
 from django.urls import reverse
 
+from receipts import protocol
 from receipts.findings import DIGEST_CODES
 from receipts.models import Call, Event, Finding, Run, Submission
 from receipts.replay import reservation_resume
@@ -134,6 +135,21 @@ def search(*, query: str) -> SearchResult:
 
 
 # --- one run ---------------------------------------------------------------
+
+
+def call_identity(*, call: Call, run: Run) -> protocol.IdentityCheck:
+    """The protocol's identity check over the receipt as it was imported (no file is read)."""
+    receipt = {
+        "call_id": call.declared_call_id,
+        "attempt": call.attempt,
+        "tool": call.tool,
+        "args": call.args,
+    }
+    # The reader stores an absent field as "": absent again here, as in the file.
+    for name in ("identity", "contract_sha256", "tool_version", "input_sha256"):
+        if getattr(call, name):
+            receipt[name] = getattr(call, name)
+    return protocol.check_receipt_identity(receipt, call_id=call.call_id, contract_sha256=run.contract_sha256 or None)
 
 
 def run_events(*, run: Run, event_type: str = "") -> QuerySet[Event]:

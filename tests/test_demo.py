@@ -33,7 +33,10 @@ def dispositions(demo_root, run_id):
 
 
 def test_demo_a2_retry_reuses_and_a4_creates_once(demo_root):
-    assert dispositions(demo_root, "a2-lost-response") == ["reused"]
+    # The killed process committed the task but never wrote its event: the retry recovers it.
+    assert dispositions(demo_root, "a2-lost-response") == ["created", "reused"]
+    [created, _] = events_of(demo_root / "a2-lost-response", "submission")
+    assert created["recovered"] is True and created["created_at"]
     assert sorted(dispositions(demo_root, "a4-concurrent")) == ["created"] + ["reused"] * 7
     for run_id in ("a2-lost-response", "a4-concurrent"):
         assert len(list((demo_root / run_id / "tasks").iterdir())) == 1

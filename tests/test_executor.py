@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import resource
+import subprocess
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
 from receipts import protocol, runtime
-from receipts.demo import run_writer
+from receipts.demo import run_writer, writer_command, writer_env
 from tests.conftest import CONTRACT
 from tests.ledger import events_of, read_ledger
 
@@ -174,7 +176,7 @@ def test_a_confirmation_for_other_receipt_bytes_is_ignored(run_dir):
     assert resumed.returncode == 4 and json.loads(resumed.stdout)["status"] == "prepared"
 
 
-@pytest.mark.parametrize("failpoint", CALL_FAILPOINTS)
+@pytest.mark.parametrize("failpoint", ["after_prepared", "after_effect"])
 def test_send_message_killed_at_a_failpoint_never_sends_twice(run_dir, failpoint):
     killed = cli_call(run_dir, "send_message", MESSAGE, RECEIPTS_FAILPOINT=failpoint)
     assert killed.returncode == 137
@@ -190,6 +192,50 @@ def test_send_message_killed_at_a_failpoint_never_sends_twice(run_dir, failpoint
     read_ledger(run_dir)
 
 
+def test_send_message_killed_before_the_rename_is_finished_from_its_temp_receipt(run_dir):
+    killed = cli_call(run_dir, "send_message", MESSAGE, RECEIPTS_FAILPOINT="after_temp_receipt")
+    assert killed.returncode == 137
+    [receipt_path] = (run_dir / "receipts").glob("*.json")
+    [temp] = (run_dir / "receipts").glob(".*.tmp")
+    assert receipt_of(run_dir, receipt_path.stem)["status"] == "prepared"
+    temp_bytes = temp.read_bytes()
+    resumed = cli_call(run_dir, "send_message", MESSAGE)
+    assert resumed.returncode == 0, resumed.stderr
+    output = json.loads(resumed.stdout)
+    assert (output["status"], output["reused"]) == ("committed", True)
+    assert receipt_path.read_bytes() == temp_bytes, "the rename was finished, not the receipt rewritten"
+    [line] = outbox_lines(run_dir)
+    assert output["result"]["remote_resource_id"] == line["message_id"] and line["call_id"] == receipt_path.stem
+    assert [(e["status"], e.get("recovered")) for e in events_of(run_dir, "receipt")] == [
+        ("prepared", None),
+        ("committed", True),
+    ]
+    again = cli_call(run_dir, "send_message", MESSAGE)
+    assert again.returncode == 0 and len(outbox_lines(run_dir)) == 1
+    assert not list((run_dir / "receipts").glob(".*.tmp"))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda receipt: receipt.update(status="unknown"),
+        lambda receipt: receipt.update(args={"to": "someone@else", "body": "x"}),
+        lambda receipt: receipt.update(output_sha256="0" * 64),
+    ],
+    ids=["not committed", "another call", "result not its digest"],
+)
+def test_a_temp_receipt_that_proves_nothing_is_removed_and_a_person_decides(run_dir, change):
+    cli_call(run_dir, "send_message", MESSAGE, RECEIPTS_FAILPOINT="after_temp_receipt")
+    [temp] = (run_dir / "receipts").glob(".*.tmp")
+    receipt = json.loads(temp.read_bytes())
+    change(receipt)
+    temp.write_text(json.dumps(receipt))
+    resumed = cli_call(run_dir, "send_message", MESSAGE)
+    assert resumed.returncode == 4 and json.loads(resumed.stdout)["status"] == "prepared"
+    assert not list((run_dir / "receipts").glob(".*.tmp"))
+    assert len(outbox_lines(run_dir)) == 1
+
+
 @pytest.mark.parametrize("failpoint", CALL_FAILPOINTS)
 def test_write_file_killed_at_a_failpoint_resumes_by_query(run_dir, failpoint):
     assert cli_call(run_dir, "write_file", FILE_ARGS, RECEIPTS_FAILPOINT=failpoint).returncode == 137
@@ -198,7 +244,8 @@ def test_write_file_killed_at_a_failpoint_resumes_by_query(run_dir, failpoint):
     resumed = cli_call(run_dir, "write_file", FILE_ARGS)
     assert resumed.returncode == 0
     output = json.loads(resumed.stdout)
-    assert output["status"] == "committed" and output["reused"] is False
+    # A finished temp receipt is the commit; otherwise the query finds the file.
+    assert output["status"] == "committed" and output["reused"] is (failpoint == "after_temp_receipt")
     assert (run_dir / "workspace/src/app.py").read_text() == FILE_ARGS["content"]
     assert not list((run_dir / "receipts").glob(".*.tmp")), "the writer removes a crash's temp file"
     again = json.loads(cli_call(run_dir, "write_file", FILE_ARGS).stdout)
@@ -256,3 +303,152 @@ def test_a_tampered_committed_receipt_is_neither_reused_nor_run_again(run_dir):
 def test_an_adapter_must_be_registered_under_its_own_name(run_dir):
     with pytest.raises(ValueError, match="another name"):
         runtime.Executor(run_dir, {"other": CountingAdapter()})
+
+
+OUTBOX_LIMIT = 64 * 1024
+
+
+def send_with_room_left_in_the_outbox(run_dir: Path, room: int) -> subprocess.CompletedProcess[bytes]:
+    """``call send_message`` in a child process whose files cannot grow past OUTBOX_LIMIT
+    bytes (``ulimit -f``), with the outbox ``room`` bytes short of it. The ledger and
+    receipts stay far below the limit."""
+
+    def limit_file_size() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (OUTBOX_LIMIT, OUTBOX_LIMIT))
+
+    (run_dir / "outbox.jsonl").write_bytes(b"x" * (OUTBOX_LIMIT - room - 1) + b"\n")
+    command = writer_command("call", str(run_dir), "--tool", "send_message", "--args", json.dumps(MESSAGE))
+    return subprocess.run(command, capture_output=True, env=writer_env(), preexec_fn=limit_file_size, check=False)
+
+
+def test_a_short_write_to_the_outbox_is_unknown_never_committed(run_dir):
+    completed = send_with_room_left_in_the_outbox(run_dir, room=40)
+    assert completed.returncode == 4, completed.stderr
+    output = json.loads(completed.stdout)
+    assert (output["status"], output["needs"]) == ("unknown", "confirmation")
+    assert "stopped short" in output["error"]["message"]
+    outbox_size = (run_dir / "outbox.jsonl").stat().st_size
+    assert outbox_size == OUTBOX_LIMIT, "part of the line went out: the outcome is unknown"
+    assert receipt_of(run_dir, output["call_id"])["status"] == "unknown"
+    assert [event["status"] for event in events_of(run_dir, "receipt")] == ["prepared", "unknown"]
+
+
+def test_an_outbox_that_takes_no_byte_is_a_retryable_rejection(run_dir):
+    completed = send_with_room_left_in_the_outbox(run_dir, room=0)
+    assert completed.returncode == 3, completed.stderr
+    output = json.loads(completed.stdout)
+    assert output["status"] == "rejected" and output["error"]["kind"] == "retryable"
+    assert (run_dir / "outbox.jsonl").stat().st_size == OUTBOX_LIMIT
+
+
+def test_send_message_gives_the_target_the_call_id_and_records_its_message_id(run_dir):
+    outcome = runtime.Executor(run_dir).call("send_message", MESSAGE, attempt=1)
+    [line] = outbox_lines(run_dir)
+    assert line["call_id"] == outcome.call_id and line["message_id"].startswith("msg-")
+    assert (line["to"], line["body"]) == (MESSAGE["to"], MESSAGE["body"])
+    assert receipt_of(run_dir, outcome.call_id)["result"]["remote_resource_id"] == line["message_id"]
+
+
+def edit_committed_receipt(run_dir: Path, **changes) -> str:
+    completed = cli_call(run_dir, "send_message", MESSAGE)
+    assert completed.returncode == 0
+    call_id = json.loads(completed.stdout)["call_id"]
+    path = run_dir / "receipts" / f"{call_id}.json"
+    receipt = json.loads(path.read_bytes())
+    receipt.update(changes)
+    path.write_text(json.dumps(receipt))
+    return call_id
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"tool_version": "9.9.9"},
+        {"contract_sha256": "e" * 64},
+        {"attempt": 2},
+        {"args": {"to": "ops@example.com", "body": "other"}},
+        {"identity": "call-id-v1"},
+        {"input_sha256": "0" * 64},
+        {"call_id": "f" * 64},
+    ],
+    ids=lambda changes: next(iter(changes)),
+)
+def test_an_edited_committed_receipt_is_never_reused_and_the_exit_says_so(run_dir, changes):
+    call_id = edit_committed_receipt(run_dir, **changes)
+    completed = cli_call(run_dir, "send_message", MESSAGE)
+    assert completed.returncode == 4, completed.stdout
+    output = json.loads(completed.stdout)
+    assert (output["call_id"], output["reused"], output["needs"]) == (call_id, False, "confirmation")
+    assert "identity check" in output["error"]["message"]
+    assert events_of(run_dir, "call_reused") == []
+    assert len(outbox_lines(run_dir)) == 1
+    [decision] = json.loads(run_writer("replay", str(run_dir), "--json").stdout)["decisions"]
+    assert decision["decision"] == "confirm"
+
+
+@pytest.mark.parametrize("content", [b"[]", b"{}", b'{"call_id": 5, "status": "committed"}', b'{"a": NaN}', b"\xff"])
+def test_a_receipt_the_writer_cannot_read_is_one_line_of_error(run_dir, content):
+    call_id = protocol.make_call_id(CONTRACT, 1, "send_message", MESSAGE, "1.0.0", "call-id-v2")
+    (run_dir / "receipts" / f"{call_id}.json").write_bytes(content)
+    completed = cli_call(run_dir, "send_message", MESSAGE)
+    assert completed.returncode == 1 and completed.stdout == b""
+    assert completed.stderr.count(b"\n") == 1 and b"Traceback" not in completed.stderr
+    assert b"a person has to look" in completed.stderr
+    assert outbox_lines(run_dir) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("steer.json", b"[]"),
+        ("steer.json", b"{}"),
+        ("steer.json", b'{"contract_sha256": 7}'),
+        ("state.json", b"[]"),
+        ("state.json", b"{}"),
+        ("state.json", b'{"name": "running", "attempts": "1"}'),
+        ("state.json", b'{"name": "running", "attempts": 99999999999999999999999}'),
+    ],
+)
+def test_run_files_the_writer_cannot_read_are_one_line_of_error(run_dir, name, content):
+    (run_dir / name).write_bytes(content)
+    completed = run_writer("call", str(run_dir), "--tool", "send_message", "--args", json.dumps(MESSAGE))
+    assert completed.returncode == 1 and completed.stdout == b""
+    assert completed.stderr.count(b"\n") == 1 and b"Traceback" not in completed.stderr
+    assert outbox_lines(run_dir) == []
+
+
+def test_the_attempt_comes_from_the_run_state(run_dir):
+    running = json.loads(
+        run_writer("call", str(run_dir), "--tool", "send_message", "--args", json.dumps(MESSAGE)).stdout
+    )
+    assert receipt_of(run_dir, running["call_id"])["attempt"] == 1
+    runtime.run_set_state(run_dir, state="retrying", attempts=1)
+    retrying = json.loads(
+        run_writer("call", str(run_dir), "--tool", "send_message", "--args", json.dumps(MESSAGE)).stdout
+    )
+    assert receipt_of(run_dir, retrying["call_id"])["attempt"] == 2
+    assert retrying["call_id"] != running["call_id"] and len(outbox_lines(run_dir)) == 2
+
+
+@pytest.mark.parametrize("state", ["finished", "failed", "cancelled", "paused"])
+def test_a_run_whose_state_refuses_calls_runs_none(run_dir, state):
+    runtime.run_set_state(run_dir, state=state, attempts=1)
+    completed = cli_call(run_dir, "send_message", MESSAGE)
+    assert completed.returncode == 1 and f"the run is '{state}'".encode() in completed.stderr
+    assert b"Traceback" not in completed.stderr
+    assert outbox_lines(run_dir) == [] and list((run_dir / "receipts").iterdir()) == []
+
+
+def test_call_id_v1_is_offered_for_runtimes_written_to_the_seed(run_dir):
+    completed = run_writer(
+        "call", str(run_dir), "--tool", "write_file", "--args", json.dumps(FILE_ARGS), "--identity", "call-id-v1"
+    )
+    assert completed.returncode == 0, completed.stderr
+    output = json.loads(completed.stdout)
+    assert output["call_id"] == protocol.make_call_id(CONTRACT, 1, "write_file", FILE_ARGS)
+    receipt = receipt_of(run_dir, output["call_id"])
+    assert receipt["identity"] == "call-id-v1"
+    again = run_writer(
+        "call", str(run_dir), "--tool", "write_file", "--args", json.dumps(FILE_ARGS), "--identity", "call-id-v1"
+    )
+    assert json.loads(again.stdout)["reused"] is True

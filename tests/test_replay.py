@@ -26,7 +26,10 @@ from receipts.replay import decide
         ({"status": "failed"}, "confirm"),
         ({"status": None}, "confirm"),
         ({"status": "weird"}, "confirm"),
-        ({"status": "committed", "identity_mismatch": True}, "confirm"),
+        ({"status": "committed", "verification": "mismatch"}, "confirm"),
+        ({"status": "committed", "verification": "unverifiable"}, "confirm"),
+        ({"status": "prepared", "queryable": True, "verification": "mismatch"}, "confirm"),
+        ({"status": "rejected", "error_kind": "retryable", "verification": "unverifiable"}, "confirm"),
     ],
 )
 def test_decide(facts, decision):

@@ -83,7 +83,9 @@ def test_another_digest_schema_version_is_a_conflict(run_dir):
     record = json.loads(path.read_bytes())
     record["digest_schema_version"] = "write-task-v0"
     path.write_text(json.dumps(record))
-    assert runtime.write_task(run_dir, login_request(), "sub-1").disposition == "conflict"
+    result = runtime.write_task(run_dir, login_request(), "sub-1")
+    assert (result.disposition, result.reason) == ("conflict", "digest_schema_version_differs")
+    assert events_of(run_dir, "submission")[-1]["reason"] == "digest_schema_version_differs"
 
 
 def test_legacy_calls_create_a_new_task_every_time(run_dir):
@@ -168,6 +170,12 @@ def test_killed_at_each_failpoint_then_resumed_twice_gives_one_task(run_dir, fai
     assert first_output["disposition"] == expected_first
     assert task_files(run_dir) == ["TASK-000001.md"]
     assert record_of(run_dir, "sub-1")["state"] == "committed"
+    history = [(e["disposition"], e.get("recovered", False)) for e in events_of(run_dir, "submission")]
+    if failpoint == "after_commit":  # the killed process committed, but never recorded it
+        assert history == [("created", True), ("reused", False), ("reused", False)]
+    else:
+        assert history == [("created", False), ("reused", False)]
+    assert record_of(run_dir, "sub-1")["created_event_seq"] == events_of(run_dir, "submission")[0]["seq"]
 
 
 def test_a2_lost_response_then_retry_reuses_the_task(run_dir):
@@ -184,6 +192,56 @@ def test_a2_lost_response_then_retry_reuses_the_task(run_dir):
         "reason": None,
     }
     assert task_files(run_dir) == ["TASK-000001.md"]
+    [created, reused] = events_of(run_dir, "submission")
+    assert (created["disposition"], created["recovered"], created["task_id"]) == ("created", True, "TASK-000001")
+    assert created["created_at"] == record_of(run_dir, "a2")["creation_result"]["created_at"]
+    assert reused["disposition"] == "reused"
+
+
+def test_a_record_from_before_the_event_marker_gets_no_second_created_event(run_dir):
+    runtime.write_task(run_dir, login_request(), "sub-1")
+    path = run_dir / "submissions" / f"{runtime.submission_key('sub-1')}.json"
+    record = json.loads(path.read_bytes())
+    del record["created_event_seq"]
+    path.write_text(json.dumps(record))
+    runtime.write_task(run_dir, login_request(), "sub-1")
+    runtime.write_task(run_dir, login_request(), "sub-1")
+    assert [e["disposition"] for e in events_of(run_dir, "submission")] == ["created", "reused", "reused"]
+    assert record_of(run_dir, "sub-1")["created_event_seq"] == 2
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda record: record.update(request=["not", "an", "object"]),
+        lambda record: record.update(creation_result=[1]),
+        lambda record: record.update(task_id=7),
+        lambda record: record.update(client_submission_id="another id"),
+        lambda record: record.clear(),
+    ],
+    ids=["request", "creation_result", "task_id", "another id", "empty"],
+)
+def test_a_record_of_the_wrong_shape_is_an_invalid_record_conflict(run_dir, change):
+    runtime.write_task(run_dir, login_request(), "sub-1")
+    path = run_dir / "submissions" / f"{runtime.submission_key('sub-1')}.json"
+    record = json.loads(path.read_bytes())
+    change(record)
+    path.write_text(json.dumps(record))
+    before = path.read_bytes()
+    completed = cli_write_task(run_dir, login_request())
+    assert completed.returncode == 3 and b"Traceback" not in completed.stderr
+    assert json.loads(completed.stdout)["reason"] == "record_invalid"
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("counter", [b"[]", b"{}", b'{"next": "7"}', b'{"next": true}', b'{"next": 0}', b"nul"])
+def test_a_task_counter_the_writer_cannot_read_is_one_line_of_error(run_dir, counter):
+    (run_dir / ".writer").mkdir(exist_ok=True)
+    (run_dir / ".writer" / "task-counter").write_bytes(counter)
+    completed = cli_write_task(run_dir, login_request())
+    assert completed.returncode == 1 and completed.stdout == b""
+    assert completed.stderr.count(b"\n") == 1 and b"Traceback" not in completed.stderr
+    assert task_files(run_dir) == []
 
 
 @pytest.mark.slow

@@ -23,17 +23,12 @@ def pretty(value: object) -> str:
 def call(request: HttpRequest, run_id: str, call_id: str) -> HttpResponse:
     run = get_run_or_404(run_id)
     call = get_call_or_404(run, call_id)
-    identity_inputs = {
-        "identity": call.identity or protocol.IDENTITY_V1,
-        "contract_sha256": call.contract_sha256 or run.contract_sha256,
-        "attempt": call.attempt,
-        "tool": call.tool,
-        "tool_version": call.tool_version or None,
-    }
+    identity = selectors.call_identity(call=call, run=run) if call.receipt_present else None
     context = {
         "run": run,
         "call": call,
-        "identity_inputs": identity_inputs,
+        "identity": identity,
+        "identity_inputs": identity.inputs if identity else {},
         "args": pretty(call.args),
         "result": pretty(call.result) if call.result is not None else "",
         "error": pretty(call.error) if call.error is not None else "",
