@@ -55,6 +55,18 @@ DIGEST_CODES = (
 )
 
 
+def storable_text(text: str) -> str:
+    """``text`` as any database can hold it: U+0000 becomes U+FFFD, and the bytes of a
+    name that is not UTF-8 (surrogate escapes) are spelled as ``\\xNN``."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return text
+
+
 @dataclasses.dataclass(frozen=True)
 class FindingRecord:
     code: str
@@ -64,10 +76,14 @@ class FindingRecord:
     stored_value: str = ""
     recomputed_value: str = ""
     scope: str = FILES
+    evidence: str = ""  # what no other row keeps: a ledger line whose seq was taken
 
     def __post_init__(self) -> None:
         if self.code not in CODES:
             raise ValueError(f"unknown finding code {self.code!r}")
+        # Subjects and details quote what was found, which may be anything: make it storable here, once.
+        for name in ("subject", "detail", "call_id", "stored_value", "recomputed_value"):
+            object.__setattr__(self, name, storable_text(getattr(self, name)))
 
     @property
     def severity(self) -> str:

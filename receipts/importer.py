@@ -26,7 +26,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from receipts import protocol
-from receipts.findings import FILES, LEDGER, FindingRecord
+from receipts.findings import FILES, LEDGER, FindingRecord, storable_text
 from receipts.models import Call, Confirmation, Event, Finding, Run, Submission
 from receipts.reader import (
     BATCH_EVENTS,
@@ -35,6 +35,7 @@ from receipts.reader import (
     Limits,
     RunFiles,
     discover_runs,
+    looks_like_run,
     read_ledger,
     read_run_files,
     run_fingerprint,
@@ -52,6 +53,7 @@ class RunReport:
     submissions: int
     findings: list[dict[str, str]]
     changed: bool
+    failed: bool = False  # the import raised: an import_failed finding says why
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -183,6 +185,7 @@ def _store_findings(run: Run | None, findings: Iterable[FindingRecord], now: dt.
             "call_id": record.call_id,
             "stored_value": record.stored_value,
             "recomputed_value": record.recomputed_value,
+            "evidence": record.evidence,
             "last_seen": now,
             "closed_at": None,
         }
@@ -228,6 +231,7 @@ CURSOR_COLUMNS = (
     ("ledger_last_seq", "last_seq"),
     ("ledger_last_line_sha256", "last_line_sha256"),
     ("ledger_line_no", "line_no"),
+    ("ledger_chained", "chained"),
     ("first_event_at", "first_ts"),
     ("last_event_at", "last_ts"),
 )
@@ -246,8 +250,12 @@ def _cursor_of(run: Run) -> LedgerCursor:
 
 def _import_ledger(
     run: Run, path: Path, limits: Limits, now: dt.datetime, progress: Progress | None, batch_size: int
-) -> LedgerCursor:
+) -> tuple[LedgerCursor, list[FindingRecord]]:
+    """Store the ledger's new lines batch by batch; returns the cursor and the findings about
+    the ledger file itself (a FIFO or symlink in its place), which are re-checked on every
+    import like the other files' findings."""
     cursor = _cursor_of(run)
+    file_findings: list[FindingRecord] = []
     postgres = _is_postgres()
     ledger_size = _size(path / protocol.LEDGER_NAME)
     for batch in read_ledger(path, cursor, limits, batch_size):
@@ -278,11 +286,12 @@ def _import_ledger(
                 update=False,
             )
             _store_findings(run, batch.findings, now)
+            file_findings.extend(f for f in batch.findings if f.scope == FILES)
             cursor = batch.cursor
             Run.objects.filter(pk=run.pk).update(**{column: getattr(cursor, field) for column, field in CURSOR_COLUMNS})
         if progress is not None:
             progress(run.run_id, cursor.offset, ledger_size)
-    return cursor
+    return cursor, file_findings
 
 
 def _size(path: Path) -> int:
@@ -346,36 +355,76 @@ def run_import(
     progress: Progress | None = None,
     batch_size: int = BATCH_EVENTS,
 ) -> RunReport:
-    """Import one run directory (its name is the run_id)."""
+    """Import one run directory (its name is the run_id).
+
+    Never raises for what is in the directory: a failure nobody foresaw rolls
+    back the transaction it happened in, becomes an ``import_failed`` finding on
+    the run, and the run is read again on the next import.
+    """
     path = Path(path).absolute()
     now = now or protocol.utc_now()
     run_id = path.name
     with run_import_lock(run_id):
         run, _ = Run.objects.get_or_create(run_id=run_id, defaults={"path": str(path)})
-        fingerprint = run_fingerprint(path)
-        horizon_passed = run.next_stale_at is not None and now >= run.next_stale_at
-        if not force and run.fingerprint == fingerprint and not horizon_passed and run.path == str(path):
-            return _report(run, changed=False)
-        cursor = _import_ledger(run, path, limits, now, progress, batch_size)
-        files = read_run_files(path, ledger_call_ids=cursor.call_ids, limits=limits, now=now)
-        apply_decisions(files)
-        with transaction.atomic():
-            _store_files(run, files)
-            seen = _store_findings(run, files.findings, now)
-            # Ledger findings were stored batch by batch; re-check only what this pass re-checked.
-            _close_findings_not_seen(run.findings.filter(scope=FILES), seen, now)
-            Run.objects.filter(pk=run.pk).update(
-                path=str(path),
-                state=files.state,
-                attempts=files.attempts,
-                contract_sha256=files.contract_sha256,
-                fingerprint=fingerprint,
-                next_stale_at=files.next_stale_at,
-                event_count=Event.objects.filter(run=run).count(),
-                imported_at=now,
-            )
-        run.refresh_from_db()
-        return _report(run, changed=True)
+        try:
+            return _import_run_locked(run, path, limits, now, force, progress, batch_size)
+        except Exception as error:  # noqa: BLE001 - one run's surprise must not stop the others
+            detail = f"{type(error).__name__}: {error}"[:2000]
+            with transaction.atomic():
+                _store_findings(run, [FindingRecord("import_failed", "import", detail)], now)
+            # Ledger batches committed before the failure stay: each is whole with its cursor.
+            run.refresh_from_db()
+            report = _report(run, changed=True)
+            report.failed = True
+            return report
+
+
+def _import_run_locked(
+    run: Run,
+    path: Path,
+    limits: Limits,
+    now: dt.datetime,
+    force: bool,
+    progress: Progress | None,
+    batch_size: int,
+) -> RunReport:
+    fingerprint = run_fingerprint(path)
+    horizon_passed = run.next_stale_at is not None and now >= run.next_stale_at
+    if not force and run.fingerprint == fingerprint and not horizon_passed and run.path == str(path):
+        return _report(run, changed=False)
+    cursor, ledger_file_findings = _import_ledger(run, path, limits, now, progress, batch_size)
+    files = read_run_files(path, ledger_call_ids=cursor.call_ids, limits=limits, now=now)
+    apply_decisions(files)
+    with transaction.atomic():
+        _store_files(run, files)
+        seen = _store_findings(run, ledger_file_findings + files.findings, now)
+        # Ledger findings were stored batch by batch; re-check only what this pass re-checked.
+        _close_findings_not_seen(run.findings.filter(scope=FILES), seen, now)
+        Run.objects.filter(pk=run.pk).update(
+            path=str(path),
+            state=files.state,
+            attempts=files.attempts,
+            contract_sha256=files.contract_sha256,
+            fingerprint=fingerprint,
+            next_stale_at=files.next_stale_at,
+            event_count=Event.objects.filter(run=run).count(),
+            imported_at=now,
+        )
+    run.refresh_from_db()
+    return _report(run, changed=True)
+
+
+def _claimed_elsewhere(path: Path) -> str | None:
+    """The other runs root's copy of this run_id, when one is imported and still there.
+
+    Two directories with one run_id would overwrite each other's rows (and look
+    like a rewritten ledger): the second is refused. A run that moved (its old
+    directory is gone) is the same run, and is followed.
+    """
+    recorded = Run.objects.filter(run_id=path.name).values_list("path", flat=True).first()
+    if recorded is None or recorded == str(path):
+        return None
+    return recorded if looks_like_run(Path(recorded)) else None
 
 
 def root_import(
@@ -386,14 +435,25 @@ def root_import(
     force: bool = False,
     progress: Progress | None = None,
 ) -> ImportReport:
-    """Import every run directory under ``root`` (or ``root`` itself when it is one)."""
+    """Import every run directory under ``root`` (or ``root`` itself when it is one).
+
+    One bad run never stops the others: its problems are findings on it.
+    """
     now = now or protocol.utc_now()
     discovery = discover_runs(Path(root))
-    root_key = str(Path(root).absolute())
+    root_key = storable_text(str(Path(root).absolute()))
+    runs, root_problems = [], list(discovery.findings)
+    for path in discovery.runs:
+        other = _claimed_elsewhere(path.absolute())
+        if other is None:
+            runs.append(path)
+        else:
+            detail = f"run_id {path.name} is already imported from {other}: this copy is not imported"
+            root_problems.append(FindingRecord("duplicate_run_id", path.name, detail))
     with transaction.atomic():
-        seen = _store_findings(None, discovery.findings, now, root=root_key)
+        seen = _store_findings(None, root_problems, now, root=root_key)
         _close_findings_not_seen(Finding.objects.filter(run__isnull=True, root=root_key), seen, now)
-    reports = [run_import(path=path, limits=limits, now=now, force=force, progress=progress) for path in discovery.runs]
+    reports = [run_import(path=path, limits=limits, now=now, force=force, progress=progress) for path in runs]
     root_findings = [
         {"code": f.code, "subject": f.subject, "detail": f.detail}
         for f in Finding.objects.filter(run__isnull=True, root=root_key, closed_at__isnull=True)

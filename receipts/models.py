@@ -6,17 +6,35 @@ run+call_id, run+seq, run+client_submission_id, run+code+subject.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from django.db import models
 from django.db.models import Q
 
 from receipts.protocol import EMPTY_SHA256, ZERO_HASH
 
 
+class JSONTextField(models.TextField):
+    """A JSON value kept as JSON text.
+
+    PostgreSQL's ``jsonb`` refuses ``\u0000``, which JSON allows in any string
+    (the writer can write one), and would re-order what was written; text keeps
+    it as it came, on both databases. Nothing queries inside these values.
+    """
+
+    def from_db_value(self, value: str | None, expression: Any, connection: Any) -> Any:
+        return None if value is None else json.loads(value)
+
+    def get_prep_value(self, value: Any) -> str | None:
+        return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
 class Run(models.Model):
     run_id = models.CharField(max_length=128, unique=True)
     path = models.TextField()
     state = models.CharField(max_length=64, blank=True)
-    attempts = models.IntegerField(null=True)
+    attempts = models.BigIntegerField(null=True)
     contract_sha256 = models.CharField(max_length=64, blank=True)
     # How far the ledger was read, and a digest of that prefix: the next
     # import parses only what was appended, and notices a rewrite.
@@ -25,6 +43,8 @@ class Run(models.Model):
     ledger_last_seq = models.BigIntegerField(default=0)
     ledger_last_line_sha256 = models.CharField(max_length=64, default=ZERO_HASH)
     ledger_line_no = models.BigIntegerField(default=0)
+    # Whether a line has carried prev_sha256: from then on a line without it breaks the chain.
+    ledger_chained = models.BooleanField(default=False)
     fingerprint = models.CharField(max_length=64, blank=True)
     # The earliest moment a stale_* finding can appear with no file changing.
     next_stale_at = models.DateTimeField(null=True)
@@ -53,14 +73,14 @@ class Call(models.Model):
     status = models.CharField(max_length=32, blank=True)
     tool = models.TextField(blank=True)
     tool_version = models.TextField(blank=True)
-    identity = models.CharField(max_length=32, blank=True)
+    identity = models.TextField(blank=True)
     contract_sha256 = models.TextField(blank=True)
     attempt = models.BigIntegerField(null=True)
-    args = models.JSONField(null=True)
+    args = JSONTextField(null=True)
     input_sha256 = models.TextField(blank=True)
     output_sha256 = models.TextField(blank=True)
-    result = models.JSONField(null=True)
-    error = models.JSONField(null=True)
+    result = JSONTextField(null=True)
+    error = JSONTextField(null=True)
     error_kind = models.CharField(max_length=32, blank=True)
     queryable = models.BooleanField(default=False)
     created_at = models.DateTimeField(null=True)
@@ -93,7 +113,7 @@ class Submission(models.Model):
     digest_schema_version = models.TextField(blank=True)
     request_digest = models.TextField(blank=True)
     recomputed_digest = models.CharField(max_length=64, blank=True)
-    request = models.JSONField(null=True)
+    request = JSONTextField(null=True)
     state = models.CharField(max_length=32, blank=True)
     task_id = models.TextField(blank=True)
     task_path = models.TextField(blank=True)
@@ -101,7 +121,7 @@ class Submission(models.Model):
     task_present = models.BooleanField(default=False)
     task_file_sha256 = models.CharField(max_length=64, blank=True)
     task_matches = models.BooleanField(default=False)
-    creation_result = models.JSONField(null=True)
+    creation_result = JSONTextField(null=True)
     reserved_at = models.DateTimeField(null=True)
     updated_at = models.DateTimeField(null=True)
 
@@ -129,7 +149,7 @@ class Event(models.Model):
     disposition = models.CharField(max_length=16, blank=True)
     request_digest = models.CharField(max_length=64, blank=True)
     line_sha256 = models.CharField(max_length=64)
-    payload = models.JSONField()
+    payload = JSONTextField()  # the line's own JSON text
 
     class Meta:
         ordering = ["run", "seq"]
@@ -162,6 +182,8 @@ class Finding(models.Model):
     call_id = models.CharField(max_length=200, blank=True)
     stored_value = models.TextField(blank=True)
     recomputed_value = models.TextField(blank=True)
+    # What could not be kept anywhere else: a ledger line whose seq was taken, as written.
+    evidence = models.TextField(blank=True)
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()
     closed_at = models.DateTimeField(null=True)

@@ -26,7 +26,7 @@ from typing import Any
 
 from receipts import protocol
 from receipts.findings import LEDGER as LEDGER_SCOPE
-from receipts.findings import STICKY, FindingRecord
+from receipts.findings import STICKY, FindingRecord, storable_text
 from receipts.runtime import confirmation_problem, render_task
 
 MAX_JSON_BYTES = 16 * 1024 * 1024
@@ -133,28 +133,45 @@ def looks_like_run(path: Path) -> bool:
 
 
 def discover_runs(root: Path) -> Discovery:
-    """The run directories under ``root`` (or ``root`` itself when it is one)."""
+    """The run directories under ``root`` (or ``root`` itself when it is one).
+
+    Every other entry of the root is reported, never followed: a symlink, a
+    name that is not a run_id (or not UTF-8), a regular file, a dot-directory.
+    """
     root = Path(root)
+    label = storable_text(str(root))
     if ".." in root.parts:
-        return Discovery([], [FindingRecord("unsafe_path", str(root), "a path with '..' in it: not followed")])
+        return Discovery([], [FindingRecord("unsafe_path", label, "a path with '..' in it: not followed")])
+    if label != str(root):
+        return Discovery([], [FindingRecord("unsafe_path", label, "the path is not UTF-8: not followed")])
     if root.is_symlink():
-        return Discovery([], [FindingRecord("unsafe_path", str(root), "the root is a symlink: not followed")])
+        return Discovery([], [FindingRecord("unsafe_path", label, "the root is a symlink: not followed")])
     if not root.is_dir():
-        return Discovery([], [FindingRecord("unsafe_path", str(root), "not a directory")])
+        return Discovery([], [FindingRecord("unsafe_path", label, "not a directory")])
     if looks_like_run(root):
         if not protocol.valid_run_id(root.name):
             return Discovery([], [FindingRecord("unsafe_path", root.name, "not a valid run_id")])
         return Discovery([root], [])
     runs, findings = [], []
-    for name in sorted(os.listdir(root)):
+    try:
+        names = sorted(os.listdir(root))
+    except OSError as error:
+        return Discovery([], [FindingRecord("unsafe_path", label, f"cannot be listed: {error.strerror}")])
+    for name in names:
         path = root / name
-        if name.startswith("."):
-            continue
-        if path.is_symlink():
+        try:
+            kind = path.lstat().st_mode
+        except OSError:
+            continue  # gone since it was listed
+        if stat.S_ISLNK(kind):
             findings.append(FindingRecord("unsafe_path", name, "a symlink in the runs root: not followed"))
-        elif not path.is_dir():
-            if not stat.S_ISREG(path.lstat().st_mode):
-                findings.append(FindingRecord("unsafe_path", name, "not a regular file or directory"))
+        elif not stat.S_ISDIR(kind):
+            if stat.S_ISREG(kind):
+                findings.append(FindingRecord("not_a_run", name, "a regular file, not a run directory: left alone"))
+            else:
+                findings.append(FindingRecord("unsafe_path", name, "not a regular file or directory: not opened"))
+        elif name.startswith("."):
+            findings.append(FindingRecord("not_a_run", name, "a dot-directory, not a run directory: left alone"))
         elif not protocol.valid_run_id(name):
             findings.append(
                 FindingRecord("unsafe_path", name, "not a valid run_id (1-128 of A-Za-z0-9._-, no leading dot)")
@@ -216,6 +233,7 @@ class LedgerCursor:
     last_seq: int = 0
     last_line_sha256: str = protocol.ZERO_HASH
     line_no: int = 0
+    chained: bool = False  # a line has carried prev_sha256: every later line must
     call_ids: set[str] = dataclasses.field(default_factory=set)
     submission_digests: dict[str, str] = dataclasses.field(default_factory=dict)
     first_ts: dt.datetime | None = None
@@ -244,7 +262,7 @@ class LedgerBatch:
     restarted: bool = False  # the ledger was rewritten: read from scratch, drop what was imported
 
 
-def _ledger_finding(code: str, line_no: int, detail: str, **values: str) -> FindingRecord:
+def _ledger_finding(code: str, line_no: int, detail: str, **values: Any) -> FindingRecord:
     return FindingRecord(code, f"{LEDGER} line {line_no}", detail, scope=LEDGER_SCOPE, **values)
 
 
@@ -329,9 +347,10 @@ def _read_ledger_fd(fd: int, size: int, cursor: LedgerCursor, limits: Limits, ba
             elif len(line) <= max_line:
                 break  # a write in progress: not read until it is complete
             else:
-                digest = _skip_oversize_line(stream, line, cursor, digest, findings, limits)
-                if digest is None:
-                    break  # an oversize line still being written
+                extended = _skip_oversize_line(stream, line, cursor, digest, findings, limits)
+                if extended is None:
+                    break  # an oversize line still being written: not read until it is complete
+                digest = extended
             if len(events) >= batch_size:
                 cursor.prefix_sha256 = digest.hexdigest()
                 yield LedgerBatch(events, findings, dataclasses.replace(cursor), restarted)
@@ -390,24 +409,38 @@ def _take_line(body: bytes, cursor: LedgerCursor, events: list[EventRecord], fin
         return
     get = event.get
     seq, event_type = get("seq"), get("type")
-    if type(seq) is not int or seq < 1 or type(event_type) is not str:
-        findings.append(_ledger_finding("schema_error", line_no, "an event needs an integer seq from 1 and a type"))
+    if not protocol.is_whole_number(seq, minimum=1) or type(event_type) is not str:
+        findings.append(
+            _ledger_finding("schema_error", line_no, f"an event needs a seq from 1 to {protocol.MAX_INT} and a type")
+        )
         return
-    prev = get("prev_sha256", previous_line_sha)
-    if prev != previous_line_sha:
+    prev = get("prev_sha256")
+    if prev is None and cursor.chained:
         findings.append(
             _ledger_finding(
                 "ledger_chain_broken",
                 line_no,
-                f"seq {seq}: prev_sha256 is not the digest of the line before",
-                stored_value=str(prev)[:200],
+                f"seq {seq}: no prev_sha256, but the lines before carry the chain",
                 recomputed_value=previous_line_sha,
             )
         )
+    elif prev is not None:
+        cursor.chained = True
+        if prev != previous_line_sha:
+            findings.append(
+                _ledger_finding(
+                    "ledger_chain_broken",
+                    line_no,
+                    f"seq {seq}: prev_sha256 is not the digest of the line before",
+                    stored_value=str(prev)[:200],
+                    recomputed_value=previous_line_sha,
+                )
+            )
     # Each line is judged against the line before, so one wrong seq flags itself and
-    # not every line after it; a true duplicate is dropped by the (run, seq) key.
+    # not every line after it. A line whose seq is taken cannot be an event row: its
+    # finding keeps it whole.
     if seq != cursor.last_seq + 1:
-        _seq_finding(seq, cursor.last_seq, line_no, findings)
+        _seq_finding(seq, cursor.last_seq, line_no, body, findings)
     cursor.last_seq = seq
     try:
         ts = protocol.parse_time(get("ts"))
@@ -421,21 +454,34 @@ def _take_line(body: bytes, cursor: LedgerCursor, events: list[EventRecord], fin
             cursor.last_ts = ts
     call_id = get("call_id")
     if call_id is not None:
-        call_id = _short_text(call_id, MAX_CALL_ID)
-        if call_id is not None:
+        call_id = call_id if valid_call_name(call_id) else None
+        if call_id is None:
+            findings.append(_ledger_finding("schema_error", line_no, f"seq {seq}: call_id cannot name a receipt file"))
+        else:
             cursor.call_ids.add(call_id)
     submission_id = disposition = request_digest = None
     if event_type == "submission":
         submission_id = _short_text(get("client_submission_id"), MAX_SUBMISSION_ID)
         disposition = get("disposition") if get("disposition") in protocol.DISPOSITIONS else None
         request_digest = _short_text(get("request_digest"), 64)
-        _check_submission_event(event, seq, submission_id, disposition, cursor, findings)
+    event_type = event_type[:64]
+    if b"\\u0000" in body:  # rare: only an escape can put U+0000 in a string
+        event_type, call_id, submission_id, request_digest = _storable_event_fields(
+            line_no,
+            findings,
+            type=event_type,
+            call_id=call_id,
+            client_submission_id=submission_id,
+            request_digest=request_digest,
+        )
+    if event_type == "submission":
+        _check_submission_event(event, seq, submission_id, disposition, request_digest, cursor, findings)
     events.append(
         EventRecord(
             seq,
             line_no,
             ts,
-            event_type[:64],
+            event_type,
             call_id,
             submission_id,
             disposition,
@@ -446,9 +492,47 @@ def _take_line(body: bytes, cursor: LedgerCursor, events: list[EventRecord], fin
     )
 
 
-def _seq_finding(seq: int, last_seq: int, line_no: int, findings: list[FindingRecord]) -> None:
+def valid_call_name(call_id: Any) -> bool:
+    """Whether ``call_id`` can name a receipt file (``receipts/<call_id>.json``) and a page."""
+    return (
+        isinstance(call_id, str)
+        and 0 < len(call_id) <= MAX_CALL_ID
+        and "/" not in call_id
+        and "\x00" not in call_id
+        and not call_id.startswith(".")
+    )
+
+
+def _storable_event_fields(line_no: int, findings: list[FindingRecord], **values: str | None) -> list[str | None]:
+    changed = [name for name, value in values.items() if value and "\x00" in value]
+    if changed:
+        findings.append(
+            _ledger_finding(
+                "unstorable_value",
+                line_no,
+                f"U+0000 in {', '.join(changed)}: stored with U+FFFD in its place; the ledger keeps the original",
+            )
+        )
+    return [storable_text(value) if value else value for value in values.values()]
+
+
+# A hostile ledger may repeat a huge line many times: each finding keeps at most this much of it.
+MAX_EVIDENCE_CHARS = 64 * 1024
+
+
+def _seq_finding(seq: int, last_seq: int, line_no: int, body: bytes, findings: list[FindingRecord]) -> None:
     if seq <= last_seq:
-        findings.append(_ledger_finding("ledger_seq_duplicate", line_no, f"seq {seq} after seq {last_seq}"))
+        text = body.decode("utf-8")
+        kept = "whole" if len(text) <= MAX_EVIDENCE_CHARS else f"its first {MAX_EVIDENCE_CHARS} characters"
+        findings.append(
+            _ledger_finding(
+                "ledger_seq_duplicate",
+                line_no,
+                f"seq {seq} after seq {last_seq}: this line is kept here ({kept}), not as an event",
+                recomputed_value=hashlib.sha256(body).hexdigest(),
+                evidence=text[:MAX_EVIDENCE_CHARS],
+            )
+        )
     else:
         findings.append(_ledger_finding("ledger_seq_gap", line_no, f"seq {seq} where {last_seq + 1} was due"))
 
@@ -458,14 +542,17 @@ def _check_submission_event(
     seq: int,
     submission_id: str | None,
     disposition: str | None,
+    digest: str | None,
     cursor: LedgerCursor,
     findings: list[FindingRecord],
 ) -> None:
+    # Only the values stored on the event row count: an incremental import rebuilds the
+    # cursor's digests from those rows, and must judge the next lines as a full read would.
     if submission_id is None:
         return
     subject = f"submission {submission_id}"
     if disposition == "conflict":
-        reason = event.get("reason")
+        reason = str(event.get("reason"))[:200]
         findings.append(
             FindingRecord(
                 "submission_conflict",
@@ -474,8 +561,7 @@ def _check_submission_event(
                 scope=LEDGER_SCOPE,
             )
         )
-    digest = event.get("request_digest")
-    if isinstance(digest, str):
+    if digest is not None:
         first = cursor.submission_digests.setdefault(submission_id, digest)
         if first != digest:
             findings.append(
@@ -652,11 +738,14 @@ class _RunReader:
             return
         state, _ = parsed
         name, attempts = (state.get("name"), state.get("attempts")) if isinstance(state, dict) else (None, None)
-        if type(attempts) is not int:  # bool is an int subclass, and no attempt count
+        if not protocol.is_whole_number(attempts):
             attempts = None
         if not isinstance(name, str) or attempts is None:
-            self.finding("schema_error", "state.json", "needs a string name and an integer attempts")
-        self.out.state = name[:64] if isinstance(name, str) else ""
+            self.finding("schema_error", "state.json", f"needs a string name and attempts from 0 to {protocol.MAX_INT}")
+        name = name[:64] if isinstance(name, str) else ""
+        if "\x00" in name:
+            self.finding("unstorable_value", "state.json", "U+0000 in name: stored with U+FFFD in its place")
+        self.out.state = storable_text(name)
         self.out.attempts = attempts
 
     def read_steer(self, run_fd: int) -> None:
@@ -673,15 +762,44 @@ class _RunReader:
             return
         self.out.contract_sha256 = contract
 
-    def json_names(self, dir_fd: int) -> list[str]:
-        return [name for name in list_names(dir_fd) if name.endswith(".json")]
+    def json_names(self, dir_fd: int, folder: str) -> list[str]:
+        """The ``.json`` names of a folder whose names are UTF-8; any other name is a finding."""
+        names = []
+        for name in list_names(dir_fd):
+            if not name.endswith(".json"):
+                continue
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                self.finding("unsafe_path", f"{folder}/{name}", "the file name is not UTF-8: not read")
+                continue
+            names.append(name)
+        return names
+
+    def storable(self, record: Any, subject: str) -> None:
+        """Replace U+0000 in the record's text fields (the database cannot hold it), with a finding."""
+        changed = []
+        for field in dataclasses.fields(record):
+            value = getattr(record, field.name)
+            if isinstance(value, str) and "\x00" in value:
+                setattr(record, field.name, storable_text(value))
+                changed.append(field.name)
+        if changed:
+            self.finding(
+                "unstorable_value",
+                subject,
+                f"U+0000 in {', '.join(changed)}: stored with U+FFFD in its place; the file keeps the original",
+            )
 
     def read_receipts(self, dir_fd: int | None) -> None:
         if dir_fd is None:
             return
-        for name in self.json_names(dir_fd):
+        for name in self.json_names(dir_fd, "receipts"):
             subject = f"receipts/{name}"
             stem = name[: -len(".json")]
+            if len(stem) > MAX_CALL_ID:
+                self.finding("unsafe_path", subject, f"file name over {MAX_CALL_ID} characters: not read")
+                continue
             self.receipt_files.add(stem)
             parsed = self.read_json(name, dir_fd, subject)
             if parsed is None:
@@ -704,9 +822,6 @@ class _RunReader:
         if missing:
             self.finding("schema_error", subject, f"missing or wrong type: {', '.join(missing)}", call_id=stem)
             return None
-        if len(stem) > MAX_CALL_ID:
-            self.finding("unsafe_path", subject, f"file name over {MAX_CALL_ID} characters")
-            return None
         call = CallRecord(
             call_id=stem,
             file_sha256=file_sha,
@@ -718,6 +833,7 @@ class _RunReader:
         self.optional_receipt_fields(receipt, call, subject)
         self.check_identity(receipt, call, subject)
         self.check_status(call, subject)
+        self.storable(call, subject)
         return call
 
     def optional_receipt_fields(self, receipt: dict[str, Any], call: CallRecord, subject: str) -> None:
@@ -729,8 +845,8 @@ class _RunReader:
             else:
                 setattr(call, name, value or "")
         attempt = receipt.get("attempt")
-        if attempt is not None and (isinstance(attempt, bool) or not isinstance(attempt, int)):
-            wrong.append("attempt")
+        if attempt is not None and not protocol.is_whole_number(attempt):
+            wrong.append(f"attempt (a whole number from 0 to {protocol.MAX_INT})")
         elif attempt is not None:
             call.attempt = attempt
         for name in ("result", "error"):
@@ -776,7 +892,7 @@ class _RunReader:
         found: dict[str, ConfirmationRecord] = {}
         if dir_fd is None:
             return found
-        for name in self.json_names(dir_fd):
+        for name in self.json_names(dir_fd, "confirmations"):
             subject = f"confirmations/{name}"
             stem = name[: -len(".json")]
             if len(stem) > MAX_CALL_ID:
@@ -806,6 +922,7 @@ class _RunReader:
                     stored_value=record.receipt_sha256[:200],
                     recomputed_value=self.receipt_shas.get(stem, ""),
                 )
+            self.storable(record, subject)
             found[stem] = record
             self.out.confirmations.append(record)
         return found
@@ -814,17 +931,22 @@ class _RunReader:
         if dir_fd is None:
             return
         seen: set[str] = set()
-        for name in self.json_names(dir_fd):
+        for name in self.json_names(dir_fd, "submissions"):
             subject = f"submissions/{name}"
             parsed = self.read_json(name, dir_fd, subject)
             if parsed is None:
                 continue
             record, file_sha = parsed
             submission = self.submission_record(record, name, file_sha, subject)
-            if submission is None or submission.client_submission_id in seen:
+            if submission is None:
+                continue
+            self.check_task(submission, tasks_fd, subject)
+            self.storable(submission, subject)
+            # Two ids that differ only where U+0000 stood are one row: the first stays, the other is named.
+            if submission.client_submission_id in seen:
+                self.finding("unstorable_value", subject, "its client_submission_id, stored, is another record's")
                 continue
             seen.add(submission.client_submission_id)
-            self.check_task(submission, tasks_fd, subject)
             self.out.submissions.append(submission)
 
     def submission_record(self, record: Any, name: str, file_sha: str, subject: str) -> SubmissionRecord | None:
@@ -920,7 +1042,10 @@ class _RunReader:
         """Whether ``since`` is older than the stale age; if not yet, remember when it will be."""
         if since is None:
             return False
-        stale_at = since + self.limits.stale_after
+        try:
+            stale_at = since + self.limits.stale_after
+        except OverflowError:  # a time at the end of the calendar never grows stale
+            return False
         if self.now < stale_at:
             if self.out.next_stale_at is None or stale_at < self.out.next_stale_at:
                 self.out.next_stale_at = stale_at

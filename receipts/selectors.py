@@ -12,6 +12,7 @@ import datetime as dt
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from urllib.parse import urlencode
 
 from django.db.models import Case, Count, Exists, OuterRef, Q, QuerySet, Value, When
 from django.urls import reverse
@@ -129,7 +130,7 @@ def search(*, query: str) -> SearchResult:
     for run_id, submission_id in Submission.objects.filter(client_submission_id=query).values_list(
         "run__run_id", "client_submission_id"
     )[:20]:
-        url = reverse("run", args=[run_id]) + f"?submission={submission_id}#submissions"
+        url = reverse("run", args=[run_id]) + "?" + urlencode({"submission": submission_id}) + "#submissions"
         matches.append((f"submission {submission_id} in {run_id}", url))
     return SearchResult(matches[0][1] if len(matches) == 1 else None, matches)
 
@@ -293,7 +294,10 @@ def stale_items(*, now: dt.datetime) -> list[StaleItem]:
                         task_present=submission.task_present,
                         digests_match=submission.task_matches,
                     ),
-                    reverse("run", args=[run_id]) + f"?submission={submission.client_submission_id}#submissions",
+                    reverse("run", args=[run_id])
+                    + "?"
+                    + urlencode({"submission": submission.client_submission_id})
+                    + "#submissions",
                 )
             )
         else:

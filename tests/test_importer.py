@@ -117,7 +117,9 @@ def test_a_rewritten_ledger_is_found_and_read_again_and_the_finding_stays(demo_r
 
 def test_a_line_being_written_is_picked_up_once_complete(demo_root):
     run_dir = demo_root / "clean-run"
-    line = protocol.canonical_json({"seq": 11, "ts": "2026-11-30T00:00:00Z", "type": "note"})
+    last_line = (run_dir / "events.jsonl").read_bytes().splitlines()[-1]
+    event = {"seq": 11, "ts": "2026-11-30T00:00:00Z", "type": "note", "prev_sha256": protocol.sha256_hex(last_line)}
+    line = protocol.canonical_json(event)
     with (run_dir / "events.jsonl").open("ab") as ledger:
         ledger.write(line[:20])
     report = importer.run_import(path=run_dir)
@@ -126,7 +128,7 @@ def test_a_line_being_written_is_picked_up_once_complete(demo_root):
         ledger.write(line[20:] + b"\n")
     report = importer.run_import(path=run_dir)
     assert report.events == 11
-    assert {f["code"] for f in report.findings} == set(), "no chain finding: prev_sha256 is optional"
+    assert {f["code"] for f in report.findings} == set(), "the chain goes on across the two imports"
 
 
 def test_findings_that_no_longer_hold_are_closed_not_deleted(demo_root):

@@ -245,3 +245,45 @@ def test_query_counts_do_not_grow_with_the_run(browser, demo, django_assert_max_
     for url in urls:
         with django_assert_max_num_queries(small[url]):
             browser.get(url)
+
+
+def test_hostile_event_payloads_never_break_a_page(browser, demo):
+    run_dir = demo / "clean-run"
+    call = call_of("clean-run")
+    hostile = {"status": ["x"], "tool": {"a": 1}, "attempt": [1], "state": {"s": 1}, "task_id": ["t"]}
+    protocol.append_event(run_dir, "receipt", {**hostile, "call_id": call.call_id})
+    protocol.append_event(run_dir, "state", {"state": ["running"], "attempts": {"n": 1}})
+    protocol.append_event(run_dir, "submission", {"client_submission_id": "demo-clean-1", "reason": ["r"], **hostile})
+    protocol.append_event(run_dir, "confirmation", {"resolution": [1], "actor": {"name": "x"}})
+    importer.run_import(path=run_dir)
+    for url in ("/runs/clean-run/", reverse("call", args=["clean-run", call.call_id])):
+        response = browser.get(url)
+        assert response.status_code == HTTPStatus.OK, url
+        assert "[&quot;x&quot;]" in content(response), "shown as the JSON it is, escaped"
+    assert browser.get("/runs/clean-run/?format=csv").status_code == HTTPStatus.OK
+
+
+def test_csv_cells_that_could_be_formulas_are_neutralised(browser, demo):
+    run_dir = demo / "clean-run"
+    for text in ('=HYPERLINK("http://evil")', "+1", "-2+3", "@SUM(A1)", "\tx", "\rx"):
+        protocol.append_event(run_dir, text, {})
+    importer.run_import(path=run_dir)
+    rows = list(csv.reader(io.StringIO(content(browser.get("/runs/clean-run/?format=csv")))))
+    types = [row[2] for row in rows[1:]]
+    assert '\'=HYPERLINK("http://evil")' in types and "'+1" in types and "'-2+3" in types
+    assert "'@SUM(A1)" in types and "'\tx" in types and "'\rx" in types
+    assert not [cell for row in rows[1:] for cell in row if cell[:1] in ("=", "+", "-", "@", "\t", "\r")]
+    seqs = [row[0] for row in rows[1:]]
+    assert all(seq.isdigit() for seq in seqs), "numbers stay numbers"
+
+
+def test_links_and_redirects_encode_a_submission_id(browser, demo):
+    from receipts import runtime
+
+    run_dir = demo / "clean-run"
+    runtime.write_task(run_dir, {"subject": "x"}, "a&b=c #d?")
+    importer.run_import(path=run_dir)
+    location = browser.get("/search/", {"q": "a&b=c #d?"})["Location"]
+    assert location == "/runs/clean-run/?submission=a%26b%3Dc+%23d%3F#submissions"
+    page = content(browser.get(location))
+    assert "Showing submission" in page and "a&amp;b=c #d?" in page

@@ -38,10 +38,18 @@ BADGE_CLASSES = {
 }
 
 
+def as_text(value: object) -> str:
+    """Any value a ledger line may hold, as text: a string as it is, anything else as compact JSON."""
+    return value if isinstance(value, str) else as_json(value)
+
+
 @register.simple_tag
-def badge(value: str) -> SafeString:
-    """A status, decision, disposition or severity as a labelled badge (text, not colour alone)."""
-    label = value or "missing"
+def badge(value: object) -> SafeString:
+    """A status, decision, disposition or severity as a labelled badge (text, not colour alone).
+
+    Event payloads are whatever the ledger holds: a list or an object is shown as JSON, never a 500.
+    """
+    label = as_text(value) if value not in (None, "") else "missing"
     return format_html('<span class="badge badge-{}">{}</span>', BADGE_CLASSES.get(label, "neutral"), label)
 
 
@@ -62,8 +70,8 @@ def age(since: dt.datetime | None) -> str:
 
 
 @register.filter
-def short(value: str, length: int = 12) -> str:
-    return value[:length] if value else ""
+def short(value: object, length: int = 12) -> str:
+    return as_text(value)[:length] if value else ""
 
 
 HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -78,4 +86,4 @@ def short_subject(subject: str) -> str:
 @register.filter
 def as_json(value: object) -> str:
     """Compact JSON, as the ledger holds it (escaped by the template like any text)."""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)

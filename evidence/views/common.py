@@ -54,6 +54,21 @@ def _cell(value: Any) -> Any:
     return value
 
 
+# A spreadsheet runs a cell that starts with one of these as a formula (OWASP, "CSV injection").
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A value as a CSV cell that no spreadsheet runs: text that could start a formula gets a
+    leading apostrophe. Numbers stay numbers (a negative number is not text)."""
+    if isinstance(value, dict | list):
+        value = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    value = _cell(value)
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 class _Echo:
     def write(self, value: str) -> str:
         return value
@@ -70,9 +85,7 @@ def download(
         def lines() -> Iterable[str]:
             yield writer.writerow(columns)
             for row in rows:
-                yield writer.writerow(
-                    [json.dumps(v, sort_keys=True) if isinstance(v, dict | list) else _cell(v) for v in row]
-                )
+                yield writer.writerow([csv_cell(value) for value in row])
 
         response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
     else:

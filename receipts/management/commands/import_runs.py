@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
 
 from receipts.importer import ImportReport, root_import
 from receipts.reader import MAX_JSON_BYTES, MAX_LINE_BYTES, Limits
@@ -66,7 +67,12 @@ class Command(BaseCommand):
         try:
             while True:
                 time.sleep(options["interval"])
-                report = root_import(root=root, limits=limits, progress=progress)
+                try:
+                    report = root_import(root=root, limits=limits, progress=progress)
+                except DatabaseError as error:
+                    # The database went away (a restart, a full disk): the watch goes on and tries again.
+                    self.stderr.write(f"import pass failed, trying again in {options['interval']} s: {error}")
+                    continue
                 self.emit(report, options["json"], only_changed=True)
         except KeyboardInterrupt:
             self.stderr.write("stopped watching")
@@ -81,7 +87,13 @@ class Command(BaseCommand):
             return
         for run in report.runs:
             codes = sorted({finding["code"] for finding in run.findings})
-            state = "imported" if run.changed else "unchanged"
+            state = (
+                "import failed (see its import_failed finding)"
+                if run.failed
+                else "imported"
+                if run.changed
+                else "unchanged"
+            )
             self.stdout.write(
                 f"{run.run_id}: {state}; {run.calls} calls, {run.events} events, {run.submissions} submissions, "
                 f"{len(run.findings)} open findings{' (' + ', '.join(codes) + ')' if codes else ''}"
