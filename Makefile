@@ -16,16 +16,28 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The watcher re-imports what changes every 3 s, so open run pages refresh live;
-# it stops with the server (Ctrl-C).
-demo: install
-	$(BIN)/python manage.py migrate --noinput
+# The demo serves what a deployment would: debugging off, collected static files
+# served by whitenoise, the branded error pages, a secret key made once under var/.
+# Only HTTPS is off, because it serves plain HTTP on loopback. The watcher
+# re-imports what changes every 3 s, so open run pages refresh live; it stops
+# with the server (Ctrl-C).
+DEMO_HOST = $(firstword $(subst :, ,$(ADDR)))
+DEMO_ENV = DJANGO_DEBUG=0 DJANGO_HTTPS=0 DJANGO_SECRET_KEY="$$(cat var/secret_key)" \
+	DJANGO_ALLOWED_HOSTS=$(DEMO_HOST),127.0.0.1,localhost EVIDENCE_RUNS_ROOT=$(RUNS)
+
+var/secret_key:
+	mkdir -p var
+	umask 077 && $(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(50))' > $@
+
+demo: install var/secret_key
+	$(DEMO_ENV) $(BIN)/python manage.py migrate --noinput
+	$(DEMO_ENV) $(BIN)/python manage.py collectstatic --noinput -v 0
 	$(BIN)/python -m receipts demo $(RUNS)
-	$(BIN)/python manage.py import_runs $(RUNS)
-	$(BIN)/python manage.py demo_login
-	$(BIN)/python manage.py import_runs $(RUNS) --watch > var/watch.log 2>&1 & watcher=$$!; \
+	$(DEMO_ENV) $(BIN)/python manage.py import_runs $(RUNS)
+	$(DEMO_ENV) $(BIN)/python manage.py demo_login --url http://$(ADDR)/
+	$(DEMO_ENV) $(BIN)/python manage.py import_runs $(RUNS) --watch > var/watch.log 2>&1 & watcher=$$!; \
 	trap 'kill $$watcher 2>/dev/null' EXIT INT TERM; \
-	EVIDENCE_RUNS_ROOT=$(RUNS) $(BIN)/python manage.py runserver $(ADDR)
+	$(DEMO_ENV) $(BIN)/python manage.py runserver $(ADDR)
 
 # Browser tests drive Debian's Chromium; install it when it is missing (never a downloaded browser).
 browser:

@@ -1,8 +1,10 @@
 """The one settings file. Everything that varies comes from the environment.
 
-Variables (documented in the README): DATABASE_URL, DJANGO_DEBUG,
-DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS, EVIDENCE_RUNS_ROOT,
-EVIDENCE_ARCHIVE_ROOT. Parsers are strict: a malformed value stops start-up.
+Variables (documented in the README): DATABASE_URL, DATABASE_CONN_MAX_AGE,
+DJANGO_DEBUG, DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS, DJANGO_HTTPS,
+EVIDENCE_RUNS_ROOT, EVIDENCE_ARCHIVE_ROOT. Parsers are strict: a malformed
+value stops start-up. What is unset is what a deployment needs: debugging off,
+HTTPS on.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ def env_path(name: str, default: Path) -> Path:
     return Path(os.environ.get(name) or default).expanduser().resolve()
 
 
-# Development is the default, as with `startproject`; production sets 0, and
-# then a real secret key and host list are required.
-DEBUG = env_bool("DJANGO_DEBUG", "1")
+# Secure by default: development turns debugging on explicitly (DJANGO_DEBUG=1).
+# Without it a real secret key and host list are required.
+DEBUG = env_bool("DJANGO_DEBUG", "0")
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
@@ -136,7 +138,11 @@ WHITENOISE_AUTOREFRESH = DEBUG
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-if not DEBUG:
+# HTTPS-only cookies, HSTS and the redirect, unless debugging. DJANGO_HTTPS=0 is
+# only for serving plain HTTP on loopback (`make demo`): browsers will not send a
+# secure cookie over http://127.0.0.1.
+HTTPS = env_bool("DJANGO_HTTPS", "0" if DEBUG else "1")
+if HTTPS:
     SECURE_SSL_REDIRECT = True
     SECURE_HSTS_SECONDS = 31536000
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True

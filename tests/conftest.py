@@ -38,11 +38,6 @@ def run_dir(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hasher(settings) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture(scope="session")
 def demo_source(tmp_path_factory) -> Path:
     """The demo runs, written once per session by the real writer. Never change them: copy."""

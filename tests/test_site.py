@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 
 PROJECT = Path(__file__).resolve().parent.parent
 
@@ -47,11 +49,62 @@ def test_no_migrations_are_pending():
 
 
 @pytest.mark.django_db
-def test_demo_login_prints_a_working_login(client):
+def test_demo_login_prints_a_working_login_at_the_address_served(client):
     out = StringIO()
-    call_command("demo_login", stdout=out)
+    call_command("demo_login", "--url", "http://127.0.0.1:8765/", stdout=out)
+    assert out.getvalue().startswith("Log in at http://127.0.0.1:8765/ as ")
     username, password = out.getvalue().split(" as ")[1].strip().split(" / ")
     assert client.login(username=username, password=password)
+
+
+def settings_of(**env: str) -> dict:
+    """DEBUG, the HTTPS settings and ALLOWED_HOSTS as a process started with ``env`` sees them."""
+    code = (
+        "import json, django; from django.conf import settings; django.setup(); print(json.dumps({"
+        "'DEBUG': settings.DEBUG, 'SECURE_SSL_REDIRECT': getattr(settings, 'SECURE_SSL_REDIRECT', False),"
+        "'SESSION_COOKIE_SECURE': settings.SESSION_COOKIE_SECURE, 'ALLOWED_HOSTS': settings.ALLOWED_HOSTS}))"
+    )
+    env = settings_env(DJANGO_SETTINGS_MODULE="evidence.settings", **env)
+    completed = subprocess.run(
+        [sys.executable, "-c", code], cwd=PROJECT, env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(completed.stdout)
+
+
+def test_debugging_is_off_and_https_on_unless_asked_for():
+    production = settings_of(DJANGO_SECRET_KEY="s" * 60, DJANGO_ALLOWED_HOSTS="callproof.example.com")
+    assert production == {
+        "DEBUG": False,
+        "SECURE_SSL_REDIRECT": True,
+        "SESSION_COOKIE_SECURE": True,
+        "ALLOWED_HOSTS": ["callproof.example.com"],
+    }
+    development = settings_of(DJANGO_DEBUG="1")
+    assert development["DEBUG"] is True and development["SECURE_SSL_REDIRECT"] is False
+    loopback = settings_of(DJANGO_SECRET_KEY="s" * 60, DJANGO_HTTPS="0")
+    assert loopback["DEBUG"] is False and loopback["SESSION_COOKIE_SECURE"] is False
+
+
+@pytest.mark.django_db
+def test_a_missing_page_is_the_branded_404(client, django_user_model):
+    client.force_login(django_user_model.objects.create_user("alice"))
+    response = client.get("/runs/no-such-run/")
+    assert response.status_code == HTTPStatus.NOT_FOUND
+    page = response.content.decode()
+    assert "<title>Not found · Callproof</title>" in page and "Back to the runs" in page
+
+
+@pytest.mark.django_db
+def test_a_server_error_is_the_branded_500_without_a_traceback(client, django_user_model):
+    client.force_login(django_user_model.objects.create_user("alice"))
+    client.raise_request_exception = False
+    with connection.cursor() as cursor:  # a real failure: the table the page reads is gone
+        cursor.execute("DROP TABLE receipts_finding")
+    response = client.get("/findings/")
+    assert response.status_code == HTTPStatus.INTERNAL_SERVER_ERROR
+    page = response.content.decode()
+    assert "<title>Server error · Callproof</title>" in page
+    assert "Traceback" not in page and "receipts_finding" not in page and "Exception" not in page
 
 
 def settings_env(**values: str) -> dict[str, str]:
@@ -81,7 +134,9 @@ def test_check_deploy_is_clean_in_production_settings():
 @pytest.mark.parametrize(
     ("values", "message"),
     [
+        ({}, "DJANGO_SECRET_KEY must be set"),
         ({"DJANGO_DEBUG": "0"}, "DJANGO_SECRET_KEY must be set"),
+        ({"DJANGO_DEBUG": "1", "DJANGO_HTTPS": "maybe"}, "DJANGO_HTTPS must be 0 or 1"),
         ({"DJANGO_DEBUG": "yes"}, "DJANGO_DEBUG must be 0 or 1"),
     ],
 )

@@ -14,8 +14,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--username", default="demo")
+        parser.add_argument("--url", default="http://127.0.0.1:8000/", help="where the dashboard is served")
 
-    def handle(self, *args, username: str, **options) -> None:
+    def handle(self, *args, username: str, url: str, **options) -> None:
         password = secrets.token_urlsafe(12)
         user, _ = get_user_model().objects.get_or_create(username=username)
         user.set_password(password)
@@ -23,4 +24,4 @@ class Command(BaseCommand):
         user.save()
         # The demo person may settle calls; the permission exists once the models do.
         user.user_permissions.add(*Permission.objects.filter(codename="confirm_call"))
-        self.stdout.write(f"Log in at http://127.0.0.1:8000/ as {username} / {password}")
+        self.stdout.write(f"Log in at {url} as {username} / {password}")

@@ -1,0 +1,17 @@
+"""The test suite's environment. evidence/settings.py stays the one settings file.
+
+It reads the environment, and its defaults are a deployment's (debugging off,
+HTTPS on). A test run is development: this module supplies that environment,
+as `make demo` supplies its own, takes the settings whole, and adds one speed-up.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["DJANGO_DEBUG"] = "1"
+
+from evidence.settings import *  # noqa: F403
+
+# Hashing passwords slowly is the point in production and a waste in tests.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
