@@ -287,3 +287,10 @@ def test_links_and_redirects_encode_a_submission_id(browser, demo):
     assert location == "/runs/clean-run/?submission=a%26b%3Dc+%23d%3F#submissions"
     page = content(browser.get(location))
     assert "Showing submission" in page and "a&amp;b=c #d?" in page
+
+
+def test_a_recovered_creation_says_so_in_the_disposition_history(browser, demo):
+    page = content(browser.get("/runs/a2-lost-response/"))
+    history = page[page.index("Disposition history") :]
+    assert "recovered: a crash kept this event out of the ledger" in history
+    assert history.index('badge-ok">created') < history.index('badge-info">reused')
