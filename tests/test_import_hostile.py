@@ -25,7 +25,7 @@ def good_run(root: Path, run_id: str) -> Path:
     """A run the writer made: one committed call and one created task."""
     run_dir = root / run_id
     runtime.run_init(run_dir, contract_sha256=CONTRACT)
-    runtime.Executor(run_dir).call("write_file", FILE_ARGS)
+    runtime.Executor(run_dir).call("write_file", FILE_ARGS, attempt=1)
     runtime.write_task(run_dir, {"subject": "Fix login"}, "sub-1")
     return run_dir
 
@@ -169,7 +169,7 @@ def test_an_oversize_last_line_still_being_written(root):
 def test_u0000_in_strings_the_writer_writes(root):
     bad = root / "bad"
     runtime.write_task(bad, {"subject": "nul\x00here"}, "sub\x00nul")
-    runtime.Executor(bad).call("send_message", {"to": "ops@example.com", "body": "a\x00b"})
+    runtime.Executor(bad).call("send_message", {"to": "ops@example.com", "body": "a\x00b"}, attempt=1)
     edit_json(bad / "state.json", name="run\x00ning")
     protocol.append_event(bad, "no\x00te", {"client_submission_id": "x\x00y"})
     import_and_check(root)
