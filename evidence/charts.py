@@ -13,7 +13,9 @@ from collections.abc import Mapping, Sequence
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-STATUS_ORDER = ("committed", "prepared", "unknown", "rejected", "failed", "missing")
+from receipts import protocol
+
+STATUS_ORDER = (*protocol.RECEIPT_STATUSES, protocol.LEGACY_STATUS, "missing")
 
 
 def _status_key(status: str) -> tuple[int, str]:

@@ -9,7 +9,10 @@ from __future__ import annotations
 import dataclasses
 
 ERROR, WARNING = "error", "warning"
-FILES, LEDGER, STICKY = "files", "ledger", "sticky"
+# Scopes: when a stored finding is checked again, and so when it can close.
+FILES = "files"  # re-checked on every import: closed when not seen again
+LEDGER = "ledger"  # about ledger lines: re-checked only when the ledger is read from scratch
+STICKY = "sticky"  # a rewritten ledger: stays open until a person deals with it
 
 CODES: dict[str, tuple[str, str]] = {
     # code: (severity, meaning)

@@ -25,7 +25,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from receipts import protocol
+from receipts import durable, protocol
 from receipts.findings import FILES, LEDGER, FindingRecord, storable_text
 from receipts.models import Call, Confirmation, Event, Finding, Run, Submission
 from receipts.reader import (
@@ -160,7 +160,7 @@ def run_import_lock(run_id: str) -> Iterator[None]:
     if name.startswith("file:") or name == ":memory:":
         yield  # an in-memory database belongs to one process
         return
-    with protocol.exclusive_lock(Path(f"{name}.import.lock")):
+    with durable.exclusive_lock(Path(f"{name}.import.lock")):
         yield
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from django.db import models
 from django.db.models import Q
 
+from receipts import findings, protocol
 from receipts.protocol import EMPTY_SHA256, ZERO_HASH
 
 
@@ -60,6 +61,11 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return self.run_id
+
+    @property
+    def is_finished(self) -> bool:
+        """A finished run writes nothing more: its page stops refreshing."""
+        return self.state.lower() in protocol.FINISHED_STATES
 
 
 class Call(models.Model):
@@ -168,17 +174,13 @@ class Event(models.Model):
 class Finding(models.Model):
     """What a reader reported. Closed (never deleted) when it no longer holds."""
 
-    SCOPE_FILES = "files"  # re-checked on every import: closed when not seen again
-    SCOPE_LEDGER = "ledger"  # about ledger lines: re-checked only when the ledger is read from scratch
-    SCOPE_STICKY = "sticky"  # a rewritten ledger: stays open until a person deals with it
-
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="findings", null=True)
     root = models.TextField(blank=True)  # for findings about the runs root itself (no run)
     code = models.CharField(max_length=40)
     subject = models.CharField(max_length=400)
     detail = models.TextField(blank=True)
     severity = models.CharField(max_length=8)
-    scope = models.CharField(max_length=8, default=SCOPE_FILES)
+    scope = models.CharField(max_length=8, default=findings.FILES)  # findings.py says what each scope means
     call_id = models.CharField(max_length=200, blank=True)
     stored_value = models.TextField(blank=True)
     recomputed_value = models.TextField(blank=True)

@@ -7,20 +7,16 @@ standard library only, so an agent runtime can vendor this file (and
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import datetime as dt
-import fcntl
 import hashlib
-import itertools
 import json
 import math
 import os
 import re
 import unicodedata
-from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 IDENTITY_V1 = "call-id-v1"
@@ -39,11 +35,26 @@ REQUEST_FIELDS = (
     "depends_on",
     "risk_level",
 )
-RECEIPT_STATUSES = ("prepared", "committed", "rejected", "unknown")
+# One order for each list, used wherever they are shown: statuses as the charts
+# stack them, decisions most urgent first.
+RECEIPT_STATUSES = ("committed", "prepared", "unknown", "rejected")
+IN_DOUBT_STATUSES = ("prepared", "unknown")  # a person (or a query) must settle these
 LEGACY_STATUS = "failed"
+DECISIONS = ("confirm", "query", "retry", "stop", "reuse")
+RESOLUTIONS = ("committed", "rejected")  # what a person's confirmation may say
+# The seed's rule: tools run only while the run may still act. A run starts in
+# "running" at attempt 1; "retrying" means the next attempt is due.
+CALLABLE_STATES = ("running", "retrying")
+FINISHED_STATES = ("finished", "succeeded", "completed", "failed", "cancelled", "stopped")
 SUBMISSION_STATES = ("reserved", "task_created", "committed")
 DISPOSITIONS = ("created", "reused", "conflict")
 ZERO_HASH = "0" * 64
+LEDGER_NAME = "events.jsonl"
+WRITER_DIR = ".writer"  # the writer's locks and task counter; readers skip dot names
+RUN_FOLDERS = ("receipts", "submissions", "tasks", "confirmations")
+MAX_SUBMISSION_ID_LENGTH = 256
+# A call_id names a receipt file and a page: the reader refuses longer names.
+MAX_CALL_ID_LENGTH = 200
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 RUN_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
 HEX64_RE = re.compile(r"[0-9a-f]{64}")
@@ -61,6 +72,17 @@ def canonical_json(value: Any) -> bytes:
 def valid_run_id(name: str) -> bool:
     """1-128 characters of ``[A-Za-z0-9._-]``, not starting with a dot."""
     return bool(RUN_ID_RE.fullmatch(name)) and not name.startswith(".")
+
+
+def valid_call_name(call_id: Any) -> bool:
+    """Whether ``call_id`` can name a receipt file (``receipts/<call_id>.json``) and a page."""
+    return (
+        isinstance(call_id, str)
+        and 0 < len(call_id) <= MAX_CALL_ID_LENGTH
+        and "/" not in call_id
+        and "\x00" not in call_id
+        and not call_id.startswith(".")
+    )
 
 
 def sha256_hex(data: bytes) -> str:
@@ -191,14 +213,15 @@ def _clip(value: Any, limit: int = 200) -> str:
     return (value if isinstance(value, str) else json.dumps(value, default=str))[:limit]
 
 
-def _normalise_text(value: Any) -> Any:
+def normalise_text(value: Any) -> Any:
+    """Every string in ``value``, keys included: line ends to ``\\n``, then Unicode NFC."""
     # Line ends first, then NFC: the order the spec fixes.
     if isinstance(value, str):
         return unicodedata.normalize("NFC", value.replace("\r\n", "\n").replace("\r", "\n"))
     if isinstance(value, list):
-        return [_normalise_text(item) for item in value]
+        return [normalise_text(item) for item in value]
     if isinstance(value, dict):
-        return {_normalise_text(key): _normalise_text(item) for key, item in value.items()}
+        return {normalise_text(key): normalise_text(item) for key, item in value.items()}
     return value
 
 
@@ -208,11 +231,72 @@ def semantic_request(request: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def request_digest(request: Mapping[str, Any]) -> str:
-    return sha256_hex(canonical_json(_normalise_text(semantic_request(request))))
+    return sha256_hex(canonical_json(normalise_text(semantic_request(request))))
 
 
 def input_sha256(args: Any) -> str:
     return sha256_hex(canonical_json(args))
+
+
+# --- task creation -----------------------------------------------------------
+
+
+def submission_key(client_submission_id: str) -> str:
+    """The record's file stem: no caller string ever becomes a path."""
+    return sha256_hex(client_submission_id.encode("utf-8"))
+
+
+def render_task(task_id: str, request: Mapping[str, Any], client_submission_id: str | None) -> bytes:
+    """The task file. Deterministic, so a resumed call (and a reader) recognises its own file."""
+    fields = normalise_text(semantic_request(request))
+    lines = [f"# {task_id}: {fields['subject'] or '(no subject)'}", ""]
+    for name in REQUEST_FIELDS:
+        if name not in ("subject", "body") and fields[name] is not None:
+            lines.append(f"- {name}: {json.dumps(fields[name], ensure_ascii=False)}")
+    if client_submission_id is not None:
+        lines.append(f"- client_submission_id: {json.dumps(client_submission_id, ensure_ascii=False)}")
+    lines += ["", str(fields["body"] or ""), ""]
+    return "\n".join(lines).encode("utf-8")
+
+
+def safe_task_path(task_path: Any) -> bool:
+    """A ``task_path`` names one file directly in ``tasks/`` that readers do not skip."""
+    if not isinstance(task_path, str) or not task_path.startswith("tasks/"):
+        return False
+    name = task_path[len("tasks/") :]
+    return bool(name) and "/" not in name and "\x00" not in name and not name.startswith(".")
+
+
+# --- confirmations -----------------------------------------------------------
+
+CONFIRMATION_SCHEMA = "confirmation/v1"
+
+
+def confirmation_id(call_id: str, resolution: str, receipt_sha256: str) -> str:
+    return sha256_hex(canonical_json({"call_id": call_id, "resolution": resolution, "receipt_sha256": receipt_sha256}))
+
+
+def confirmation_problem(confirmation: Any, call_id: str, receipt_sha256: str | None) -> str | None:
+    """Why a confirmation does not hold for the receipt with this digest, or ``None`` when it does."""
+    if not isinstance(confirmation, dict) or confirmation.get("schema") != CONFIRMATION_SCHEMA:
+        return f"not a {CONFIRMATION_SCHEMA} document"
+    if confirmation.get("call_id") != call_id:
+        return "names another call_id"
+    resolution = confirmation.get("resolution")
+    if resolution not in RESOLUTIONS:
+        return f"resolution {_clip(resolution, 40)!r} is neither committed nor rejected"
+    if receipt_sha256 is None:
+        return "there is no receipt to confirm"
+    if confirmation.get("receipt_sha256") != receipt_sha256:
+        return "the receipt changed since the person saw it"
+    if confirmation.get("confirmation_id") != confirmation_id(call_id, resolution, receipt_sha256):
+        return "confirmation_id does not match"
+    if not isinstance(confirmation.get("reason"), str) or not confirmation["reason"].strip():
+        return "no reason given"
+    return None
+
+
+# --- times -------------------------------------------------------------------
 
 
 def utc_now() -> dt.datetime:
@@ -329,232 +413,3 @@ def load_json_strict(data: bytes) -> Any:
     if "\\u" in text or text.count("[") + text.count("{") > MAX_JSON_DEPTH:
         _check_tree(value)
     return value
-
-
-# --- durable files ---------------------------------------------------------
-
-
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def temp_name_for(path: Path) -> Path:
-    """A fresh temp name beside ``path`` that readers ignore (leading dot, ``.tmp``)."""
-    return path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-
-
-def temp_files_of(path: Path) -> list[Path]:
-    return sorted(path.parent.glob(f".{glob_escape(path.name)}.*.tmp"))
-
-
-def glob_escape(name: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", name)
-
-
-class ShortWriteError(OSError):
-    """A write that stopped before its last byte (a file-size limit, a full disk)."""
-
-    def __init__(self, written: int, total: int, cause: OSError) -> None:
-        super().__init__(cause.errno, f"{written} of {total} bytes written: {cause.strerror or cause}")
-        self.written = written
-        self.total = total
-
-
-def write_all(fd: int, data: bytes) -> None:
-    """Write every byte of ``data``; ``ShortWriteError`` says how many went out when it cannot.
-
-    ``os.write`` may write fewer bytes than asked (near a file-size limit it
-    writes what fits, and only the next call fails): the count is never ignored.
-    """
-    view = memoryview(data)
-    written = 0
-    while written < len(data):
-        try:
-            count = os.write(fd, view[written:])
-        except OSError as error:
-            raise ShortWriteError(written, len(data), error) from error
-        if count == 0:
-            raise ShortWriteError(written, len(data), OSError(0, "the write made no progress"))
-        written += count
-
-
-def _write_temp(path: Path, data: bytes) -> Path:
-    temp = temp_name_for(path)
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        write_all(fd, data)
-        # An fsync error is fatal: the caller never gets to call this durable.
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    os.close(fd)
-    return temp
-
-
-def write_durable(path: Path, data: bytes, before_replace: Callable[[], None] | None = None) -> None:
-    """Replace ``path`` with ``data`` atomically and durably.
-
-    Temp file in the same directory (exclusive create), write, fsync, rename
-    onto the final name, fsync the directory. ``before_replace`` runs between
-    the temp file and the rename (a failpoint lives there).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = _write_temp(path, data)
-    if before_replace is not None:
-        before_replace()
-    try:
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    fsync_directory(path.parent)
-
-
-def create_durable(path: Path, data: bytes) -> None:
-    """Create ``path`` holding ``data``; ``FileExistsError`` when it exists.
-
-    The content is fsynced under a temp name, then hard-linked onto the
-    final name: ``link`` fails when the target exists and never exposes a
-    half-written file, which ``O_EXCL`` on the final name would.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = _write_temp(path, data)
-    try:
-        os.link(temp, path)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-    fsync_directory(path.parent)
-
-
-def remove_temp_files(path: Path) -> list[Path]:
-    """Remove the temp files a crash left beside ``path``; returns them."""
-    removed = []
-    for temp in temp_files_of(path):
-        with contextlib.suppress(FileNotFoundError):
-            temp.unlink()
-            removed.append(temp)
-    return removed
-
-
-@contextlib.contextmanager
-def exclusive_lock(lock_path: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on ``lock_path``, held for the block."""
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-# --- the ledger ------------------------------------------------------------
-
-LEDGER_NAME = "events.jsonl"
-
-
-def _complete_end(fd: int, size: int) -> int:
-    """Where the complete lines end: a torn tail left by a crash mid-append is not an event."""
-    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-        return size
-    return _last_newline_end(fd, size)
-
-
-def _lines_backwards(fd: int, end: int) -> Iterator[bytes]:
-    """Complete lines (without ``\\n``) from the one ending at ``end`` back to the first."""
-    while end > 0:
-        start = _last_newline_end(fd, end - 1)
-        yield os.pread(fd, end - 1 - start, start)
-        end = start
-
-
-def _last_newline_end(fd: int, before: int) -> int:
-    """Offset just after the last ``\\n`` strictly before ``before`` (0 if none)."""
-    position = before
-    chunk = 65536
-    while position > 0:
-        start = max(0, position - chunk)
-        block = os.pread(fd, position - start, start)
-        index = block.rfind(b"\n")
-        if index >= 0:
-            return start + index + 1
-        position = start
-    return 0
-
-
-def _last_seq(lines: Iterator[bytes]) -> int:
-    """The seq of the last line that is a valid event; a hostile line never stops the writer."""
-    for line in lines:
-        try:
-            event = load_json_strict(line)
-        except ValueError:
-            continue
-        seq = event.get("seq") if isinstance(event, dict) else None
-        if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
-            return seq
-    return 0
-
-
-def read_events(run_dir: Path) -> Iterator[dict[str, Any]]:
-    """The ledger's valid events in order, streamed; bad lines and a torn tail are passed over.
-
-    For the writer's rare recovery checks. The reader (``receipts.reader``) is
-    the one that reports what is wrong with a ledger.
-    """
-    try:
-        stream = open(Path(run_dir) / LEDGER_NAME, "rb")  # noqa: SIM115 - closed below, a generator
-    except FileNotFoundError:
-        return
-    with stream:
-        for line in stream:
-            if not line.endswith(b"\n"):
-                return
-            try:
-                event = load_json_strict(line[:-1])
-            except ValueError:
-                continue
-            if isinstance(event, dict):
-                yield event
-
-
-def append_event(run_dir: Path, event_type: str, fields: Mapping[str, Any]) -> dict[str, Any]:
-    """Append one event to the run's ledger under an exclusive lock.
-
-    Assigns ``seq`` (last + 1) and ``prev_sha256`` (digest of the last line's
-    bytes), writes one ``\\n``-terminated line and fsyncs it.
-    """
-    ledger = Path(run_dir) / LEDGER_NAME
-    fd = os.open(ledger, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        size = os.fstat(fd).st_size
-        end = _complete_end(fd, size)
-        if end != size:
-            os.ftruncate(fd, end)
-        # The chain covers the last line's bytes whatever they are; seq follows the last valid event.
-        lines = _lines_backwards(fd, end)
-        last_line = next(lines, None)
-        prev_sha256 = ZERO_HASH if last_line is None else sha256_hex(last_line)
-        seq = 1 if last_line is None else _last_seq(itertools.chain([last_line], lines)) + 1
-        event = {"seq": seq, "ts": format_time(utc_now()), "type": event_type, "prev_sha256": prev_sha256}
-        event.update({key: value for key, value in fields.items() if key not in event})
-        line = canonical_json(event) + b"\n"
-        try:
-            write_all(fd, line)
-        except ShortWriteError:
-            # Never leave a torn line behind: the ledger stays as it was.
-            os.ftruncate(fd, end)
-            raise
-        os.fsync(fd)
-        return event
-    finally:
-        os.close(fd)

@@ -1,87 +1,17 @@
-"""Recovery decisions: what a resuming runtime does with each call, with no side effect.
+"""Replay: the recovery decision of every call of a run, read with no side effect.
 
-Standard library only. ``decide`` is the rule; ``apply_decisions`` applies it to
-what the reader read, for ``python -m receipts replay`` and for the importer.
+Standard library only. The rule is ``recovery.decide``; ``apply_decisions``
+applies it to what the reader read, for ``python -m receipts replay`` and for
+the importer.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
-from receipts import protocol
 from receipts.reader import RunFiles, read_run
-
-DECISIONS = ("reuse", "retry", "stop", "query", "confirm")
-
-
-@dataclasses.dataclass(frozen=True)
-class Decision:
-    decision: str
-    reason: str
-
-
-def decide(
-    *,
-    status: str | None,
-    error_kind: str | None = None,
-    queryable: bool = False,
-    confirmation: str | None = None,
-    verification: str = protocol.VERIFIED,
-) -> Decision:
-    """The recovery decision for one call.
-
-    ``confirmation`` is the resolution of a valid human confirmation
-    (``committed`` or ``rejected``), or ``None``. ``verification`` is the
-    verdict of ``protocol.check_receipt_identity``: a receipt that does not pass
-    it (altered, misfiled, or missing an input) proves nothing, so a person
-    decides, as the writer does.
-    """
-    if status is not None and verification == protocol.MISMATCH:
-        return Decision("confirm", "the receipt does not pass its identity check (altered?): a person must decide")
-    if status is not None and verification != protocol.VERIFIED:
-        return Decision("confirm", "the receipt's identity cannot be checked (an input is missing): a person decides")
-    if status == "committed":
-        return Decision("reuse", "committed: its result is reused, never executed again")
-    if status in ("prepared", "unknown"):
-        if confirmation == "committed":
-            return Decision("reuse", f"{status}, confirmed committed by a person: reuse, never execute again")
-        if confirmation == "rejected":
-            return Decision("retry", f"{status}, confirmed not done by a person: retry under the next attempt")
-        if queryable:
-            return Decision("query", f"{status}: the adapter asks the target whether the effect happened")
-        return Decision("confirm", f"{status} and not queryable: a person must decide whether it happened")
-    if status == "rejected":
-        if error_kind == "retryable":
-            return Decision("retry", "rejected with a retryable error: retry under the next attempt")
-        if error_kind == "permanent":
-            return Decision("stop", "rejected permanently: retrying cannot help")
-        return Decision("stop", f"rejected with error kind {error_kind!r}: not known to be retryable")
-    if status == protocol.LEGACY_STATUS:
-        return Decision("confirm", "legacy status 'failed' cannot tell retryable from permanent: a person decides")
-    if status is None:
-        return Decision("confirm", "the ledger names this call but its receipt is missing: a person decides")
-    return Decision("confirm", f"status {status!r} is not a receipt state: a person decides")
-
-
-def reservation_resume(*, state: str, task_present: bool, digests_match: bool) -> str:
-    """What ``write_task`` does when the same submission is retried (RUN_DIRECTORY.md's rules)."""
-    if state == "committed":
-        return "reused: the first result is returned"
-    if state == "reserved":
-        if not task_present:
-            return "creates the task file under the same task_id, then commits (created)"
-        if digests_match:
-            return "adopts the task file it finds (its own) and commits (created)"
-        return "stops with a conflict (task_file_differs): another file holds the task's place"
-    if state == "task_created":
-        if not task_present:
-            return "stops with a conflict (task_missing): a created task is never created again"
-        if digests_match:
-            return "commits (created)"
-        return "stops with a conflict (task_digest_mismatch)"
-    return f"stops with a conflict (record_invalid): state {state!r}"
+from receipts.recovery import decide
 
 
 def apply_decisions(files: RunFiles) -> None:

@@ -20,11 +20,8 @@ from django.urls import reverse
 from receipts import protocol
 from receipts.findings import DIGEST_CODES
 from receipts.models import Call, Event, Finding, Run, Submission
-from receipts.replay import reservation_resume
+from receipts.recovery import reservation_resume
 
-STATUSES = ("committed", "prepared", "unknown", "rejected")
-AMBIGUOUS = ("prepared", "unknown")
-FINISHED_STATES = ("finished", "completed", "failed", "cancelled", "stopped")
 STALE_CODES = ("stale_reservation", "stale_call")
 HEX_RE = re.compile(r"[0-9a-f]{4,64}")
 
@@ -45,17 +42,13 @@ def calls_with_prefix(*, prefix: str) -> QuerySet[Call]:
     return Call.objects.filter(call_id__gte=prefix, call_id__lt=prefix_upper_bound(prefix))
 
 
-def run_is_finished(run: Run) -> bool:
-    return run.state.lower() in FINISHED_STATES
-
-
 # --- runs ------------------------------------------------------------------
 
 
 def runs_list(*, state: str = "", attention: bool = False) -> QuerySet[Run]:
     """Runs, newest activity first, with the flags the filters need (index-backed EXISTS)."""
     open_findings = Finding.objects.filter(run=OuterRef("pk"), closed_at__isnull=True)
-    ambiguous = Call.objects.filter(run=OuterRef("pk"), status__in=AMBIGUOUS)
+    ambiguous = Call.objects.filter(run=OuterRef("pk"), status__in=protocol.IN_DOUBT_STATUSES)
     runs = Run.objects.annotate(has_findings=Exists(open_findings), has_ambiguous=Exists(ambiguous))
     if state:
         runs = runs.filter(state=state)
@@ -87,7 +80,7 @@ class RunSummary:
 
     @property
     def ambiguous(self) -> int:
-        return sum(self.calls_by_status.get(status, 0) for status in AMBIGUOUS)
+        return sum(self.calls_by_status.get(status, 0) for status in protocol.IN_DOUBT_STATUSES)
 
 
 def run_summaries(*, runs: Iterable[Run]) -> dict[int, RunSummary]:
@@ -205,18 +198,15 @@ def events_histogram(*, run: Run, buckets: int = 24) -> list[tuple[dt.datetime, 
     return [(start, counts[f"b{index}"]) for index, start in enumerate(edges)]
 
 
-DECISION_ORDER = ("confirm", "query", "retry", "stop", "reuse")
-
-
 def decision_counts(*, run: Run) -> list[tuple[str, int]]:
     """How many calls get each recovery decision, most urgent first: one query."""
     counts = dict(Call.objects.filter(run=run).values_list("decision").annotate(n=Count("id")))
-    return [(decision, counts[decision]) for decision in DECISION_ORDER if counts.get(decision)]
+    return [(decision, counts[decision]) for decision in protocol.DECISIONS if counts.get(decision)]
 
 
 def calls_by_decision(*, run: Run, decision: str = "") -> QuerySet[Call]:
     """The run's calls, most urgent decision first (a person's call before a reuse)."""
-    rank = Case(*(When(decision=d, then=Value(i)) for i, d in enumerate(DECISION_ORDER)), default=Value(99))
+    rank = Case(*(When(decision=d, then=Value(i)) for i, d in enumerate(protocol.DECISIONS)), default=Value(99))
     calls = Call.objects.filter(run=run)
     if decision:
         calls = calls.filter(decision=decision)

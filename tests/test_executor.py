@@ -138,7 +138,7 @@ def confirm(run_dir: Path, call_id: str, resolution: str) -> None:
         "actor": "alice",
         "confirmed_at": protocol.format_time(protocol.utc_now()),
         "receipt_sha256": digest,
-        "confirmation_id": runtime.confirmation_id(call_id, resolution, digest),
+        "confirmation_id": protocol.confirmation_id(call_id, resolution, digest),
     }
     (run_dir / "confirmations" / f"{call_id}.json").write_text(json.dumps(document))
 

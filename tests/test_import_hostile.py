@@ -12,7 +12,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from receipts import importer, protocol, runtime
+from receipts import durable, importer, protocol, runtime
 from receipts.models import Call, Event, Finding, Run, Submission
 from tests.conftest import CONTRACT
 
@@ -90,7 +90,7 @@ def test_times_at_the_ends_of_the_calendar(root, moment):
     edit_json(receipt_path(bad), updated_at=moment, created_at=moment)
     record = next((bad / "submissions").iterdir())
     edit_json(record, reserved_at=moment, updated_at=moment, state="reserved")
-    protocol.append_event(bad, "note", {})
+    durable.append_event(bad, "note", {})
     ledger = (bad / "events.jsonl").read_bytes().splitlines()
     last = json.loads(ledger[-1])
     last["ts"] = moment
@@ -159,7 +159,7 @@ def test_an_oversize_last_line_still_being_written(root):
     assert_good_records_kept("bad")
     assert open_findings("bad") == set(), "a line in progress is not read, and no finding yet"
     append_line(bad, b'"}\n')
-    protocol.append_event(bad, "note", {})
+    durable.append_event(bad, "note", {})
     import_root(root, "--max-line-mib", "0.001")
     findings = open_findings("bad")
     assert any(code == "oversize" for code, _ in findings)
@@ -171,7 +171,7 @@ def test_u0000_in_strings_the_writer_writes(root):
     runtime.write_task(bad, {"subject": "nul\x00here"}, "sub\x00nul")
     runtime.Executor(bad).call("send_message", {"to": "ops@example.com", "body": "a\x00b"}, attempt=1)
     edit_json(bad / "state.json", name="run\x00ning")
-    protocol.append_event(bad, "no\x00te", {"client_submission_id": "x\x00y"})
+    durable.append_event(bad, "no\x00te", {"client_submission_id": "x\x00y"})
     import_and_check(root)
     submission = Submission.objects.get(run__run_id="bad", client_submission_id="sub\ufffdnul")
     assert submission.request["subject"] == "nul\x00here", "JSON values keep U+0000"
@@ -193,8 +193,8 @@ def test_values_longer_than_their_columns(root):
     long_name = "a" * 240 + ".json"
     (bad / "receipts" / long_name).write_bytes(b"[]")
     (bad / "confirmations" / long_name).write_bytes(b"{}")
-    protocol.append_event(bad, "receipt", {"call_id": "c" * 300, "status": ["x"]})
-    protocol.append_event(bad, "receipt", {"call_id": "../x/y", "status": "committed"})
+    durable.append_event(bad, "receipt", {"call_id": "c" * 300, "status": ["x"]})
+    durable.append_event(bad, "receipt", {"call_id": "../x/y", "status": "committed"})
     import_and_check(root)
     findings = open_findings("bad")
     assert ("unsafe_path", f"receipts/{long_name}") in findings
@@ -292,7 +292,7 @@ def test_a_ledger_that_stops_carrying_its_chain_is_broken(root):
 def test_the_same_run_id_under_two_roots_is_refused_the_second_time(root, tmp_path):
     other_root = tmp_path / "other-runs"
     other = good_run(other_root, "bad")
-    protocol.append_event(other, "note", {"from": "the other root"})
+    durable.append_event(other, "note", {"from": "the other root"})
     import_and_check(root)
     before = list(Event.objects.filter(run__run_id="bad").values_list("seq", "line_sha256"))
     report = import_root(other_root)

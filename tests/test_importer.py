@@ -15,7 +15,7 @@ import pytest
 from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 
-from receipts import importer, protocol, runtime
+from receipts import durable, importer, protocol, runtime
 from receipts.demo import SCENARIOS
 from receipts.models import Call, Event, Finding, Run, Submission
 from receipts.selectors import calls_with_prefix
@@ -84,8 +84,8 @@ def test_a_reimport_parses_only_the_appended_lines(demo_root, monkeypatch):
     importer.run_import(path=run_dir)
     offset = Run.objects.get(run_id="clean-run").ledger_offset
     assert offset == (run_dir / "events.jsonl").stat().st_size
-    protocol.append_event(run_dir, "note", {"n": 1})
-    protocol.append_event(run_dir, "note", {"n": 2})
+    durable.append_event(run_dir, "note", {"n": 1})
+    durable.append_event(run_dir, "note", {"n": 2})
     seen_offsets = []
     real = importer.read_ledger
 
@@ -110,7 +110,7 @@ def test_a_rewritten_ledger_is_found_and_read_again_and_the_finding_stays(demo_r
     assert finding.closed_at is None and finding.stored_value != finding.recomputed_value
     assert Event.objects.get(run__run_id="clean-run", seq=1).payload["state"] == "hacked!"
     assert Event.objects.filter(run__run_id="clean-run").count() == 10
-    protocol.append_event(run_dir, "note", {})
+    durable.append_event(run_dir, "note", {})
     importer.run_import(path=run_dir)
     assert Finding.objects.get(run__run_id="clean-run", code="ledger_rewritten").closed_at is None
 
@@ -296,7 +296,7 @@ def test_watch_imports_what_changes_until_interrupted(demo_root, tmp_path):
         runtime.run_init(demo_root / "new-run", contract_sha256=CONTRACT)
         second = json.loads(child.stdout.readline())
         assert [run["run_id"] for run in second["runs"]] == ["new-run"]
-        protocol.append_event(demo_root / "clean-run", "note", {})
+        durable.append_event(demo_root / "clean-run", "note", {})
         third = json.loads(child.stdout.readline())
         assert [(run["run_id"], run["events"]) for run in third["runs"]] == [("clean-run", 11)]
     finally:

@@ -13,7 +13,7 @@ from tests.ledger import read_ledger
 APPENDER = """
 import sys
 from pathlib import Path
-from receipts.protocol import append_event
+from receipts.durable import append_event
 for number in range(int(sys.argv[2])):
     append_event(Path(sys.argv[1]), "note", {"writer": sys.argv[3], "n": number})
 """

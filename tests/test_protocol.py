@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from receipts import protocol
+from receipts import durable, protocol
 from tests.conftest import corpus_files, data_path
 
 DUPLICATE_KEY_FILES = {"y_object_duplicated_key.json", "y_object_duplicated_key_and_value.json"}
@@ -217,22 +217,22 @@ def test_request_digest_normalises_object_keys_too():
 
 def test_write_durable_replaces_the_file_and_leaves_no_temp(tmp_path):
     target = tmp_path / "receipt.json"
-    protocol.write_durable(target, b"one")
-    protocol.write_durable(target, b"two")
+    durable.write_durable(target, b"one")
+    durable.write_durable(target, b"two")
     assert target.read_bytes() == b"two"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["receipt.json"]
 
 
 def test_an_fsync_error_is_fatal_and_the_old_content_stays(tmp_path, monkeypatch):
     target = tmp_path / "receipt.json"
-    protocol.write_durable(target, b'{"status": "prepared"}')
+    durable.write_durable(target, b'{"status": "prepared"}')
 
     def failing_fsync(fd):
         raise OSError(errno.EIO, "simulated disk error")
 
     monkeypatch.setattr(os, "fsync", failing_fsync)
     with pytest.raises(OSError, match="simulated disk error"):
-        protocol.write_durable(target, b'{"status": "committed"}')
+        durable.write_durable(target, b'{"status": "committed"}')
     monkeypatch.undo()
     assert target.read_bytes() == b'{"status": "prepared"}'
     assert sorted(path.name for path in tmp_path.iterdir()) == ["receipt.json"]
@@ -240,9 +240,9 @@ def test_an_fsync_error_is_fatal_and_the_old_content_stays(tmp_path, monkeypatch
 
 def test_create_durable_fails_when_the_target_exists_and_keeps_it(tmp_path):
     target = tmp_path / "TASK-000001.md"
-    protocol.create_durable(target, b"first")
+    durable.create_durable(target, b"first")
     with pytest.raises(FileExistsError):
-        protocol.create_durable(target, b"second")
+        durable.create_durable(target, b"second")
     assert target.read_bytes() == b"first"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["TASK-000001.md"]
 
@@ -252,15 +252,15 @@ def test_create_durable_never_uses_replace(tmp_path, monkeypatch):
         raise AssertionError("a create-only write must not use os.replace")
 
     monkeypatch.setattr(os, "replace", forbidden)
-    protocol.create_durable(tmp_path / "task.md", b"content")
+    durable.create_durable(tmp_path / "task.md", b"content")
     assert (tmp_path / "task.md").read_bytes() == b"content"
 
 
 def test_temp_files_are_named_so_readers_skip_them(tmp_path):
-    temp = protocol.temp_name_for(tmp_path / "abc.json")
+    temp = durable.temp_name_for(tmp_path / "abc.json")
     assert temp.name.startswith(".") and temp.name.endswith(".tmp")
     temp.write_bytes(b"partial")
-    assert protocol.remove_temp_files(tmp_path / "abc.json") == [temp]
+    assert durable.remove_temp_files(tmp_path / "abc.json") == [temp]
     assert not temp.exists()
 
 
@@ -268,7 +268,7 @@ def test_append_event_chains_each_line_to_the_previous(tmp_path):
     from tests.ledger import read_ledger
 
     for number in range(5):
-        event = protocol.append_event(tmp_path, "note", {"n": number, "seq": 999})
+        event = durable.append_event(tmp_path, "note", {"n": number, "seq": 999})
         assert event["seq"] == number + 1
     events = read_ledger(tmp_path)
     assert [event["n"] for event in events] == [0, 1, 2, 3, 4]
@@ -278,10 +278,10 @@ def test_append_event_chains_each_line_to_the_previous(tmp_path):
 def test_append_event_cuts_a_torn_tail_left_by_a_crash(tmp_path):
     from tests.ledger import read_ledger
 
-    protocol.append_event(tmp_path, "note", {})
+    durable.append_event(tmp_path, "note", {})
     with (tmp_path / "events.jsonl").open("ab") as ledger:
         ledger.write(b'{"seq": 2, "type": "no')  # a crash mid-append
-    protocol.append_event(tmp_path, "note", {})
+    durable.append_event(tmp_path, "note", {})
     assert [event["seq"] for event in read_ledger(tmp_path)] == [1, 2]
 
 
@@ -300,9 +300,9 @@ def test_vectors_file_is_valid_under_the_strict_rules():
 
 @pytest.mark.parametrize("hostile", [b"[1, 2]", b'{"seq": NaN}', b"\xff", b'{"seq": "7"}'])
 def test_append_event_goes_on_after_a_hostile_last_line(tmp_path, hostile):
-    protocol.append_event(tmp_path, "note", {})
+    durable.append_event(tmp_path, "note", {})
     with (tmp_path / "events.jsonl").open("ab") as ledger:
         ledger.write(hostile + b"\n")
-    event = protocol.append_event(tmp_path, "note", {})
+    event = durable.append_event(tmp_path, "note", {})
     assert event["seq"] == 2, "seq follows the last valid event"
     assert event["prev_sha256"] == protocol.sha256_hex(hostile), "the chain covers the hostile line's bytes"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from receipts import protocol, runtime
+from receipts import durable, protocol, runtime
 from receipts.findings import CODES
 from receipts.reader import Limits, discover_runs, read_ledger, read_run
 from tests.conftest import CONTRACT, corpus_files
@@ -60,7 +60,7 @@ def v1_receipt(args: dict, **fields) -> dict:
 
 
 def name_in_ledger(run: Path, call_id: str) -> None:
-    protocol.append_event(run, "receipt", {"call_id": call_id, "tool": "tool_x", "attempt": 1, "status": "committed"})
+    durable.append_event(run, "receipt", {"call_id": call_id, "tool": "tool_x", "attempt": 1, "status": "committed"})
 
 
 def test_a_clean_run_has_no_findings(good_run):
@@ -114,7 +114,7 @@ def test_a_17_mib_receipt_is_oversize(good_run):
 def test_a_2_mib_ledger_line_is_oversize_and_the_chain_goes_on(good_run):
     with (good_run / "events.jsonl").open("ab") as ledger:
         ledger.write(b'{"seq": 999, "type": "note", "blob": "' + b"x" * (2 * 1024 * 1024) + b'"}\n')
-    protocol.append_event(good_run, "note", {"after": True})
+    durable.append_event(good_run, "note", {"after": True})
     files, events = read_run(good_run)
     oversize = [f for f in files.findings if f.code == "oversize"]
     assert len(oversize) == 1 and oversize[0].subject.startswith("events.jsonl line ")
@@ -217,7 +217,7 @@ def test_ledger_seq_gap_duplicate_and_broken_chain(good_run):
 
 def test_submission_digest_mismatch_and_conflict(good_run):
     runtime.write_task(good_run, {"subject": "good", "recipient": "OPS"}, "good-sub")
-    key = runtime.submission_key("good-sub")
+    key = protocol.submission_key("good-sub")
     path = good_run / "submissions" / f"{key}.json"
     record = json.loads(path.read_bytes())
     record["request"]["subject"] = "edited"
@@ -232,13 +232,13 @@ def test_task_missing_and_task_digest_mismatch(good_run):
     (good_run / "tasks" / "TASK-000001.md").unlink()
     (good_run / "tasks" / "TASK-000002.md").write_text("edited\n")
     found = codes(good_run)
-    assert found["task_missing"] == [f"submissions/{runtime.submission_key('good-sub')}.json"]
-    assert found["task_digest_mismatch"] == [f"submissions/{runtime.submission_key('second-sub')}.json"]
+    assert found["task_missing"] == [f"submissions/{protocol.submission_key('good-sub')}.json"]
+    assert found["task_digest_mismatch"] == [f"submissions/{protocol.submission_key('second-sub')}.json"]
 
 
 def test_stale_reservation_and_stale_call_appear_only_past_the_stale_age(good_run, monkeypatch):
     monkeypatch.setenv("RECEIPTS_FAILPOINT", "")
-    record_path = good_run / "submissions" / f"{runtime.submission_key('good-sub')}.json"
+    record_path = good_run / "submissions" / f"{protocol.submission_key('good-sub')}.json"
     record = json.loads(record_path.read_bytes())
     record["state"] = "task_created"
     record_path.write_text(json.dumps(record))
@@ -270,7 +270,7 @@ def test_confirmation_invalid_when_the_receipt_changed(good_run):
         "actor": "alice",
         "confirmed_at": "2026-11-29T12:00:00Z",
         "receipt_sha256": "0" * 64,
-        "confirmation_id": runtime.confirmation_id(call_id, "committed", "0" * 64),
+        "confirmation_id": protocol.confirmation_id(call_id, "committed", "0" * 64),
     }
     (good_run / "confirmations" / f"{call_id}.json").write_text(json.dumps(document))
     files, _ = read_run(good_run)
@@ -286,7 +286,7 @@ def test_every_corpus_file_as_a_receipt_and_as_a_ledger_line(good_run):
     with (good_run / "events.jsonl").open("ab") as ledger:
         for path in files:
             ledger.write(path.read_bytes().replace(b"\n", b" ").replace(b"\r", b" ") + b"\n")
-    protocol.append_event(good_run, "note", {"after": "the corpus"})
+    durable.append_event(good_run, "note", {"after": "the corpus"})
     read, events = read_run(good_run)  # never raises
     receipt_findings = {f.subject for f in read.findings if f.subject.startswith("receipts/")}
     for index, path in enumerate(files):
@@ -312,7 +312,7 @@ def test_bad_ledger_lines_are_invalid_json_and_the_rest_is_read(good_run, line):
     before = len(read_run(good_run)[1])
     with (good_run / "events.jsonl").open("ab") as ledger:
         ledger.write(line + b"\n")
-    protocol.append_event(good_run, "note", {})
+    durable.append_event(good_run, "note", {})
     read, events = read_run(good_run)
     assert [f.code for f in read.findings if f.subject.startswith("events.jsonl")] == ["invalid_json"]
     assert len(events) == before + 1
@@ -367,11 +367,11 @@ def test_a_run_without_state_or_steer_says_so_plainly(good_run):
 
 
 def test_a_receipt_that_vanishes_while_listed_is_not_a_finding(good_run, monkeypatch):
-    from receipts import reader
+    from receipts.reader import files as reading
 
     ghost = "f" * 64 + ".json"
-    real = reader.list_names
-    monkeypatch.setattr(reader, "list_names", lambda fd: [*real(fd), ghost])
+    real = reading.list_names
+    monkeypatch.setattr(reading, "list_names", lambda fd: [*real(fd), ghost])
     files, _ = read_run(good_run)
     assert not [f for f in files.findings if ghost in f.subject]
     assert_good_records_kept(good_run)

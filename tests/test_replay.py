@@ -7,7 +7,7 @@ import json
 import pytest
 
 from receipts.demo import run_writer
-from receipts.replay import decide
+from receipts.recovery import decide
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from receipts import importer, protocol
+from receipts import durable, importer
 from receipts.models import Call, Run
 from tests.conftest import import_as_seen_later
 from tests.volume import synthetic_ledger
@@ -141,7 +141,7 @@ def test_an_unfinished_run_polls_and_a_finished_one_does_not(browser, demo):
 
 def test_the_poll_returns_the_timeline_with_new_events(browser, demo):
     run_dir = demo / "send-message-killed"
-    protocol.append_event(run_dir, "note", {"text": "appended while watching"})
+    durable.append_event(run_dir, "note", {"text": "appended while watching"})
     importer.run_import(path=run_dir)
     response = browser.get("/runs/send-message-killed/", headers={"HX-Request": "true"})
     page = content(response)
@@ -251,10 +251,10 @@ def test_hostile_event_payloads_never_break_a_page(browser, demo):
     run_dir = demo / "clean-run"
     call = call_of("clean-run")
     hostile = {"status": ["x"], "tool": {"a": 1}, "attempt": [1], "state": {"s": 1}, "task_id": ["t"]}
-    protocol.append_event(run_dir, "receipt", {**hostile, "call_id": call.call_id})
-    protocol.append_event(run_dir, "state", {"state": ["running"], "attempts": {"n": 1}})
-    protocol.append_event(run_dir, "submission", {"client_submission_id": "demo-clean-1", "reason": ["r"], **hostile})
-    protocol.append_event(run_dir, "confirmation", {"resolution": [1], "actor": {"name": "x"}})
+    durable.append_event(run_dir, "receipt", {**hostile, "call_id": call.call_id})
+    durable.append_event(run_dir, "state", {"state": ["running"], "attempts": {"n": 1}})
+    durable.append_event(run_dir, "submission", {"client_submission_id": "demo-clean-1", "reason": ["r"], **hostile})
+    durable.append_event(run_dir, "confirmation", {"resolution": [1], "actor": {"name": "x"}})
     importer.run_import(path=run_dir)
     for url in ("/runs/clean-run/", reverse("call", args=["clean-run", call.call_id])):
         response = browser.get(url)
@@ -266,7 +266,7 @@ def test_hostile_event_payloads_never_break_a_page(browser, demo):
 def test_csv_cells_that_could_be_formulas_are_neutralised(browser, demo):
     run_dir = demo / "clean-run"
     for text in ('=HYPERLINK("http://evil")', "+1", "-2+3", "@SUM(A1)", "\tx", "\rx"):
-        protocol.append_event(run_dir, text, {})
+        durable.append_event(run_dir, text, {})
     importer.run_import(path=run_dir)
     rows = list(csv.reader(io.StringIO(content(browser.get("/runs/clean-run/?format=csv")))))
     types = [row[2] for row in rows[1:]]

@@ -27,7 +27,7 @@ def task_files(run_dir: Path) -> list[str]:
 
 
 def record_of(run_dir: Path, submission_id: str) -> dict:
-    return json.loads((run_dir / "submissions" / f"{runtime.submission_key(submission_id)}.json").read_bytes())
+    return json.loads((run_dir / "submissions" / f"{protocol.submission_key(submission_id)}.json").read_bytes())
 
 
 def test_first_call_creates_and_commits(run_dir):
@@ -79,7 +79,7 @@ def test_cli_conflict_exits_3_and_adds_no_file(run_dir):
 
 def test_another_digest_schema_version_is_a_conflict(run_dir):
     runtime.write_task(run_dir, login_request(), "sub-1")
-    path = run_dir / "submissions" / f"{runtime.submission_key('sub-1')}.json"
+    path = run_dir / "submissions" / f"{protocol.submission_key('sub-1')}.json"
     record = json.loads(path.read_bytes())
     record["digest_schema_version"] = "write-task-v0"
     path.write_text(json.dumps(record))
@@ -149,7 +149,7 @@ def test_task_created_with_a_changed_file_is_a_digest_conflict(run_dir):
 
 
 def test_an_unreadable_record_is_a_conflict_and_is_left_alone(run_dir):
-    path = run_dir / "submissions" / f"{runtime.submission_key('sub-1')}.json"
+    path = run_dir / "submissions" / f"{protocol.submission_key('sub-1')}.json"
     path.write_bytes(b'{"state": NaN}')
     result = runtime.write_task(run_dir, login_request(), "sub-1")
     assert (result.disposition, result.reason) == ("conflict", "record_unreadable")
@@ -200,7 +200,7 @@ def test_a2_lost_response_then_retry_reuses_the_task(run_dir):
 
 def test_a_record_from_before_the_event_marker_gets_no_second_created_event(run_dir):
     runtime.write_task(run_dir, login_request(), "sub-1")
-    path = run_dir / "submissions" / f"{runtime.submission_key('sub-1')}.json"
+    path = run_dir / "submissions" / f"{protocol.submission_key('sub-1')}.json"
     record = json.loads(path.read_bytes())
     del record["created_event_seq"]
     path.write_text(json.dumps(record))
@@ -223,7 +223,7 @@ def test_a_record_from_before_the_event_marker_gets_no_second_created_event(run_
 )
 def test_a_record_of_the_wrong_shape_is_an_invalid_record_conflict(run_dir, change):
     runtime.write_task(run_dir, login_request(), "sub-1")
-    path = run_dir / "submissions" / f"{runtime.submission_key('sub-1')}.json"
+    path = run_dir / "submissions" / f"{protocol.submission_key('sub-1')}.json"
     record = json.loads(path.read_bytes())
     change(record)
     path.write_text(json.dumps(record))

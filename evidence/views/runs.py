@@ -69,7 +69,7 @@ def run(request: HttpRequest, run_id: str) -> HttpResponse:
     if fmt:
         return _run_download(fmt, run, request.GET.get("list", "events"), events)
     timeline = paginate(request, events)
-    live = not selectors.run_is_finished(run) and timeline.number == 1
+    live = not run.is_finished and timeline.number == 1
     timeline_context = {
         "run": run,
         "timeline": timeline,

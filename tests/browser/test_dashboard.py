@@ -7,7 +7,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from receipts import importer, protocol
+from receipts import durable, importer
 from receipts.models import Call
 from tests.browser.conftest import log_in, screenshot
 
@@ -56,7 +56,7 @@ def test_live_refresh_shows_an_event_appended_while_the_page_is_open(page, demo)
     expect(page.get_by_text("Refreshing every 3 seconds")).to_be_visible()
     screenshot(page, "run-live-before")
     run_dir = demo / "send-message-killed"
-    protocol.append_event(run_dir, "note", {"text": "a new event, seen live"})
+    durable.append_event(run_dir, "note", {"text": "a new event, seen live"})
     importer.run_import(path=run_dir)
     expect(page.locator("#timeline")).to_contain_text("a new event, seen live", timeout=12_000)
     screenshot(page, "run-live-after")

@@ -1,0 +1,277 @@
+"""How the writer puts bytes on disk: whole, durable, atomic, and in order.
+
+Standard library only, like ``protocol``. Every write loops until its last
+byte (``write_all``); files are replaced atomically (``write_durable``) or
+created once (``create_durable``); the ledger is appended under a lock
+(``append_event``). The failpoints named in the interface docs end the process
+here, as if it had been killed, when ``RECEIPTS_FAILPOINT`` names them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import itertools
+import json
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from receipts.protocol import (
+    LEDGER_NAME,
+    ZERO_HASH,
+    canonical_json,
+    format_time,
+    load_json_strict,
+    sha256_hex,
+    utc_now,
+)
+
+
+def failpoint(name: str) -> None:
+    """End the process as if killed, when a crash test asks for it here (tests and demos only)."""
+    if os.environ.get("RECEIPTS_FAILPOINT") == name:
+        os._exit(137)
+
+
+def json_file(value: Any) -> bytes:
+    """A record file's bytes: indented, sorted, UTF-8, one trailing newline."""
+    return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True, allow_nan=False).encode() + b"\n"
+
+
+def read_json_file(path: Path) -> Any:
+    """A strict read of one JSON file; ``None`` when it does not exist."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return load_json_strict(data)
+
+
+# --- durable files ---------------------------------------------------------
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def temp_name_for(path: Path) -> Path:
+    """A fresh temp name beside ``path`` that readers ignore (leading dot, ``.tmp``)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+
+
+def temp_files_of(path: Path) -> list[Path]:
+    return sorted(path.parent.glob(f".{glob_escape(path.name)}.*.tmp"))
+
+
+def glob_escape(name: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+class ShortWriteError(OSError):
+    """A write that stopped before its last byte (a file-size limit, a full disk)."""
+
+    def __init__(self, written: int, total: int, cause: OSError) -> None:
+        super().__init__(cause.errno, f"{written} of {total} bytes written: {cause.strerror or cause}")
+        self.written = written
+        self.total = total
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data``; ``ShortWriteError`` says how many went out when it cannot.
+
+    ``os.write`` may write fewer bytes than asked (near a file-size limit it
+    writes what fits, and only the next call fails): the count is never ignored.
+    """
+    view = memoryview(data)
+    written = 0
+    while written < len(data):
+        try:
+            count = os.write(fd, view[written:])
+        except OSError as error:
+            raise ShortWriteError(written, len(data), error) from error
+        if count == 0:
+            raise ShortWriteError(written, len(data), OSError(0, "the write made no progress"))
+        written += count
+
+
+def _write_temp(path: Path, data: bytes) -> Path:
+    temp = temp_name_for(path)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        write_all(fd, data)
+        # An fsync error is fatal: the caller never gets to call this durable.
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    os.close(fd)
+    return temp
+
+
+def write_durable(path: Path, data: bytes, before_replace: Callable[[], None] | None = None) -> None:
+    """Replace ``path`` with ``data`` atomically and durably.
+
+    Temp file in the same directory (exclusive create), write, fsync, rename
+    onto the final name, fsync the directory. ``before_replace`` runs between
+    the temp file and the rename (a failpoint lives there).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = _write_temp(path, data)
+    if before_replace is not None:
+        before_replace()
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    fsync_directory(path.parent)
+
+
+def create_durable(path: Path, data: bytes) -> None:
+    """Create ``path`` holding ``data``; ``FileExistsError`` when it exists.
+
+    The content is fsynced under a temp name, then hard-linked onto the
+    final name: ``link`` fails when the target exists and never exposes a
+    half-written file, which ``O_EXCL`` on the final name would.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = _write_temp(path, data)
+    try:
+        os.link(temp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+    fsync_directory(path.parent)
+
+
+def remove_temp_files(path: Path) -> list[Path]:
+    """Remove the temp files a crash left beside ``path``; returns them."""
+    removed = []
+    for temp in temp_files_of(path):
+        with contextlib.suppress(FileNotFoundError):
+            temp.unlink()
+            removed.append(temp)
+    return removed
+
+
+@contextlib.contextmanager
+def exclusive_lock(lock_path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``lock_path``, held for the block."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+# --- the ledger ------------------------------------------------------------
+
+
+def _complete_end(fd: int, size: int) -> int:
+    """Where the complete lines end: a torn tail left by a crash mid-append is not an event."""
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    return _last_newline_end(fd, size)
+
+
+def _lines_backwards(fd: int, end: int) -> Iterator[bytes]:
+    """Complete lines (without ``\\n``) from the one ending at ``end`` back to the first."""
+    while end > 0:
+        start = _last_newline_end(fd, end - 1)
+        yield os.pread(fd, end - 1 - start, start)
+        end = start
+
+
+def _last_newline_end(fd: int, before: int) -> int:
+    """Offset just after the last ``\\n`` strictly before ``before`` (0 if none)."""
+    position = before
+    chunk = 65536
+    while position > 0:
+        start = max(0, position - chunk)
+        block = os.pread(fd, position - start, start)
+        index = block.rfind(b"\n")
+        if index >= 0:
+            return start + index + 1
+        position = start
+    return 0
+
+
+def _last_seq(lines: Iterator[bytes]) -> int:
+    """The seq of the last line that is a valid event; a hostile line never stops the writer."""
+    for line in lines:
+        try:
+            event = load_json_strict(line)
+        except ValueError:
+            continue
+        seq = event.get("seq") if isinstance(event, dict) else None
+        if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
+            return seq
+    return 0
+
+
+def read_events(run_dir: Path) -> Iterator[dict[str, Any]]:
+    """The ledger's valid events in order, streamed; bad lines and a torn tail are passed over.
+
+    For the writer's rare recovery checks. The reader (``receipts.reader``) is
+    the one that reports what is wrong with a ledger.
+    """
+    try:
+        stream = open(Path(run_dir) / LEDGER_NAME, "rb")  # noqa: SIM115 - closed below, a generator
+    except FileNotFoundError:
+        return
+    with stream:
+        for line in stream:
+            if not line.endswith(b"\n"):
+                return
+            try:
+                event = load_json_strict(line[:-1])
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                yield event
+
+
+def append_event(run_dir: Path, event_type: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Append one event to the run's ledger under an exclusive lock.
+
+    Assigns ``seq`` (last + 1) and ``prev_sha256`` (digest of the last line's
+    bytes), writes one ``\\n``-terminated line and fsyncs it.
+    """
+    ledger = Path(run_dir) / LEDGER_NAME
+    fd = os.open(ledger, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        end = _complete_end(fd, size)
+        if end != size:
+            os.ftruncate(fd, end)
+        # The chain covers the last line's bytes whatever they are; seq follows the last valid event.
+        lines = _lines_backwards(fd, end)
+        last_line = next(lines, None)
+        prev_sha256 = ZERO_HASH if last_line is None else sha256_hex(last_line)
+        seq = 1 if last_line is None else _last_seq(itertools.chain([last_line], lines)) + 1
+        event = {"seq": seq, "ts": format_time(utc_now()), "type": event_type, "prev_sha256": prev_sha256}
+        event.update({key: value for key, value in fields.items() if key not in event})
+        line = canonical_json(event) + b"\n"
+        try:
+            write_all(fd, line)
+        except ShortWriteError:
+            # Never leave a torn line behind: the ledger stays as it was.
+            os.ftruncate(fd, end)
+            raise
+        os.fsync(fd)
+        return event
+    finally:
+        os.close(fd)

@@ -1,0 +1,66 @@
+"""Reading run directories: pure, standard library only, never raises on bad input.
+
+Every check of the finding table in RUN_DIRECTORY.md is made here; the importer
+only stores what comes back. A bad record becomes a finding and never hides the
+good ones beside it. The package's rooms:
+
+- ``safe_open``: directory fds, ``O_NOFOLLOW``, regular files only, size limits;
+- ``discovery``: the runs in a runs root, and each run's fingerprint;
+- ``ledger``: the event ledger, streamed from a cursor in batches;
+- ``files`` (with ``submissions`` and ``records``): everything else.
+
+Two entry points: ``read_ledger`` streams the ledger (so a re-import parses only
+the appended lines), and ``read_run_files`` reads everything else once the
+ledger's call ids are known. ``read_run`` does both at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from receipts.reader.discovery import Discovery, discover_runs, looks_like_run, run_fingerprint
+from receipts.reader.files import read_run_files
+from receipts.reader.ledger import BATCH_EVENTS, EventRecord, LedgerBatch, LedgerCursor, read_ledger
+from receipts.reader.records import CallRecord, ConfirmationRecord, RunFiles, SubmissionRecord
+from receipts.reader.safe_open import DEFAULT_LIMITS, MAX_JSON_BYTES, MAX_LINE_BYTES, Limits, Unsafe
+
+__all__ = [
+    "BATCH_EVENTS",
+    "DEFAULT_LIMITS",
+    "MAX_JSON_BYTES",
+    "MAX_LINE_BYTES",
+    "CallRecord",
+    "ConfirmationRecord",
+    "Discovery",
+    "EventRecord",
+    "LedgerBatch",
+    "LedgerCursor",
+    "Limits",
+    "RunFiles",
+    "SubmissionRecord",
+    "Unsafe",
+    "discover_runs",
+    "looks_like_run",
+    "read_ledger",
+    "read_run",
+    "read_run_files",
+    "run_fingerprint",
+]
+
+
+def read_run(
+    run_dir: Path, *, limits: Limits = DEFAULT_LIMITS, now: dt.datetime | None = None, keep_events: bool = True
+) -> tuple[RunFiles, list]:
+    """A whole run at once: files and every ledger finding, and the events unless ``keep_events``
+    is false (replay needs only the call ids the ledger names, not a million events in memory)."""
+    events, ledger_findings = [], []
+    cursor = LedgerCursor()
+    for batch in read_ledger(Path(run_dir), None, limits):
+        if keep_events:
+            events.extend(batch.events)
+        ledger_findings.extend(batch.findings)
+        cursor = batch.cursor
+    files = read_run_files(run_dir, ledger_call_ids=cursor.call_ids, limits=limits, now=now)
+    files.findings = ledger_findings + files.findings
+    return files, events

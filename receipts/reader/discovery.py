@@ -1,0 +1,115 @@
+"""Finding run directories in a runs root, and telling whether a run changed since last time."""
+
+from __future__ import annotations
+
+import array
+import dataclasses
+import hashlib
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from receipts import protocol
+from receipts.findings import FindingRecord, storable_text
+from receipts.protocol import LEDGER_NAME as LEDGER
+from receipts.protocol import RUN_FOLDERS
+
+# --- the runs root ---------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Discovery:
+    runs: list[Path]
+    findings: list[FindingRecord]
+
+
+def looks_like_run(path: Path) -> bool:
+    return any(os.path.lexists(path / name) for name in ("steer.json", LEDGER, "state.json"))
+
+
+def discover_runs(root: Path) -> Discovery:
+    """The run directories under ``root`` (or ``root`` itself when it is one).
+
+    Every other entry of the root is reported, never followed: a symlink, a
+    name that is not a run_id (or not UTF-8), a regular file, a dot-directory.
+    """
+    root = Path(root)
+    label = storable_text(str(root))
+    if ".." in root.parts:
+        return Discovery([], [FindingRecord("unsafe_path", label, "a path with '..' in it: not followed")])
+    if label != str(root):
+        return Discovery([], [FindingRecord("unsafe_path", label, "the path is not UTF-8: not followed")])
+    if root.is_symlink():
+        return Discovery([], [FindingRecord("unsafe_path", label, "the root is a symlink: not followed")])
+    if not root.is_dir():
+        return Discovery([], [FindingRecord("unsafe_path", label, "not a directory")])
+    if looks_like_run(root):
+        if not protocol.valid_run_id(root.name):
+            return Discovery([], [FindingRecord("unsafe_path", root.name, "not a valid run_id")])
+        return Discovery([root], [])
+    runs, findings = [], []
+    try:
+        names = sorted(os.listdir(root))
+    except OSError as error:
+        return Discovery([], [FindingRecord("unsafe_path", label, f"cannot be listed: {error.strerror}")])
+    for name in names:
+        path = root / name
+        try:
+            kind = path.lstat().st_mode
+        except OSError:
+            continue  # gone since it was listed
+        if stat.S_ISLNK(kind):
+            findings.append(FindingRecord("unsafe_path", name, "a symlink in the runs root: not followed"))
+        elif not stat.S_ISDIR(kind):
+            if stat.S_ISREG(kind):
+                findings.append(FindingRecord("not_a_run", name, "a regular file, not a run directory: left alone"))
+            else:
+                findings.append(FindingRecord("unsafe_path", name, "not a regular file or directory: not opened"))
+        elif name.startswith("."):
+            findings.append(FindingRecord("not_a_run", name, "a dot-directory, not a run directory: left alone"))
+        elif not protocol.valid_run_id(name):
+            findings.append(
+                FindingRecord("unsafe_path", name, "not a valid run_id (1-128 of A-Za-z0-9._-, no leading dot)")
+            )
+        else:
+            runs.append(path)
+    return Discovery(runs, findings)
+
+
+# --- fingerprint -----------------------------------------------------------
+
+
+def run_fingerprint(run_dir: Path) -> str:
+    """A digest of every relevant file's name and stat: equal means nothing changed.
+
+    ctime is in it because no program can set it back, so an edit that restores
+    size and mtime still changes the fingerprint. Entries are taken in the
+    order the directory lists them: an unchanged directory lists the same way,
+    and a different order can only cause one needless re-read, never hide a change.
+    """
+    names: list[str] = []
+    numbers = array.array("q")
+
+    def add(name: str, stat_of: Any) -> None:
+        names.append(name)
+        try:
+            info = stat_of()
+        except OSError:
+            numbers.extend((-1, -1, -1, -1, -1))
+            return
+        numbers.extend((info.st_mode, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino))
+
+    for name in ("state.json", "steer.json", LEDGER, *RUN_FOLDERS):
+        add(name, lambda name=name: os.lstat(run_dir / name))
+    for folder in RUN_FOLDERS:
+        names.append(f"{folder}/")
+        try:
+            entries = list(os.scandir(run_dir / folder))
+        except OSError:
+            continue
+        for entry in entries:
+            add(entry.name, lambda entry=entry: entry.stat(follow_symlinks=False))
+    digest = hashlib.sha256("\0".join(names).encode("utf-8", "surrogateescape"))
+    digest.update(numbers.tobytes())
+    return digest.hexdigest()

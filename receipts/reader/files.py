@@ -1,0 +1,337 @@
+"""Everything in a run directory but the ledger: state, steer, receipts, confirmations.
+
+Each file is checked against the spec's finding table and against the call
+ids the ledger names; submissions and their tasks are ``submissions``' part.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from receipts import protocol
+from receipts.findings import FindingRecord, storable_text
+from receipts.protocol import RUN_FOLDERS
+from receipts.reader.records import CallRecord, ConfirmationRecord, RunFiles, text, time_field
+from receipts.reader.safe_open import DEFAULT_LIMITS, Limits, Unsafe, _exists, list_names, open_dir, read_regular
+from receipts.reader.submissions import SubmissionChecks
+
+
+class _RunReader(SubmissionChecks):
+    """One pass over a run's files; ``findings`` collects what is wrong, ``out`` what is kept."""
+
+    def __init__(self, run_dir: Path, ledger_call_ids: set[str], limits: Limits, now: dt.datetime) -> None:
+        self.run_dir = run_dir
+        self.ledger_call_ids = ledger_call_ids
+        self.limits = limits
+        self.now = now
+        self.out = RunFiles(run_id=run_dir.name)
+        self.receipt_shas: dict[str, str] = {}
+        self.receipt_files: set[str] = set()
+
+    def finding(self, code: str, subject: str, detail: str, **values: str) -> None:
+        self.out.findings.append(FindingRecord(code, subject, detail, **values))
+
+    def read_json(self, name: str, dir_fd: int, subject: str) -> tuple[Any, str] | None:
+        """The parsed document and the digest of its bytes, or ``None``: after a finding, or
+        with none when the file is absent (or was removed since it was listed)."""
+        try:
+            data = read_regular(name, dir_fd, self.limits.max_json_bytes)
+        except FileNotFoundError:
+            return None
+        except Unsafe as unsafe:
+            self.finding(unsafe.code, subject, unsafe.detail)
+            return None
+        except OSError as error:
+            self.finding("unsafe_path", subject, f"cannot be read: {error.strerror}")
+            return None
+        try:
+            return protocol.load_json_strict(data), hashlib.sha256(data).hexdigest()
+        except ValueError as error:
+            self.finding("invalid_json", subject, str(error))
+            return None
+
+    def folder(self, run_fd: int, name: str) -> int | None:
+        try:
+            return open_dir(name, run_fd)
+        except FileNotFoundError:
+            return None
+        except Unsafe as unsafe:
+            self.finding(unsafe.code, f"{name}/", unsafe.detail)
+            return None
+
+    def read(self) -> RunFiles:
+        try:
+            run_fd = open_dir(self.run_dir)
+        except (Unsafe, OSError) as error:
+            self.finding("unsafe_path", str(self.run_dir), str(error))
+            return self.out
+        folders: dict[str, int | None] = {}
+        try:
+            self.read_state(run_fd)
+            self.read_steer(run_fd)
+            for name in RUN_FOLDERS:
+                folders[name] = self.folder(run_fd, name)
+            self.read_receipts(folders["receipts"])
+            confirmations = self.read_confirmations(folders["confirmations"])
+            self.read_submissions(folders["submissions"], folders["tasks"])
+            self.cross_check(confirmations)
+        finally:
+            for fd in folders.values():
+                if fd is not None:
+                    os.close(fd)
+            os.close(run_fd)
+        return self.out
+
+    def read_state(self, run_fd: int) -> None:
+        parsed = self.read_json("state.json", run_fd, "state.json")
+        if parsed is None:
+            return
+        state, _ = parsed
+        name, attempts = (state.get("name"), state.get("attempts")) if isinstance(state, dict) else (None, None)
+        if not protocol.is_whole_number(attempts):
+            attempts = None
+        if not isinstance(name, str) or attempts is None:
+            self.finding("schema_error", "state.json", f"needs a string name and attempts from 0 to {protocol.MAX_INT}")
+        name = name[:64] if isinstance(name, str) else ""
+        if "\x00" in name:
+            self.finding("unstorable_value", "state.json", "U+0000 in name: stored with U+FFFD in its place")
+        self.out.state = storable_text(name)
+        self.out.attempts = attempts
+
+    def read_steer(self, run_fd: int) -> None:
+        if not _exists(run_fd, "steer.json"):
+            self.finding("schema_error", "steer.json", "missing: receipts' contract cannot be checked")
+            return
+        parsed = self.read_json("steer.json", run_fd, "steer.json")
+        if parsed is None:
+            return
+        steer, _ = parsed
+        contract = steer.get("contract_sha256") if isinstance(steer, dict) else None
+        if not isinstance(contract, str) or not protocol.HEX64_RE.fullmatch(contract):
+            self.finding("schema_error", "steer.json", "contract_sha256 must be 64 lowercase hex digits")
+            return
+        self.out.contract_sha256 = contract
+
+    def json_names(self, dir_fd: int, folder: str) -> list[str]:
+        """The ``.json`` names of a folder whose names are UTF-8; any other name is a finding."""
+        names = []
+        for name in list_names(dir_fd):
+            if not name.endswith(".json"):
+                continue
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                self.finding("unsafe_path", f"{folder}/{name}", "the file name is not UTF-8: not read")
+                continue
+            names.append(name)
+        return names
+
+    def storable(self, record: Any, subject: str) -> None:
+        """Replace U+0000 in the record's text fields (the database cannot hold it), with a finding."""
+        changed = []
+        for field in dataclasses.fields(record):
+            value = getattr(record, field.name)
+            if isinstance(value, str) and "\x00" in value:
+                setattr(record, field.name, storable_text(value))
+                changed.append(field.name)
+        if changed:
+            self.finding(
+                "unstorable_value",
+                subject,
+                f"U+0000 in {', '.join(changed)}: stored with U+FFFD in its place; the file keeps the original",
+            )
+
+    def read_receipts(self, dir_fd: int | None) -> None:
+        if dir_fd is None:
+            return
+        for name in self.json_names(dir_fd, "receipts"):
+            subject = f"receipts/{name}"
+            stem = name[: -len(".json")]
+            if len(stem) > protocol.MAX_CALL_ID_LENGTH:
+                self.finding(
+                    "unsafe_path", subject, f"file name over {protocol.MAX_CALL_ID_LENGTH} characters: not read"
+                )
+                continue
+            self.receipt_files.add(stem)
+            parsed = self.read_json(name, dir_fd, subject)
+            if parsed is None:
+                continue
+            receipt, file_sha = parsed
+            self.receipt_shas[stem] = file_sha
+            call = self.receipt_record(receipt, stem, file_sha, subject)
+            if call is not None:
+                self.out.calls.append(call)
+
+    def receipt_record(self, receipt: Any, stem: str, file_sha: str, subject: str) -> CallRecord | None:
+        if not isinstance(receipt, dict):
+            self.finding("schema_error", subject, "a receipt must be a JSON object")
+            return None
+        missing = [
+            name
+            for name, kind in (("call_id", str), ("status", str), ("tool", str), ("args", dict))
+            if not isinstance(receipt.get(name), kind)
+        ]
+        if missing:
+            self.finding("schema_error", subject, f"missing or wrong type: {', '.join(missing)}", call_id=stem)
+            return None
+        call = CallRecord(
+            call_id=stem,
+            file_sha256=file_sha,
+            declared_call_id=receipt["call_id"],
+            status=receipt["status"][:32],
+            tool=receipt["tool"],
+            args=receipt["args"],
+        )
+        self.optional_receipt_fields(receipt, call, subject)
+        self.check_identity(receipt, call, subject)
+        self.check_status(call, subject)
+        self.storable(call, subject)
+        return call
+
+    def optional_receipt_fields(self, receipt: dict[str, Any], call: CallRecord, subject: str) -> None:
+        wrong = []
+        for name in ("identity", "contract_sha256", "tool_version", "input_sha256", "output_sha256"):
+            value = receipt.get(name)
+            if value is not None and not isinstance(value, str):
+                wrong.append(name)
+            else:
+                setattr(call, name, value or "")
+        attempt = receipt.get("attempt")
+        if attempt is not None and not protocol.is_whole_number(attempt):
+            wrong.append(f"attempt (a whole number from 0 to {protocol.MAX_INT})")
+        elif attempt is not None:
+            call.attempt = attempt
+        for name in ("result", "error"):
+            value = receipt.get(name)
+            if value is not None and not isinstance(value, dict):
+                wrong.append(name)
+            else:
+                setattr(call, name, value)
+        if isinstance(call.error, dict):
+            call.error_kind = text(call.error.get("kind"))[:32]
+        queryable = receipt.get("queryable", False)
+        if not isinstance(queryable, bool):
+            wrong.append("queryable")
+        else:
+            call.queryable = queryable
+        for name in ("created_at", "updated_at"):
+            value = time_field(receipt, name)
+            if value is None and receipt.get(name) is not None:
+                wrong.append(name)
+            setattr(call, name, value)
+        if wrong:
+            self.finding("schema_error", subject, f"wrong type: {', '.join(wrong)}", call_id=call.call_id)
+
+    def check_identity(self, receipt: dict[str, Any], call: CallRecord, subject: str) -> None:
+        """The protocol's one identity check; each problem it names is a finding."""
+        check = protocol.check_receipt_identity(
+            receipt, call_id=call.call_id, contract_sha256=self.out.contract_sha256 or None
+        )
+        call.verification = check.verdict
+        call.recomputed_call_id = check.recomputed_call_id
+        for code, detail, stored, recomputed in check.problems:
+            self.finding(code, subject, detail, call_id=call.call_id, stored_value=stored, recomputed_value=recomputed)
+
+    def check_status(self, call: CallRecord, subject: str) -> None:
+        if call.status == protocol.LEGACY_STATUS:
+            self.finding(
+                "legacy_status", subject, "status 'failed' cannot tell retryable from permanent", call_id=call.call_id
+            )
+        elif call.status not in protocol.RECEIPT_STATUSES:
+            self.finding("invalid_status", subject, f"status {call.status!r}", call_id=call.call_id)
+
+    def read_confirmations(self, dir_fd: int | None) -> dict[str, ConfirmationRecord]:
+        found: dict[str, ConfirmationRecord] = {}
+        if dir_fd is None:
+            return found
+        for name in self.json_names(dir_fd, "confirmations"):
+            subject = f"confirmations/{name}"
+            stem = name[: -len(".json")]
+            if len(stem) > protocol.MAX_CALL_ID_LENGTH:
+                self.finding("unsafe_path", subject, f"file name over {protocol.MAX_CALL_ID_LENGTH} characters")
+                continue
+            parsed = self.read_json(name, dir_fd, subject)
+            if parsed is None:
+                continue
+            document, file_sha = parsed
+            record = ConfirmationRecord(call_id=stem, file_sha256=file_sha)
+            if isinstance(document, dict):
+                record.resolution = text(document.get("resolution"))
+                record.reason = text(document.get("reason"))
+                record.actor = text(document.get("actor"))
+                record.confirmed_at = time_field(document, "confirmed_at")
+                record.receipt_sha256 = text(document.get("receipt_sha256"))
+                record.confirmation_id = text(document.get("confirmation_id"))
+            problem = protocol.confirmation_problem(document, stem, self.receipt_shas.get(stem))
+            record.valid = problem is None
+            record.problem = problem or ""
+            if problem is not None:
+                self.finding(
+                    "confirmation_invalid",
+                    subject,
+                    problem,
+                    call_id=stem,
+                    stored_value=record.receipt_sha256[:200],
+                    recomputed_value=self.receipt_shas.get(stem, ""),
+                )
+            self.storable(record, subject)
+            found[stem] = record
+            self.out.confirmations.append(record)
+        return found
+
+    def past_stale_age(self, since: dt.datetime | None) -> bool:
+        """Whether ``since`` is older than the stale age; if not yet, remember when it will be."""
+        if since is None:
+            return False
+        try:
+            stale_at = since + self.limits.stale_after
+        except OverflowError:  # a time at the end of the calendar never grows stale
+            return False
+        if self.now < stale_at:
+            if self.out.next_stale_at is None or stale_at < self.out.next_stale_at:
+                self.out.next_stale_at = stale_at
+            return False
+        return True
+
+    def cross_check(self, confirmations: dict[str, ConfirmationRecord]) -> None:
+        by_id = {call.call_id: call for call in self.out.calls}
+        for call_id in sorted(self.ledger_call_ids - self.receipt_files):
+            self.finding(
+                "missing_receipt", call_id, "the ledger names this call but there is no receipt file", call_id=call_id
+            )
+            by_id[call_id] = CallRecord(call_id=call_id, receipt_present=False)
+            self.out.calls.append(by_id[call_id])
+        for call in self.out.calls:
+            if call.receipt_present and call.call_id not in self.ledger_call_ids:
+                self.finding(
+                    "orphan_receipt",
+                    f"receipts/{call.call_id}.json",
+                    "no ledger event names this call",
+                    call_id=call.call_id,
+                )
+            confirmation = confirmations.get(call.call_id)
+            if call.status in protocol.IN_DOUBT_STATUSES and not (confirmation is not None and confirmation.valid):
+                self.check_stale_call(call)
+
+    def check_stale_call(self, call: CallRecord) -> None:
+        since = call.updated_at or call.created_at
+        if not self.past_stale_age(since):
+            return
+        self.finding(
+            "stale_call",
+            f"receipts/{call.call_id}.json",
+            f"{call.status} since {protocol.format_time(since)}, unconfirmed",
+            call_id=call.call_id,
+        )
+
+
+def read_run_files(
+    run_dir: Path, *, ledger_call_ids: set[str], limits: Limits = DEFAULT_LIMITS, now: dt.datetime | None = None
+) -> RunFiles:
+    """Everything in a run directory but the ledger, checked against the ledger's call ids."""
+    return _RunReader(Path(run_dir), set(ledger_call_ids), limits, now or protocol.utc_now()).read()

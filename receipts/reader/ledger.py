@@ -1,0 +1,367 @@
+"""The event ledger, streamed from a cursor in batches and checked line by line.
+
+A re-import parses only the appended lines: the cursor carries how far the
+ledger was read, a digest of that prefix (a changed prefix is a rewritten
+ledger), and what the next lines are judged against.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from receipts import protocol
+from receipts.findings import LEDGER as LEDGER_SCOPE
+from receipts.findings import STICKY, FindingRecord, storable_text
+from receipts.protocol import LEDGER_NAME as LEDGER
+from receipts.reader.safe_open import DEFAULT_LIMITS, Limits, Unsafe, open_dir, open_regular
+
+BATCH_EVENTS = 20_000
+
+# --- the ledger ------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class LedgerCursor:
+    """How far the ledger was read, and what the rest of the reading needs to know of it."""
+
+    offset: int = 0
+    prefix_sha256: str = protocol.EMPTY_SHA256
+    last_seq: int = 0
+    last_line_sha256: str = protocol.ZERO_HASH
+    line_no: int = 0
+    chained: bool = False  # a line has carried prev_sha256: every later line must
+    call_ids: set[str] = dataclasses.field(default_factory=set)
+    submission_digests: dict[str, str] = dataclasses.field(default_factory=dict)
+    first_ts: dt.datetime | None = None
+    last_ts: dt.datetime | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class EventRecord:
+    seq: int
+    line_no: int
+    ts: dt.datetime | None
+    type: str
+    call_id: str | None
+    client_submission_id: str | None
+    disposition: str | None
+    request_digest: str | None
+    line_sha256: str
+    payload: str  # the line's JSON text
+
+
+@dataclasses.dataclass
+class LedgerBatch:
+    events: list[EventRecord]
+    findings: list[FindingRecord]
+    cursor: LedgerCursor  # where the ledger stands after this batch
+    restarted: bool = False  # the ledger was rewritten: read from scratch, drop what was imported
+
+
+def _ledger_finding(code: str, line_no: int, detail: str, **values: Any) -> FindingRecord:
+    return FindingRecord(code, f"{LEDGER} line {line_no}", detail, scope=LEDGER_SCOPE, **values)
+
+
+def _short_text(value: Any, limit: int) -> str | None:
+    return value if isinstance(value, str) and 0 < len(value) <= limit else None
+
+
+def _hash_prefix(fd: int, length: int) -> Any:
+    digest = hashlib.sha256()
+    position = 0
+    while position < length:
+        chunk = os.pread(fd, min(1 << 20, length - position), position)
+        if not chunk:
+            break
+        digest.update(chunk)
+        position += len(chunk)
+    return digest
+
+
+def read_ledger(
+    run_dir: Path, cursor: LedgerCursor | None = None, limits: Limits = DEFAULT_LIMITS, batch_size: int = BATCH_EVENTS
+) -> Iterator[LedgerBatch]:
+    """Stream the ledger from ``cursor`` in batches of at most ``batch_size`` events.
+
+    A changed prefix yields a sticky ``ledger_rewritten`` finding and the
+    ledger is read again from the start (``restarted`` on the first batch). A
+    last line without its newline is a write in progress: not read, no finding.
+    """
+    cursor = dataclasses.replace(cursor or LedgerCursor())
+    cursor.call_ids = set(cursor.call_ids)
+    cursor.submission_digests = dict(cursor.submission_digests)
+    try:
+        run_fd = open_dir(run_dir)
+    except (Unsafe, OSError) as error:
+        yield LedgerBatch([], [FindingRecord("unsafe_path", str(run_dir), str(error))], cursor)
+        return
+    try:
+        try:
+            fd, info = open_regular(LEDGER, run_fd)
+        except FileNotFoundError:
+            yield LedgerBatch([], [], cursor)
+            return
+        except Unsafe as unsafe:
+            yield LedgerBatch([], [FindingRecord(unsafe.code, LEDGER, unsafe.detail)], cursor)
+            return
+        try:
+            yield from _read_ledger_fd(fd, info.st_size, cursor, limits, batch_size)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(run_fd)
+
+
+def _read_ledger_fd(fd: int, size: int, cursor: LedgerCursor, limits: Limits, batch_size: int) -> Iterator[LedgerBatch]:
+    restarted = False
+    findings: list[FindingRecord] = []
+    digest = _hash_prefix(fd, cursor.offset)
+    if cursor.offset and (size < cursor.offset or digest.hexdigest() != cursor.prefix_sha256):
+        findings.append(
+            FindingRecord(
+                "ledger_rewritten",
+                LEDGER,
+                f"the first {cursor.offset} bytes, already imported, have changed: the ledger was read again",
+                stored_value=cursor.prefix_sha256,
+                recomputed_value=digest.hexdigest() if size >= cursor.offset else f"the file is {size} bytes now",
+                scope=STICKY,
+            )
+        )
+        cursor = LedgerCursor()
+        digest = hashlib.sha256()
+        restarted = True
+
+    events: list[EventRecord] = []
+    with os.fdopen(os.dup(fd), "rb", buffering=1 << 20) as stream:
+        stream.seek(cursor.offset)
+        max_line = limits.max_line_bytes
+        while line := stream.readline(max_line + 1):
+            if line[-1:] == b"\n":
+                digest.update(line)
+                cursor.offset += len(line)
+                _take_line(line[:-1], cursor, events, findings)
+            elif len(line) <= max_line:
+                break  # a write in progress: not read until it is complete
+            else:
+                extended = _skip_oversize_line(stream, line, cursor, digest, findings, limits)
+                if extended is None:
+                    break  # an oversize line still being written: not read until it is complete
+                digest = extended
+            if len(events) >= batch_size:
+                cursor.prefix_sha256 = digest.hexdigest()
+                yield LedgerBatch(events, findings, dataclasses.replace(cursor), restarted)
+                events, findings, restarted = [], [], False
+    cursor.prefix_sha256 = digest.hexdigest()
+    yield LedgerBatch(events, findings, dataclasses.replace(cursor), restarted)
+
+
+def _skip_oversize_line(
+    stream: Any, head: bytes, cursor: LedgerCursor, digest: Any, findings: list[FindingRecord], limits: Limits
+) -> Any:
+    """Pass over a line longer than the limit without holding it in memory.
+
+    Returns the prefix digest extended by the line, or ``None`` (and the stream
+    back where the line starts) when the line has no end yet.
+    """
+    trial, line_hash, length, chunk = digest.copy(), hashlib.sha256(), 0, head
+    while True:
+        trial.update(chunk)
+        length += len(chunk)
+        if chunk.endswith(b"\n"):
+            line_hash.update(chunk[:-1])
+            break
+        line_hash.update(chunk)
+        chunk = stream.readline(1 << 20)
+        if not chunk:
+            stream.seek(cursor.offset)
+            return None
+    cursor.offset += length
+    cursor.line_no += 1
+    cursor.last_line_sha256 = line_hash.hexdigest()
+    findings.append(
+        _ledger_finding(
+            "oversize", cursor.line_no, f"a line of {length - 1} bytes, over {limits.max_line_bytes}: not read"
+        )
+    )
+    return trial
+
+
+def _take_line(body: bytes, cursor: LedgerCursor, events: list[EventRecord], findings: list[FindingRecord]) -> None:
+    """Check one complete ledger line (without its newline); the cursor moves past it.
+
+    The hot path of an import: one call per event, so the common case does as
+    little as it can and the rare ones call out.
+    """
+    cursor.line_no = line_no = cursor.line_no + 1
+    previous_line_sha = cursor.last_line_sha256
+    cursor.last_line_sha256 = line_sha = hashlib.sha256(body).hexdigest()
+    try:
+        event = protocol.load_json_strict(body)
+    except ValueError as error:
+        findings.append(_ledger_finding("invalid_json", line_no, str(error)))
+        return
+    if type(event) is not dict:
+        findings.append(_ledger_finding("schema_error", line_no, "an event must be a JSON object"))
+        return
+    get = event.get
+    seq, event_type = get("seq"), get("type")
+    if not protocol.is_whole_number(seq, minimum=1) or type(event_type) is not str:
+        findings.append(
+            _ledger_finding("schema_error", line_no, f"an event needs a seq from 1 to {protocol.MAX_INT} and a type")
+        )
+        return
+    prev = get("prev_sha256")
+    if prev is None and cursor.chained:
+        findings.append(
+            _ledger_finding(
+                "ledger_chain_broken",
+                line_no,
+                f"seq {seq}: no prev_sha256, but the lines before carry the chain",
+                recomputed_value=previous_line_sha,
+            )
+        )
+    elif prev is not None:
+        cursor.chained = True
+        if prev != previous_line_sha:
+            findings.append(
+                _ledger_finding(
+                    "ledger_chain_broken",
+                    line_no,
+                    f"seq {seq}: prev_sha256 is not the digest of the line before",
+                    stored_value=str(prev)[:200],
+                    recomputed_value=previous_line_sha,
+                )
+            )
+    # Each line is judged against the line before, so one wrong seq flags itself and
+    # not every line after it. A line whose seq is taken cannot be an event row: its
+    # finding keeps it whole.
+    if seq != cursor.last_seq + 1:
+        _seq_finding(seq, cursor.last_seq, line_no, body, findings)
+    cursor.last_seq = seq
+    try:
+        ts = protocol.parse_time(get("ts"))
+    except (ValueError, TypeError):
+        ts = None
+        findings.append(_ledger_finding("schema_error", line_no, f"seq {seq}: ts is not an RFC 3339 time"))
+    else:
+        if cursor.first_ts is None or ts < cursor.first_ts:
+            cursor.first_ts = ts
+        if cursor.last_ts is None or ts > cursor.last_ts:
+            cursor.last_ts = ts
+    call_id = get("call_id")
+    if call_id is not None:
+        call_id = call_id if protocol.valid_call_name(call_id) else None
+        if call_id is None:
+            findings.append(_ledger_finding("schema_error", line_no, f"seq {seq}: call_id cannot name a receipt file"))
+        else:
+            cursor.call_ids.add(call_id)
+    submission_id = disposition = request_digest = None
+    if event_type == "submission":
+        submission_id = _short_text(get("client_submission_id"), protocol.MAX_SUBMISSION_ID_LENGTH)
+        disposition = get("disposition") if get("disposition") in protocol.DISPOSITIONS else None
+        request_digest = _short_text(get("request_digest"), 64)
+    event_type = event_type[:64]
+    if b"\\u0000" in body:  # rare: only an escape can put U+0000 in a string
+        event_type, call_id, submission_id, request_digest = _storable_event_fields(
+            line_no,
+            findings,
+            type=event_type,
+            call_id=call_id,
+            client_submission_id=submission_id,
+            request_digest=request_digest,
+        )
+    if event_type == "submission":
+        _check_submission_event(event, seq, submission_id, disposition, request_digest, cursor, findings)
+    events.append(
+        EventRecord(
+            seq,
+            line_no,
+            ts,
+            event_type,
+            call_id,
+            submission_id,
+            disposition,
+            request_digest,
+            line_sha,
+            body.decode("utf-8"),
+        )
+    )
+
+
+def _storable_event_fields(line_no: int, findings: list[FindingRecord], **values: str | None) -> list[str | None]:
+    changed = [name for name, value in values.items() if value and "\x00" in value]
+    if changed:
+        findings.append(
+            _ledger_finding(
+                "unstorable_value",
+                line_no,
+                f"U+0000 in {', '.join(changed)}: stored with U+FFFD in its place; the ledger keeps the original",
+            )
+        )
+    return [storable_text(value) if value else value for value in values.values()]
+
+
+# A hostile ledger may repeat a huge line many times: each finding keeps at most this much of it.
+MAX_EVIDENCE_CHARS = 64 * 1024
+
+
+def _seq_finding(seq: int, last_seq: int, line_no: int, body: bytes, findings: list[FindingRecord]) -> None:
+    if seq <= last_seq:
+        text = body.decode("utf-8")
+        kept = "whole" if len(text) <= MAX_EVIDENCE_CHARS else f"its first {MAX_EVIDENCE_CHARS} characters"
+        findings.append(
+            _ledger_finding(
+                "ledger_seq_duplicate",
+                line_no,
+                f"seq {seq} after seq {last_seq}: this line is kept here ({kept}), not as an event",
+                recomputed_value=hashlib.sha256(body).hexdigest(),
+                evidence=text[:MAX_EVIDENCE_CHARS],
+            )
+        )
+    else:
+        findings.append(_ledger_finding("ledger_seq_gap", line_no, f"seq {seq} where {last_seq + 1} was due"))
+
+
+def _check_submission_event(
+    event: dict[str, Any],
+    seq: int,
+    submission_id: str | None,
+    disposition: str | None,
+    digest: str | None,
+    cursor: LedgerCursor,
+    findings: list[FindingRecord],
+) -> None:
+    # Only the values stored on the event row count: an incremental import rebuilds the
+    # cursor's digests from those rows, and must judge the next lines as a full read would.
+    if submission_id is None:
+        return
+    subject = f"submission {submission_id}"
+    if disposition == "conflict":
+        reason = str(event.get("reason"))[:200]
+        findings.append(
+            FindingRecord(
+                "submission_conflict",
+                subject,
+                f"seq {seq}: disposition conflict ({reason}); no task was written",
+                scope=LEDGER_SCOPE,
+            )
+        )
+    if digest is not None:
+        first = cursor.submission_digests.setdefault(submission_id, digest)
+        if first != digest:
+            findings.append(
+                FindingRecord(
+                    "submission_conflict",
+                    f"{subject} digests",
+                    f"seq {seq}: one client_submission_id seen with two request digests",
+                    stored_value=first,
+                    recomputed_value=digest,
+                    scope=LEDGER_SCOPE,
+                )
+            )

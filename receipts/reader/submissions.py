@@ -1,0 +1,142 @@
+"""Submission records and the task files they describe (the checks of task creation)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from typing import Any
+
+from receipts import protocol
+from receipts.reader.records import RunFiles, SubmissionRecord, time_field
+from receipts.reader.safe_open import Limits, Unsafe, read_regular
+
+
+class SubmissionChecks:
+    """The submission part of a run's reading; ``files._RunReader`` provides the rest."""
+
+    out: RunFiles
+    limits: Limits
+    now: dt.datetime
+
+    def read_submissions(self, dir_fd: int | None, tasks_fd: int | None) -> None:
+        if dir_fd is None:
+            return
+        seen: set[str] = set()
+        for name in self.json_names(dir_fd, "submissions"):
+            subject = f"submissions/{name}"
+            parsed = self.read_json(name, dir_fd, subject)
+            if parsed is None:
+                continue
+            record, file_sha = parsed
+            submission = self.submission_record(record, name, file_sha, subject)
+            if submission is None:
+                continue
+            self.check_task(submission, tasks_fd, subject)
+            self.storable(submission, subject)
+            # Two ids that differ only where U+0000 stood are one row: the first stays, the other is named.
+            if submission.client_submission_id in seen:
+                self.finding("unstorable_value", subject, "its client_submission_id, stored, is another record's")
+                continue
+            seen.add(submission.client_submission_id)
+            self.out.submissions.append(submission)
+
+    def submission_record(self, record: Any, name: str, file_sha: str, subject: str) -> SubmissionRecord | None:
+        if not isinstance(record, dict):
+            self.finding("schema_error", subject, "a submission record must be a JSON object")
+            return None
+        submission_id = record.get("client_submission_id")
+        if not isinstance(submission_id, str) or not 1 <= len(submission_id) <= protocol.MAX_SUBMISSION_ID_LENGTH:
+            self.finding("schema_error", subject, "client_submission_id must be a string of 1 to 256 characters")
+            return None
+        key = hashlib.sha256(submission_id.encode("utf-8", "surrogatepass")).hexdigest()
+        if name != f"{key}.json":
+            self.finding("schema_error", subject, "the file name is not sha256(client_submission_id)")
+            return None
+        submission = SubmissionRecord(client_submission_id=submission_id, record_key=key, file_sha256=file_sha)
+        wrong = []
+        for field in ("digest_schema_version", "request_digest", "state", "task_id", "task_path", "task_sha256"):
+            value = record.get(field)
+            if value is not None and not isinstance(value, str):
+                wrong.append(field)
+            else:
+                setattr(submission, field, value or "")
+        submission.state = submission.state[:32]
+        request = record.get("request")
+        if not isinstance(request, dict):
+            wrong.append("request")
+        else:
+            submission.request = request
+        creation = record.get("creation_result")
+        if creation is not None and not isinstance(creation, dict):
+            wrong.append("creation_result")
+        else:
+            submission.creation_result = creation
+        submission.reserved_at = time_field(record, "reserved_at")
+        submission.updated_at = time_field(record, "updated_at")
+        if submission.state and submission.state not in protocol.SUBMISSION_STATES:
+            wrong.append(f"state {submission.state!r}")
+        if wrong:
+            self.finding("schema_error", subject, f"missing or wrong type: {', '.join(wrong)}")
+        if isinstance(request, dict) and submission.digest_schema_version == protocol.DIGEST_SCHEMA:
+            submission.recomputed_digest = protocol.request_digest(request)
+            if submission.recomputed_digest != submission.request_digest:
+                self.finding(
+                    "submission_digest_mismatch",
+                    subject,
+                    "the stored request does not give the stored request_digest",
+                    stored_value=submission.request_digest[:200],
+                    recomputed_value=submission.recomputed_digest,
+                )
+        return submission
+
+    def check_task(self, submission: SubmissionRecord, tasks_fd: int | None, subject: str) -> None:
+        path = submission.task_path
+        if not path:
+            return
+        folder, _, name = path.partition("/")
+        if folder != "tasks" or not name or "/" in name or name in (".", "..") or name.startswith("."):
+            self.finding("unsafe_path", subject, f"task_path {path[:200]!r} is not a file in tasks/")
+            return
+        data = None
+        if tasks_fd is not None:
+            try:
+                data = read_regular(name, tasks_fd, self.limits.max_json_bytes)
+            except FileNotFoundError:
+                data = None
+            except Unsafe as unsafe:
+                self.finding(unsafe.code, path, unsafe.detail)
+                return
+        submission.task_present = data is not None
+        if data is not None:
+            submission.task_file_sha256 = hashlib.sha256(data).hexdigest()
+            expected = submission.task_sha256
+            if submission.state == "reserved" and isinstance(submission.request, dict):
+                # No digest recorded yet: the writer would adopt only the file it renders itself.
+                rendered = protocol.render_task(submission.task_id, submission.request, submission.client_submission_id)
+                expected = hashlib.sha256(rendered).hexdigest()
+            submission.task_matches = submission.task_file_sha256 == expected
+        if submission.state in ("task_created", "committed"):
+            if data is None:
+                self.finding("task_missing", subject, f"{path} is absent but the record is {submission.state}")
+            elif submission.task_file_sha256 != submission.task_sha256:
+                self.finding(
+                    "task_digest_mismatch",
+                    subject,
+                    f"{path} is not the file the record describes",
+                    stored_value=submission.task_sha256[:200],
+                    recomputed_value=submission.task_file_sha256,
+                )
+        if submission.state in ("reserved", "task_created"):
+            self.check_stale_reservation(submission, subject)
+
+    def check_stale_reservation(self, submission: SubmissionRecord, subject: str) -> None:
+        since = submission.updated_at or submission.reserved_at
+        if not self.past_stale_age(since):
+            return
+        digests = ("yes" if submission.task_matches else "no") if submission.task_present else "n/a"
+        self.finding(
+            "stale_reservation",
+            subject,
+            f"state {submission.state} since {protocol.format_time(since)}; task {submission.task_id} "
+            f"file present: {'yes' if submission.task_present else 'no'}; digests match: {digests}",
+        )
