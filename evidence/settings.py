@@ -2,7 +2,7 @@
 
 Variables (documented in the README): DATABASE_URL, DATABASE_CONN_MAX_AGE,
 DJANGO_DEBUG, DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS, DJANGO_HTTPS,
-EVIDENCE_RUNS_ROOT, EVIDENCE_ARCHIVE_ROOT. Parsers are strict: a malformed
+EVIDENCE_RUNS_ROOT. Parsers are strict: a malformed
 value stops start-up. What is unset is what a deployment needs: debugging off,
 HTTPS on.
 """
@@ -43,8 +43,8 @@ if not SECRET_KEY:
     SECRET_KEY = "django-insecure-development-only-key-never-used-in-production"  # noqa: S105 - DEBUG only
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG else "")
 
+# Where import_runs looks when it is given no ROOT.
 EVIDENCE_RUNS_ROOT = env_path("EVIDENCE_RUNS_ROOT", BASE_DIR / "var" / "runs")
-EVIDENCE_ARCHIVE_ROOT = env_path("EVIDENCE_ARCHIVE_ROOT", BASE_DIR / "var" / "archive")
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -80,6 +80,7 @@ class FindingRecord:
     recomputed_value: str = ""
     scope: str = FILES
     evidence: str = ""  # what no other row keeps: a ledger line whose seq was taken
+    record_key: str = ""  # the submission record a finding is about (its file stem)
 
     def __post_init__(self) -> None:
         if self.code not in CODES:

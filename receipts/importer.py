@@ -186,6 +186,7 @@ def _store_findings(run: Run | None, findings: Iterable[FindingRecord], now: dt.
             "stored_value": record.stored_value,
             "recomputed_value": record.recomputed_value,
             "evidence": record.evidence,
+            "record_key": record.record_key,
             "last_seen": now,
             "closed_at": None,
         }

@@ -84,6 +84,7 @@ class Call(models.Model):
     attempt = models.BigIntegerField(null=True)
     args = JSONTextField(null=True)
     input_sha256 = models.TextField(blank=True)
+    recomputed_input_sha256 = models.CharField(max_length=64, blank=True)  # of the args as imported
     output_sha256 = models.TextField(blank=True)
     result = JSONTextField(null=True)
     error = JSONTextField(null=True)
@@ -186,6 +187,7 @@ class Finding(models.Model):
     recomputed_value = models.TextField(blank=True)
     # What could not be kept anywhere else: a ledger line whose seq was taken, as written.
     evidence = models.TextField(blank=True)
+    record_key = models.CharField(max_length=64, blank=True)  # the submission record it is about, if any
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()
     closed_at = models.DateTimeField(null=True)

@@ -12,14 +12,12 @@ import datetime as dt
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from urllib.parse import urlencode
 
 from django.db.models import Case, Count, Exists, OuterRef, Q, QuerySet, Value, When
-from django.urls import reverse
 
 from receipts import protocol
 from receipts.findings import DIGEST_CODES
-from receipts.models import Call, Event, Finding, Run, Submission
+from receipts.models import Call, Confirmation, Event, Finding, Run, Submission
 from receipts.recovery import reservation_resume
 
 STALE_CODES = ("stale_reservation", "stale_call")
@@ -102,30 +100,34 @@ def run_summaries(*, runs: Iterable[Run]) -> dict[int, RunSummary]:
     return summaries
 
 
-@dataclasses.dataclass
-class SearchResult:
-    url: str | None  # where to go when there is exactly one match
-    matches: list[tuple[str, str]]  # (label, url)
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """Something a person can open: a run, a call, or a submission in its run."""
+
+    kind: str  # "run", "call" or "submission"
+    run_id: str
+    key: str = ""  # the call_id or the client_submission_id
+    label: str = ""
 
 
-def search(*, query: str) -> SearchResult:
-    """A run id, a call_id prefix or a client_submission_id: one match jumps, several are listed."""
+def search(*, query: str) -> list[Target]:
+    """What a run id, a call_id prefix or a client_submission_id names (at most 20 of each)."""
     query = query.strip()
-    matches: list[tuple[str, str]] = []
     if not query:
-        return SearchResult(None, [])
-    run = Run.objects.filter(run_id=query).first()
-    if run is not None:
-        matches.append((f"run {run.run_id}", reverse("run", args=[run.run_id])))
+        return []
+    matches = [
+        Target("run", run_id, label=f"run {run_id}")
+        for run_id in Run.objects.filter(run_id=query).values_list("run_id", flat=True)
+    ]
     if HEX_RE.fullmatch(query):
         for run_id, call_id in calls_with_prefix(prefix=query).values_list("run__run_id", "call_id")[:20]:
-            matches.append((f"call {call_id[:16]}… in {run_id}", reverse("call", args=[run_id, call_id])))
-    for run_id, submission_id in Submission.objects.filter(client_submission_id=query).values_list(
+            matches.append(Target("call", run_id, call_id, f"call {call_id[:16]}… in {run_id}"))
+    submissions = Submission.objects.filter(client_submission_id=query).values_list(
         "run__run_id", "client_submission_id"
-    )[:20]:
-        url = reverse("run", args=[run_id]) + "?" + urlencode({"submission": submission_id}) + "#submissions"
-        matches.append((f"submission {submission_id} in {run_id}", url))
-    return SearchResult(matches[0][1] if len(matches) == 1 else None, matches)
+    )
+    for run_id, submission_id in submissions[:20]:
+        matches.append(Target("submission", run_id, submission_id, f"submission {submission_id} in {run_id}"))
+    return matches
 
 
 # --- one run ---------------------------------------------------------------
@@ -144,6 +146,39 @@ def call_identity(*, call: Call, run: Run) -> protocol.IdentityCheck:
         if getattr(call, name):
             receipt[name] = getattr(call, name)
     return protocol.check_receipt_identity(receipt, call_id=call.call_id, contract_sha256=run.contract_sha256 or None)
+
+
+def run_calls(*, run: Run) -> QuerySet[Call]:
+    return Call.objects.filter(run=run).order_by("call_id")
+
+
+def run_submissions(*, run: Run, client_submission_id: str = "") -> QuerySet[Submission]:
+    submissions = Submission.objects.filter(run=run).order_by("client_submission_id")
+    if client_submission_id:
+        submissions = submissions.filter(client_submission_id=client_submission_id)
+    return submissions
+
+
+def run_open_findings(*, run: Run, limit: int = 200) -> QuerySet[Finding]:
+    return run.findings.filter(closed_at__isnull=True).order_by("code", "subject")[:limit]
+
+
+@dataclasses.dataclass
+class CallDetail:
+    identity: protocol.IdentityCheck | None  # None when the ledger names a call with no receipt
+    events: list[Event]
+    confirmation: Confirmation | None
+    findings: list[Finding]
+
+
+def call_detail(*, run: Run, call: Call, event_limit: int = 200) -> CallDetail:
+    """What the call page shows beside the receipt: four queries."""
+    return CallDetail(
+        identity=call_identity(call=call, run=run) if call.receipt_present else None,
+        events=list(Event.objects.filter(run=run, call_id=call.call_id).order_by("seq")[:event_limit]),
+        confirmation=Confirmation.objects.filter(run=run, call_id=call.call_id).first(),
+        findings=list(run.findings.filter(call_id=call.call_id, closed_at__isnull=True).order_by("code")),
+    )
 
 
 def run_events(*, run: Run, event_type: str = "") -> QuerySet[Event]:
@@ -240,13 +275,12 @@ def finding_counts() -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
 class StaleItem:
     kind: str  # "reservation" or "call"
     run_id: str
-    subject: str
+    subject: str  # the client_submission_id or the call_id
     state: str
     since: dt.datetime | None
     task_present: bool | None
     digests_match: bool | None
     resume: str
-    url: str
 
 
 def stale_items(*, now: dt.datetime) -> list[StaleItem]:
@@ -256,56 +290,39 @@ def stale_items(*, now: dt.datetime) -> list[StaleItem]:
         .select_related("run")
         .order_by("run__run_id", "subject")
     )
-    keys = {f.subject.removeprefix("submissions/").removesuffix(".json") for f in findings}
-    submissions = {
-        (s.run_id, s.record_key): s for s in Submission.objects.filter(record_key__in=keys).select_related("run")
-    }
+    keys = {f.record_key for f in findings if f.code == "stale_reservation"}
+    submissions = {(s.run_id, s.record_key): s for s in Submission.objects.filter(record_key__in=keys)}
     call_ids = {f.call_id for f in findings if f.code == "stale_call"}
     calls = {(c.run_id, c.call_id): c for c in Call.objects.filter(call_id__in=call_ids)}
     items = []
     for finding in findings:
-        run_id = finding.run.run_id
         if finding.code == "stale_reservation":
-            key = finding.subject.removeprefix("submissions/").removesuffix(".json")
-            submission = submissions.get((finding.run_id, key))
-            if submission is None:
-                continue
-            items.append(
-                StaleItem(
-                    "reservation",
-                    run_id,
-                    submission.client_submission_id,
-                    submission.state,
-                    submission.updated_at or submission.reserved_at,
-                    submission.task_present,
-                    submission.task_matches if submission.task_present else None,
-                    reservation_resume(
-                        state=submission.state,
-                        task_present=submission.task_present,
-                        digests_match=submission.task_matches,
-                    ),
-                    reverse("run", args=[run_id])
-                    + "?"
-                    + urlencode({"submission": submission.client_submission_id})
-                    + "#submissions",
-                )
-            )
+            submission = submissions.get((finding.run_id, finding.record_key))
+            if submission is not None:
+                items.append(_stale_reservation(finding.run.run_id, submission))
         else:
             call = calls.get((finding.run_id, finding.call_id))
-            if call is None:
-                continue
-            items.append(
-                StaleItem(
-                    "call",
-                    run_id,
-                    call.call_id,
-                    call.status,
-                    call.updated_at or call.created_at,
-                    None,
-                    None,
-                    f"{call.decision}: {call.decision_reason}",
-                    reverse("call", args=[run_id, call.call_id]),
+            if call is not None:
+                since = call.updated_at or call.created_at
+                resume = f"{call.decision}: {call.decision_reason}"
+                items.append(
+                    StaleItem("call", finding.run.run_id, call.call_id, call.status, since, None, None, resume)
                 )
-            )
     items.sort(key=lambda item: (item.since or now, item.run_id))
     return items
+
+
+def _stale_reservation(run_id: str, submission: Submission) -> StaleItem:
+    resume = reservation_resume(
+        state=submission.state, task_present=submission.task_present, digests_match=submission.task_matches
+    )
+    return StaleItem(
+        "reservation",
+        run_id,
+        submission.client_submission_id,
+        submission.state,
+        submission.updated_at or submission.reserved_at,
+        submission.task_present,
+        submission.task_matches if submission.task_present else None,
+        resume,
+    )

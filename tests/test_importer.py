@@ -325,3 +325,10 @@ def test_the_progress_bar_draws_only_on_a_terminal():
     assert "run-1" in terminal.getvalue() and "100.0%" in terminal.getvalue()
     assert "#" * 30 in terminal.getvalue()
     assert pipe.getvalue() == ""
+
+
+def test_import_runs_reads_evidence_runs_root_when_given_no_root(demo_root, settings):
+    settings.EVIDENCE_RUNS_ROOT = demo_root
+    out = StringIO()
+    call_command("import_runs", "--json", stdout=out)
+    assert [run["run_id"] for run in json.loads(out.getvalue())["runs"]] == sorted(SCENARIOS)

@@ -367,7 +367,7 @@ def test_a_run_without_state_or_steer_says_so_plainly(good_run):
 
 
 def test_a_receipt_that_vanishes_while_listed_is_not_a_finding(good_run, monkeypatch):
-    from receipts.reader import files as reading
+    from receipts.reader import checks as reading
 
     ghost = "f" * 64 + ".json"
     real = reading.list_names

@@ -171,3 +171,11 @@ def test_the_project_reads_nothing_beside_its_checkout():
     beside = "../" + "shared"
     readers = [path for path in project_files() if beside in path.read_text(errors="replace")]
     assert len(project_files()) > 100 and readers == []
+
+
+def test_manage_py_names_a_missing_setting_in_one_line():
+    completed = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=PROJECT, env=settings_env(), capture_output=True, text=True
+    )
+    assert completed.returncode == 1
+    assert completed.stderr == "error: DJANGO_SECRET_KEY must be set when DJANGO_DEBUG=0\n"

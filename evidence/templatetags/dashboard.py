@@ -11,11 +11,13 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from evidence import charts
+from evidence.views.common import url_of
 from receipts import protocol
 
 register = template.Library()
 
 register.simple_tag(charts.status_bar, name="status_bar")
+register.simple_tag(url_of, name="url_of")
 register.simple_tag(charts.histogram, name="histogram")
 register.simple_tag(charts.activity_strip, name="activity_strip")
 

@@ -7,14 +7,35 @@ import datetime as dt
 import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
+from urllib.parse import urlencode
 
 from django.core.paginator import Page, Paginator
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
+from django.urls import reverse
+from django_htmx.middleware import HtmxDetails
 
 from receipts.models import Call, Run
 
 PER_PAGE = 50
+
+
+class HtmxHttpRequest(HttpRequest):
+    """A request that went through django-htmx's middleware (for type checkers)."""
+
+    htmx: HtmxDetails
+
+
+def url_of(kind: str, run_id: str, key: str = "") -> str:
+    """Where a run, a call or a submission is shown. A submission id is URL-encoded."""
+    if kind == "call":
+        return reverse("call", args=[run_id, key])
+    url = reverse("run", args=[run_id])
+    if kind == "submission":
+        url += "?" + urlencode({"submission": key}) + "#submissions"
+    return url
+
+
 FORMATS = ("csv", "json")
 
 

@@ -2,37 +2,24 @@
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from evidence.views.common import download, download_format, paginate, query_without
-from receipts import protocol, selectors
+from evidence.views.common import HtmxHttpRequest, download, download_format, paginate, query_without
+from receipts import downloads, protocol, selectors
 from receipts.findings import CODES, DIGEST_CODES
-
-FINDING_COLUMNS = (
-    "run__run_id",
-    "code",
-    "severity",
-    "subject",
-    "detail",
-    "stored_value",
-    "recomputed_value",
-    "first_seen",
-)
-STALE_COLUMNS = ("kind", "run_id", "subject", "state", "since", "task_present", "digests_match", "resume")
 
 
 @require_GET
-def findings(request: HttpRequest) -> HttpResponse:
+def findings(request: HtmxHttpRequest) -> HttpResponse:
     code = request.GET.get("code", "")
     run_id = request.GET.get("run", "")
     severity = request.GET.get("severity", "")
     findings = selectors.open_findings(code=code, run_id=run_id, severity=severity)
     fmt = download_format(request)
     if fmt:
-        columns = ("run_id", *FINDING_COLUMNS[1:])
-        return download(fmt, "findings", columns, findings.values_list(*FINDING_COLUMNS).iterator())
+        return download(fmt, "findings", *downloads.finding_rows(findings))
     digest_counts, other_counts = selectors.finding_counts()
     # Digest mismatches first: they are the evidence that something was altered.
     digest_page = paginate(request, findings.filter(code__in=DIGEST_CODES), param="digest_page")
@@ -53,12 +40,11 @@ def findings(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
-def reservations(request: HttpRequest) -> HttpResponse:
+def reservations(request: HtmxHttpRequest) -> HttpResponse:
     now = protocol.utc_now()
     items = selectors.stale_items(now=now)
     fmt = download_format(request)
     if fmt:
-        rows = [tuple(getattr(item, column) for column in STALE_COLUMNS) for item in items]
-        return download(fmt, "stale", STALE_COLUMNS, rows)
+        return download(fmt, "stale", *downloads.stale_rows(items))
     page = paginate(request, items)
     return render(request, "receipts/reservations.html", {"page": page, "now": now})

@@ -26,6 +26,7 @@ class CallRecord:
     attempt: int | None = None
     args: Any = None
     input_sha256: str = ""
+    recomputed_input_sha256: str = ""
     output_sha256: str = ""
     result: Any = None
     error: Any = None

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 from typing import Any
 
 from receipts import protocol
-from receipts.reader.records import RunFiles, SubmissionRecord, time_field
-from receipts.reader.safe_open import Limits, Unsafe, read_regular
+from receipts.reader.checks import RunChecks
+from receipts.reader.records import SubmissionRecord, time_field
+from receipts.reader.safe_open import Unsafe, read_regular
 
 
-class SubmissionChecks:
-    """The submission part of a run's reading; ``files._RunReader`` provides the rest."""
-
-    out: RunFiles
-    limits: Limits
-    now: dt.datetime
+class SubmissionChecks(RunChecks):
+    """The submission records of a run and the task files they describe."""
 
     def read_submissions(self, dir_fd: int | None, tasks_fd: int | None) -> None:
         if dir_fd is None:
@@ -48,7 +44,7 @@ class SubmissionChecks:
         if not isinstance(submission_id, str) or not 1 <= len(submission_id) <= protocol.MAX_SUBMISSION_ID_LENGTH:
             self.finding("schema_error", subject, "client_submission_id must be a string of 1 to 256 characters")
             return None
-        key = hashlib.sha256(submission_id.encode("utf-8", "surrogatepass")).hexdigest()
+        key = protocol.submission_key(submission_id)
         if name != f"{key}.json":
             self.finding("schema_error", subject, "the file name is not sha256(client_submission_id)")
             return None
@@ -80,12 +76,13 @@ class SubmissionChecks:
         if isinstance(request, dict) and submission.digest_schema_version == protocol.DIGEST_SCHEMA:
             submission.recomputed_digest = protocol.request_digest(request)
             if submission.recomputed_digest != submission.request_digest:
-                self.finding(
+                self.mismatch(
                     "submission_digest_mismatch",
                     subject,
                     "the stored request does not give the stored request_digest",
-                    stored_value=submission.request_digest[:200],
-                    recomputed_value=submission.recomputed_digest,
+                    submission.request_digest,
+                    submission.recomputed_digest,
+                    record_key=submission.record_key,
                 )
         return submission
 
@@ -93,10 +90,10 @@ class SubmissionChecks:
         path = submission.task_path
         if not path:
             return
-        folder, _, name = path.partition("/")
-        if folder != "tasks" or not name or "/" in name or name in (".", "..") or name.startswith("."):
+        if not protocol.safe_task_path(path):
             self.finding("unsafe_path", subject, f"task_path {path[:200]!r} is not a file in tasks/")
             return
+        name = path.removeprefix("tasks/")
         data = None
         if tasks_fd is not None:
             try:
@@ -117,14 +114,20 @@ class SubmissionChecks:
             submission.task_matches = submission.task_file_sha256 == expected
         if submission.state in ("task_created", "committed"):
             if data is None:
-                self.finding("task_missing", subject, f"{path} is absent but the record is {submission.state}")
-            elif submission.task_file_sha256 != submission.task_sha256:
                 self.finding(
+                    "task_missing",
+                    subject,
+                    f"{path} is absent but the record is {submission.state}",
+                    record_key=submission.record_key,
+                )
+            elif submission.task_file_sha256 != submission.task_sha256:
+                self.mismatch(
                     "task_digest_mismatch",
                     subject,
                     f"{path} is not the file the record describes",
-                    stored_value=submission.task_sha256[:200],
-                    recomputed_value=submission.task_file_sha256,
+                    submission.task_sha256,
+                    submission.task_file_sha256,
+                    record_key=submission.record_key,
                 )
         if submission.state in ("reserved", "task_created"):
             self.check_stale_reservation(submission, subject)
@@ -139,4 +142,5 @@ class SubmissionChecks:
             subject,
             f"state {submission.state} since {protocol.format_time(since)}; task {submission.task_id} "
             f"file present: {'yes' if submission.task_present else 'no'}; digests match: {digests}",
+            record_key=submission.record_key,
         )

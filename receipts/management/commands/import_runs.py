@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
@@ -40,7 +41,9 @@ class Command(BaseCommand):
     help = "Import every run directory under ROOT (or ROOT itself when it is one). Safe to run again and at once."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("root", type=Path)
+        parser.add_argument(
+            "root", type=Path, nargs="?", default=None, help="runs root or run directory (default: EVIDENCE_RUNS_ROOT)"
+        )
         parser.add_argument("--json", action="store_true", help="print the report as one JSON document")
         parser.add_argument("--watch", action="store_true", help="re-import changes until interrupted")
         parser.add_argument("--interval", type=float, default=3.0, help="seconds between --watch passes (3)")
@@ -49,7 +52,8 @@ class Command(BaseCommand):
         parser.add_argument("--max-file-mib", type=float, default=MAX_JSON_BYTES / 2**20)
         parser.add_argument("--max-line-mib", type=float, default=MAX_LINE_BYTES / 2**20)
 
-    def handle(self, *args, root: Path, **options) -> None:
+    def handle(self, *args, root: Path | None, **options) -> None:
+        root = root or Path(settings.EVIDENCE_RUNS_ROOT)
         if not root.exists():
             raise CommandError(f"{root} does not exist")
         if options["interval"] <= 0 or options["stale_minutes"] <= 0:

@@ -1,0 +1,74 @@
+"""The rows of each list's CSV and JSON twin: columns named once, rows streamed in chunks.
+
+Selectors for the download links: every function returns ``(columns, rows)``
+where ``rows`` is an iterator, so a list of a million events never sits in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from django.db.models import QuerySet
+
+from receipts import selectors
+from receipts.models import Finding, Run
+
+Rows = tuple[Sequence[str], Iterator[Sequence[Any]]]
+
+RUN_COLUMNS = ("run_id", "state", "attempts", "last_event_at", "events", "calls", "ambiguous", "open_findings")
+EVENT_COLUMNS = ("seq", "ts", "type", "call_id", "client_submission_id", "disposition", "payload")
+CALL_COLUMNS = ("call_id", "status", "tool", "tool_version", "attempt", "verification", "decision", "updated_at")
+SUBMISSION_COLUMNS = ("client_submission_id", "state", "task_id", "request_digest", "task_present", "updated_at")
+DECISION_COLUMNS = ("call_id", "status", "tool", "decision", "decision_reason")
+FINDING_FIELDS = (
+    "run__run_id",
+    "code",
+    "severity",
+    "subject",
+    "detail",
+    "stored_value",
+    "recomputed_value",
+    "first_seen",
+)
+FINDING_COLUMNS = ("run_id", *FINDING_FIELDS[1:])
+STALE_COLUMNS = ("kind", "run_id", "subject", "state", "since", "task_present", "digests_match", "resume")
+RUN_LISTS = ("events", "calls", "submissions")
+CHUNK = 500
+
+
+def runs_rows(runs: QuerySet[Run]) -> Rows:
+    def rows() -> Iterator[Sequence[Any]]:
+        for start in range(0, runs.count(), CHUNK):
+            chunk = list(runs[start : start + CHUNK])
+            summaries = selectors.run_summaries(runs=chunk)
+            for run in chunk:
+                summary = summaries[run.pk]
+                yield (run.run_id, run.state, run.attempts, run.last_event_at, run.event_count, summary.calls,
+                       summary.ambiguous, summary.open_findings)  # fmt: skip
+
+    return RUN_COLUMNS, rows()
+
+
+def run_rows(*, run: Run, which: str, event_type: str = "") -> Rows:
+    """One of a run's lists (``events``, ``calls``, ``submissions``); events keep the type filter."""
+    if which == "calls":
+        return CALL_COLUMNS, selectors.run_calls(run=run).values_list(*CALL_COLUMNS).iterator()
+    if which == "submissions":
+        rows = selectors.run_submissions(run=run).values_list(*SUBMISSION_COLUMNS)
+        return SUBMISSION_COLUMNS, rows.iterator()
+    events = selectors.run_events(run=run, event_type=event_type).order_by("seq")
+    return EVENT_COLUMNS, events.values_list(*EVENT_COLUMNS).iterator(chunk_size=5000)
+
+
+def decision_rows(*, run: Run, decision: str = "") -> Rows:
+    calls = selectors.calls_by_decision(run=run, decision=decision)
+    return DECISION_COLUMNS, calls.values_list(*DECISION_COLUMNS).iterator()
+
+
+def finding_rows(findings: QuerySet[Finding]) -> Rows:
+    return FINDING_COLUMNS, findings.values_list(*FINDING_FIELDS).iterator()
+
+
+def stale_rows(items: Iterable[selectors.StaleItem]) -> Rows:
+    return STALE_COLUMNS, (tuple(getattr(item, column) for column in STALE_COLUMNS) for item in items)

@@ -1,0 +1,105 @@
+"""What every check of a run's files shares: how findings are made, how a JSON file is read."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from receipts import protocol
+from receipts.findings import FindingRecord, storable_text
+from receipts.reader.records import RunFiles
+from receipts.reader.safe_open import Limits, Unsafe, list_names, open_dir, read_regular
+
+
+class RunChecks:
+    """One pass over a run's files: ``out`` is what is kept, ``out.findings`` what is wrong."""
+
+    def __init__(self, run_dir: Path, ledger_call_ids: set[str], limits: Limits, now: dt.datetime) -> None:
+        self.run_dir = run_dir
+        self.ledger_call_ids = ledger_call_ids
+        self.limits = limits
+        self.now = now
+        self.out = RunFiles(run_id=run_dir.name)
+        self.receipt_shas: dict[str, str] = {}
+        self.receipt_files: set[str] = set()
+
+    def mismatch(self, code: str, subject: str, detail: str, stored: str, recomputed: str, **values: str) -> None:
+        """A finding that shows what the file says beside what it should say."""
+        self.finding(code, subject, detail, stored_value=stored[:200], recomputed_value=recomputed, **values)
+
+    def finding(self, code: str, subject: str, detail: str, **values: str) -> None:
+        self.out.findings.append(FindingRecord(code, subject, detail, **values))
+
+    def read_json(self, name: str, dir_fd: int, subject: str) -> tuple[Any, str] | None:
+        """The parsed document and the digest of its bytes, or ``None``: after a finding, or
+        with none when the file is absent (or was removed since it was listed)."""
+        try:
+            data = read_regular(name, dir_fd, self.limits.max_json_bytes)
+        except FileNotFoundError:
+            return None
+        except Unsafe as unsafe:
+            self.finding(unsafe.code, subject, unsafe.detail)
+            return None
+        except OSError as error:
+            self.finding("unsafe_path", subject, f"cannot be read: {error.strerror}")
+            return None
+        try:
+            return protocol.load_json_strict(data), hashlib.sha256(data).hexdigest()
+        except ValueError as error:
+            self.finding("invalid_json", subject, str(error))
+            return None
+
+    def folder(self, run_fd: int, name: str) -> int | None:
+        try:
+            return open_dir(name, run_fd)
+        except FileNotFoundError:
+            return None
+        except Unsafe as unsafe:
+            self.finding(unsafe.code, f"{name}/", unsafe.detail)
+            return None
+
+    def json_names(self, dir_fd: int, folder: str) -> list[str]:
+        """The ``.json`` names of a folder whose names are UTF-8; any other name is a finding."""
+        names = []
+        for name in list_names(dir_fd):
+            if not name.endswith(".json"):
+                continue
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                self.finding("unsafe_path", f"{folder}/{name}", "the file name is not UTF-8: not read")
+                continue
+            names.append(name)
+        return names
+
+    def storable(self, record: Any, subject: str) -> None:
+        """Replace U+0000 in the record's text fields (the database cannot hold it), with a finding."""
+        changed = []
+        for field in dataclasses.fields(record):
+            value = getattr(record, field.name)
+            if isinstance(value, str) and "\x00" in value:
+                setattr(record, field.name, storable_text(value))
+                changed.append(field.name)
+        if changed:
+            self.finding(
+                "unstorable_value",
+                subject,
+                f"U+0000 in {', '.join(changed)}: stored with U+FFFD in its place; the file keeps the original",
+            )
+
+    def past_stale_age(self, since: dt.datetime | None) -> bool:
+        """Whether ``since`` is older than the stale age; if not yet, remember when it will be."""
+        if since is None:
+            return False
+        try:
+            stale_at = since + self.limits.stale_after
+        except OverflowError:  # a time at the end of the calendar never grows stale
+            return False
+        if self.now < stale_at:
+            if self.out.next_stale_at is None or stale_at < self.out.next_stale_at:
+                self.out.next_stale_at = stale_at
+            return False
+        return True
