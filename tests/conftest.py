@@ -1,29 +1,16 @@
-"""Shared fixtures: run directories made by the real writer, the test data under tests/data."""
+"""Shared fixtures: run directories made by the real writer, the demo imported, a logged-in client."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from receipts import protocol, runtime
+from receipts import runtime
 from receipts.demo import write_demo_runs
-
-DATA = Path(__file__).resolve().parent / "data"
-CONTRACT = protocol.sha256_hex(b"test contract")
-
-
-def data_path(*parts: str) -> Path:
-    """A file of the project's test data (vectors, the JSON corpus), kept in tests/data."""
-    return DATA.joinpath(*parts)
-
-
-def corpus_files() -> list[Path]:
-    """JSONTestSuite's parsing cases (MIT, see tests/data/jsontestsuite/LICENSE)."""
-    return sorted(data_path("jsontestsuite", "test_parsing").iterdir())
+from tests.helpers import CONTRACT, data_path, import_as_seen_later
 
 
 @pytest.fixture
@@ -52,8 +39,20 @@ def demo_root(demo_source, tmp_path) -> Path:
     return Path(shutil.copytree(demo_source, tmp_path / "runs", symlinks=True))
 
 
-def import_as_seen_later(root: Path) -> None:
-    """Import as a person would see the demo 20 minutes after it ran: the killed calls are stale."""
-    from receipts import importer
+@pytest.fixture
+def demo(demo_root, db) -> Path:
+    """The demo runs, imported as a person would see them 20 minutes later (the killed calls are stale)."""
+    import_as_seen_later(demo_root)
+    return demo_root
 
-    importer.root_import(root=root, now=protocol.utc_now() + dt.timedelta(minutes=20))
+
+@pytest.fixture
+def user(django_user_model):
+    return django_user_model.objects.create_user("alice", password="a-long-password-1")
+
+
+@pytest.fixture
+def logged_in(client, user):
+    """Django's test client, logged in as ``user``."""
+    client.force_login(user)
+    return client

@@ -9,8 +9,7 @@ from pathlib import Path
 
 from django.db import connection
 
-PROJECT = Path(__file__).resolve().parent.parent
-IMPORT_TIMESTAMPS = {"imported_at", "first_seen", "last_seen", "closed_at"}
+from tests.helpers import IMPORT_TIMESTAMPS, PROJECT
 
 
 def database_url_for_children(tmp_path: Path) -> str:
@@ -40,10 +39,10 @@ def manage(url: str, *args: str, check: bool = False) -> subprocess.CompletedPro
     return completed
 
 
-DUMP_SCRIPT = """
+DUMP_SCRIPT = f"""
 import hashlib, json
 from receipts.models import Call, Confirmation, Event, Finding, Run, Submission
-skip = {"id", "run_id", "imported_at", "first_seen", "last_seen", "closed_at"}
+skip = {{"id", "run_id", *{IMPORT_TIMESTAMPS!r}}}
 run_ids = dict(Run.objects.values_list("id", "run_id"))
 for model in (Run, Call, Submission, Event, Finding, Confirmation):
     names = [f.attname for f in model._meta.concrete_fields if f.attname not in skip]

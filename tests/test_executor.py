@@ -12,7 +12,7 @@ import pytest
 
 from receipts import protocol, runtime
 from receipts.demo import run_writer, writer_command, writer_env
-from tests.conftest import CONTRACT
+from tests.helpers import CONTRACT
 from tests.ledger import events_of, read_ledger
 
 CALL_FAILPOINTS = ["after_prepared", "after_effect", "after_temp_receipt"]

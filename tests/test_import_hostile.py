@@ -14,7 +14,7 @@ from django.db import connection
 
 from receipts import durable, importer, protocol, runtime
 from receipts.models import Call, Event, Finding, Run, Submission
-from tests.conftest import CONTRACT
+from tests.helpers import CONTRACT
 
 pytestmark = pytest.mark.django_db
 

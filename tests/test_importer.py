@@ -19,7 +19,7 @@ from receipts import durable, importer, protocol, runtime
 from receipts.demo import SCENARIOS
 from receipts.models import Call, Event, Finding, Run, Submission
 from receipts.selectors import calls_with_prefix
-from tests.conftest import CONTRACT
+from tests.helpers import CONTRACT, IMPORT_TIMESTAMPS
 from tests.subprocess_db import child_env, database_url_for_children, manage, manage_command, normalized_dump
 from tests.volume import synthetic_ledger
 
@@ -36,11 +36,7 @@ def table_snapshot() -> dict[str, list[tuple]]:
     """Every column of every receipts table, but the import's own timestamps."""
     snapshot = {}
     for model in (Run, Call, Submission, Event, Finding):
-        names = [
-            f.attname
-            for f in model._meta.concrete_fields
-            if f.attname not in {"imported_at", "first_seen", "last_seen", "closed_at"}
-        ]
+        names = [f.attname for f in model._meta.concrete_fields if f.attname not in IMPORT_TIMESTAMPS]
         snapshot[model.__name__] = sorted(
             tuple(json.dumps(value, sort_keys=True, default=str) for value in row)
             for row in model.objects.values_list(*names)
@@ -216,7 +212,7 @@ def test_call_id_prefix_search_is_a_range_on_the_index(demo_root):
     assert "call_id_prefix_idx" in plan, plan
 
 
-def test_a_big_run_imports_in_batches_with_flat_memory_use(demo_root):
+def test_a_big_run_is_committed_batch_by_batch(demo_root):
     run_dir = demo_root / "clean-run"
     synthetic_ledger(run_dir, 12_000, start_seq=11)
     batches = []

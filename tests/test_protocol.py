@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from receipts import durable, protocol
-from tests.conftest import corpus_files, data_path
+from tests.helpers import corpus_files, data_path
 
 DUPLICATE_KEY_FILES = {"y_object_duplicated_key.json", "y_object_duplicated_key_and_value.json"}
 
@@ -23,7 +23,8 @@ def test_protocol_and_runtime_import_nothing_from_django():
     import sys
 
     code = (
-        "import sys, receipts.protocol, receipts.runtime, receipts.replay, receipts.cli, receipts.demo;"
+        "import sys, receipts.protocol, receipts.durable, receipts.tools, receipts.tasks, receipts.runtime,"
+        " receipts.recovery, receipts.replay, receipts.reader, receipts.findings, receipts.cli, receipts.demo;"
         "sys.exit(1 if any(m == 'django' or m.startswith('django.') for m in sys.modules) else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
@@ -90,8 +91,26 @@ def test_load_json_strict_on_the_corpus(path: Path):
         assert not accepted, "duplicate keys must be refused"
     elif path.name.startswith("y_"):
         assert accepted
-    elif path.name.startswith("n_"):
+    elif path.name.startswith("n_") or refused_by_our_rules(path.name):
         assert not accepted
+    else:  # an i_ number our rules leave to Python: finite, so accepted
+        assert accepted
+
+
+def refused_by_our_rules(name: str) -> bool:
+    """The i_ cases ("parsers may go either way") that RUN_DIRECTORY.md decides: refused.
+
+    Lone surrogates and invalid UTF-8 (every i_string_ and i_object_ case), a byte
+    order mark, nesting past 256, and numbers that overflow to infinity.
+    """
+    if not name.startswith("i_"):
+        return False
+    return (
+        name.startswith(("i_string_", "i_object_"))
+        or "BOM" in name
+        or name == "i_structure_500_nested_arrays.json"
+        or any(word in name for word in ("huge_exp", "overflow"))
+    )
 
 
 @pytest.mark.parametrize(
@@ -306,3 +325,28 @@ def test_append_event_goes_on_after_a_hostile_last_line(tmp_path, hostile):
     event = durable.append_event(tmp_path, "note", {})
     assert event["seq"] == 2, "seq follows the last valid event"
     assert event["prev_sha256"] == protocol.sha256_hex(hostile), "the chain covers the hostile line's bytes"
+
+
+def test_the_rooms_import_only_what_the_layout_says():
+    import subprocess
+    import sys
+
+    # The reader never loads the writer, and the pages' read layer never loads the reader.
+    code = (
+        "import sys, importlib; mod = importlib.import_module(sys.argv[1]);"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('receipts'))))"
+    )
+    loaded = {}
+    for module in ("receipts.reader", "receipts.recovery"):
+        completed = subprocess.run([sys.executable, "-c", code, module], capture_output=True, text=True, check=True)
+        loaded[module] = set(completed.stdout.split())
+    assert not loaded["receipts.reader"] & {"receipts.runtime", "receipts.tasks", "receipts.tools", "receipts.durable"}
+    assert loaded["receipts.recovery"] == {"receipts", "receipts.protocol", "receipts.recovery"}
+    pages = (
+        "import django; django.setup(); import sys, evidence.urls;"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('receipts'))))"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    completed = subprocess.run([sys.executable, "-c", pages], capture_output=True, text=True, check=True, env=env)
+    assert "receipts.selectors" in completed.stdout.split()
+    assert not {m for m in completed.stdout.split() if m.startswith("receipts.reader")}

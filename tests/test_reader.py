@@ -12,8 +12,7 @@ import pytest
 from receipts import durable, protocol, runtime
 from receipts.findings import CODES
 from receipts.reader import Limits, discover_runs, read_ledger, read_run
-from tests.conftest import CONTRACT, corpus_files
-from tests.subprocess_db import PROJECT
+from tests.helpers import CONTRACT, PROJECT, corpus_files
 
 GOOD_ARGS = {"path": "ok.txt", "content": "fine"}
 

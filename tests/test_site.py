@@ -14,7 +14,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-PROJECT = Path(__file__).resolve().parent.parent
+from tests.helpers import PROJECT
 
 
 @pytest.mark.django_db

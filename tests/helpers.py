@@ -1,0 +1,43 @@
+"""What several test modules use that is not a fixture: paths, the test data, small readers."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from receipts import protocol
+
+PROJECT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+CONTRACT = protocol.sha256_hex(b"test contract")
+# The columns an import stamps with its own time: two imports of the same files differ only there.
+IMPORT_TIMESTAMPS = ("imported_at", "first_seen", "last_seen", "closed_at")
+
+
+def data_path(*parts: str) -> Path:
+    """A file of the project's test data (vectors, the JSON corpus, expected downloads), in tests/data."""
+    return DATA.joinpath(*parts)
+
+
+def corpus_files() -> list[Path]:
+    """JSONTestSuite's parsing cases (MIT, see tests/data/jsontestsuite/LICENSE)."""
+    return sorted(data_path("jsontestsuite", "test_parsing").iterdir())
+
+
+def import_as_seen_later(root: Path) -> None:
+    """Import as a person would see the demo 20 minutes after it ran: the killed calls are stale."""
+    from receipts import importer
+
+    importer.root_import(root=root, now=protocol.utc_now() + dt.timedelta(minutes=20))
+
+
+def content(response) -> str:
+    """A response's body as text, streamed or not."""
+    return b"".join(response.streaming_content).decode() if response.streaming else response.content.decode()
+
+
+def first_call_of(run_id: str):
+    """The run's call with the smallest call_id."""
+    from receipts.models import Call
+
+    return Call.objects.filter(run__run_id=run_id).order_by("call_id").first()

@@ -1,0 +1,82 @@
+"""What every page shares: the login, GET only, 404s, bounded queries, safe downloads."""
+
+from __future__ import annotations
+
+import csv
+import io
+from http import HTTPStatus
+
+import pytest
+from django.urls import reverse
+
+from receipts import durable, importer
+from tests.helpers import content, first_call_of
+from tests.volume import synthetic_ledger
+
+pytestmark = pytest.mark.django_db
+
+PAGES = [
+    "/",
+    "/findings/",
+    "/reservations/",
+    "/runs/clean-run/",
+    "/runs/clean-run/replay/",
+    "/search/?q=clean-run",
+]
+
+
+@pytest.mark.parametrize("url", PAGES)
+def test_every_page_needs_a_login(client, demo, url):
+    response = client.get(url)
+    assert response.status_code == HTTPStatus.FOUND
+    assert response["Location"].startswith("/accounts/login/")
+
+
+def test_the_call_page_needs_a_login(client, demo):
+    call = first_call_of("clean-run")
+    response = client.get(reverse("call", args=["clean-run", call.call_id]))
+    assert response.status_code == HTTPStatus.FOUND
+
+
+def test_pages_refuse_post(logged_in, demo):
+    assert logged_in.post("/").status_code == HTTPStatus.METHOD_NOT_ALLOWED
+    assert logged_in.post("/runs/clean-run/").status_code == HTTPStatus.METHOD_NOT_ALLOWED
+
+
+def test_an_unknown_download_format_is_404(logged_in, demo):
+    assert logged_in.get("/?format=xml").status_code == HTTPStatus.NOT_FOUND
+
+
+def test_unknown_run_and_call_are_404(logged_in, demo):
+    assert logged_in.get("/runs/nope/").status_code == HTTPStatus.NOT_FOUND
+    assert logged_in.get("/runs/clean-run/calls/" + "0" * 64 + "/").status_code == HTTPStatus.NOT_FOUND
+
+
+def test_query_counts_do_not_grow_with_the_run(logged_in, demo, django_assert_max_num_queries):
+    call = first_call_of("clean-run")
+    urls = ["/", "/runs/clean-run/", "/runs/clean-run/replay/", "/findings/", "/reservations/"]
+    urls.append(reverse("call", args=["clean-run", call.call_id]))
+    small = {}
+    for url in urls:
+        with django_assert_max_num_queries(40) as captured:
+            logged_in.get(url)
+        small[url] = len(captured)
+    synthetic_ledger(demo / "clean-run", 3000, start_seq=11)
+    importer.run_import(path=demo / "clean-run")
+    for url in urls:
+        with django_assert_max_num_queries(small[url]):
+            logged_in.get(url)
+
+
+def test_csv_cells_that_could_be_formulas_are_neutralised(logged_in, demo):
+    run_dir = demo / "clean-run"
+    for text in ('=HYPERLINK("http://evil")', "+1", "-2+3", "@SUM(A1)", "\tx", "\rx"):
+        durable.append_event(run_dir, text, {})
+    importer.run_import(path=run_dir)
+    rows = list(csv.reader(io.StringIO(content(logged_in.get("/runs/clean-run/?format=csv")))))
+    types = [row[2] for row in rows[1:]]
+    assert '\'=HYPERLINK("http://evil")' in types and "'+1" in types and "'-2+3" in types
+    assert "'@SUM(A1)" in types and "'\tx" in types and "'\rx" in types
+    assert not [cell for row in rows[1:] for cell in row if cell[:1] in ("=", "+", "-", "@", "\t", "\r")]
+    seqs = [row[0] for row in rows[1:]]
+    assert all(seq.isdigit() for seq in seqs), "numbers stay numbers"

