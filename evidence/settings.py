@@ -2,7 +2,7 @@
 
 Variables (documented in the README): DATABASE_URL, DATABASE_CONN_MAX_AGE,
 DJANGO_DEBUG, DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS, DJANGO_HTTPS,
-EVIDENCE_RUNS_ROOT. Parsers are strict: a malformed
+EVIDENCE_RUNS_ROOT, EVIDENCE_READ_ONLY. Parsers are strict: a malformed
 value stops start-up. What is unset is what a deployment needs: debugging off,
 HTTPS on.
 """
@@ -45,6 +45,8 @@ ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG 
 
 # Where import_runs looks when it is given no ROOT.
 EVIDENCE_RUNS_ROOT = env_path("EVIDENCE_RUNS_ROOT", BASE_DIR / "var" / "runs")
+# A deployment that only browses: no write action is shown or accepted.
+EVIDENCE_READ_ONLY = env_bool("EVIDENCE_READ_ONLY", "0")
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -1,5 +1,6 @@
 """URLs of the dashboard (INTERFACES.md lists the stable ones)."""
 
+from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
@@ -7,6 +8,7 @@ from evidence import views
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
+    path("admin/", admin.site.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.runs, name="runs"),
@@ -16,4 +18,6 @@ urlpatterns = [
     path("runs/<str:run_id>/", views.run, name="run"),
     path("runs/<str:run_id>/replay/", views.replay, name="replay"),
     path("runs/<str:run_id>/calls/<str:call_id>/", views.call, name="call"),
+    path("runs/<str:run_id>/calls/<str:call_id>/confirm/", views.confirm, name="confirm"),
+    path("audit/", views.audit, name="audit"),
 ]

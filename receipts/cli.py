@@ -69,6 +69,23 @@ def cmd_replay(options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_confirm(options: argparse.Namespace) -> int:
+    try:
+        document, written = runtime.confirm_call(
+            Path(options.run_dir),
+            options.call_id,
+            resolution=options.resolution,
+            reason=options.reason,
+            actor=options.actor,
+            receipt_sha256=options.receipt_sha256,
+        )
+    except runtime.ConfirmationRefused as refused:
+        sys.stderr.write(f"refused: {refused}\n")
+        return EXIT_CONFLICT
+    _print(document | {"written": written})
+    return EXIT_OK
+
+
 def cmd_state(options: argparse.Namespace) -> int:
     runtime.run_set_state(Path(options.run_dir), state=options.name, attempts=options.attempts)
     _print({"state": options.name, "attempts": options.attempts})
@@ -121,6 +138,17 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("run_dir")
     replay.add_argument("--json", action="store_true")
     replay.set_defaults(handler=cmd_replay)
+
+    confirm = commands.add_parser(
+        "confirm", help="record a person's decision about a call in doubt (what the dashboard's form does)"
+    )
+    confirm.add_argument("run_dir")
+    confirm.add_argument("call_id")
+    confirm.add_argument("--resolution", required=True, choices=protocol.RESOLUTIONS)
+    confirm.add_argument("--reason", required=True)
+    confirm.add_argument("--actor", required=True, help="who decided")
+    confirm.add_argument("--receipt-sha256", required=True, help="SHA-256 of the receipt bytes the person looked at")
+    confirm.set_defaults(handler=cmd_confirm)
 
     state = commands.add_parser("state", help="record the run's state (running, retrying, finished, ...)")
     state.add_argument("run_dir")

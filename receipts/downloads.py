@@ -12,7 +12,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from receipts import selectors
-from receipts.models import Finding, Run
+from receipts.models import Finding, HumanDecision, Run
 
 Rows = tuple[Sequence[str], Iterator[Sequence[Any]]]
 
@@ -72,3 +72,11 @@ def finding_rows(findings: QuerySet[Finding]) -> Rows:
 
 def stale_rows(items: Iterable[selectors.StaleItem]) -> Rows:
     return STALE_COLUMNS, (tuple(getattr(item, column) for column in STALE_COLUMNS) for item in items)
+
+
+DECISION_AUDIT_FIELDS = ("decided_at", "actor", "run__run_id", "call_id", "resolution", "reason", "receipt_sha256")
+DECISION_AUDIT_COLUMNS = ("decided_at", "actor", "run_id", "call_id", "resolution", "reason", "receipt_sha256")
+
+
+def audit_rows(decisions: QuerySet[HumanDecision]) -> Rows:
+    return DECISION_AUDIT_COLUMNS, decisions.values_list(*DECISION_AUDIT_FIELDS).iterator()

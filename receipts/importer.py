@@ -26,6 +26,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from receipts import durable, protocol
+from receipts.durable import json_file
 from receipts.findings import FILES, LEDGER, FindingRecord, storable_text
 from receipts.models import Call, Confirmation, Event, Finding, Run, Submission
 from receipts.reader import (
@@ -40,6 +41,7 @@ from receipts.reader import (
     read_run_files,
     run_fingerprint,
 )
+from receipts.recovery import decide
 from receipts.replay import apply_decisions
 
 Progress = Callable[[str, int, int], None]  # run_id, ledger bytes read, ledger size
@@ -460,3 +462,35 @@ def root_import(
         for f in Finding.objects.filter(run__isnull=True, root=root_key, closed_at__isnull=True)
     ]
     return ImportReport(reports, root_findings)
+
+
+def record_confirmation(*, run: Run, call: Call, document: dict[str, Any], now: dt.datetime) -> None:
+    """Bring a confirmation the dashboard just wrote into the rows at once, as an import would.
+
+    The confirmation row, the call's decision and its stale_call finding change
+    now; the next import reads the same files and reaches the same rows.
+    """
+    Confirmation.objects.update_or_create(
+        run=run,
+        call_id=call.call_id,
+        defaults={
+            "file_sha256": protocol.sha256_hex(json_file(document)),
+            "resolution": document["resolution"],
+            "reason": document["reason"],
+            "actor": document["actor"],
+            "confirmed_at": protocol.parse_time(document["confirmed_at"]),
+            "receipt_sha256": document["receipt_sha256"],
+            "confirmation_id": document["confirmation_id"],
+            "valid": True,
+            "problem": "",
+        },
+    )
+    decision = decide(
+        status=call.status,
+        error_kind=call.error_kind or None,
+        queryable=call.queryable,
+        confirmation=document["resolution"],
+        verification=call.verification,
+    )
+    Call.objects.filter(pk=call.pk).update(decision=decision.decision, decision_reason=decision.reason)
+    run.findings.filter(call_id=call.call_id, code="stale_call", closed_at__isnull=True).update(closed_at=now)

@@ -233,3 +233,31 @@ class Confirmation(models.Model):
 
     def __str__(self) -> str:
         return self.call_id
+
+
+class HumanDecision(models.Model):
+    """A person's decision about a call in doubt, made on the dashboard: the audit trail.
+
+    Written once by ``settle.settle_call`` and never edited or deleted (the
+    admin shows it read-only). One per call: the unique constraint is what lets
+    exactly one of two people deciding at once win.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="human_decisions")
+    call_id = models.CharField(max_length=200)
+    resolution = models.CharField(max_length=16)
+    reason = models.TextField()
+    user = models.ForeignKey("auth.User", on_delete=models.SET_NULL, null=True, related_name="+")
+    actor = models.CharField(max_length=150)  # the user's name when they decided; it outlives the account
+    decided_at = models.DateTimeField()
+    receipt_sha256 = models.CharField(max_length=64)
+    confirmation_id = models.CharField(max_length=64)
+    client_address = models.GenericIPAddressField(null=True)
+
+    class Meta:
+        ordering = ["-decided_at", "id"]
+        constraints = [models.UniqueConstraint(fields=["run", "call_id"], name="one_decision_per_call")]
+        indexes = [models.Index(fields=["decided_at"]), models.Index(fields=["actor", "decided_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.actor}: {self.call_id[:12]} {self.resolution}"

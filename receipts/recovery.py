@@ -32,8 +32,13 @@ def decide(
     (``committed`` or ``rejected``), or ``None``. ``verification`` is the
     verdict of ``protocol.check_receipt_identity``: a receipt that does not pass
     it (altered, misfiled, or missing an input) proves nothing, so a person
-    decides, as the writer does.
+    decides, as the writer does. A person's decision, bound to the exact receipt
+    bytes they saw, is followed whatever the receipt says.
     """
+    if status is not None and confirmation == "committed":
+        return Decision("reuse", f"{status}, confirmed committed by a person: reuse, never execute again")
+    if status is not None and confirmation == "rejected":
+        return Decision("retry", f"{status}, confirmed not done by a person: retry under the next attempt")
     if status is not None and verification == protocol.MISMATCH:
         return Decision("confirm", "the receipt does not pass its identity check (altered?): a person must decide")
     if status is not None and verification != protocol.VERIFIED:
@@ -41,10 +46,6 @@ def decide(
     if status == "committed":
         return Decision("reuse", "committed: its result is reused, never executed again")
     if status in protocol.IN_DOUBT_STATUSES:
-        if confirmation == "committed":
-            return Decision("reuse", f"{status}, confirmed committed by a person: reuse, never execute again")
-        if confirmation == "rejected":
-            return Decision("retry", f"{status}, confirmed not done by a person: retry under the next attempt")
         if queryable:
             return Decision("query", f"{status}: the adapter asks the target whether the effect happened")
         return Decision("confirm", f"{status} and not queryable: a person must decide whether it happened")

@@ -44,12 +44,15 @@ __all__ = [
     "BUILTIN_ADAPTERS",
     "Adapter",
     "CallOutcome",
+    "ConfirmationRefused",
     "Executor",
     "OutcomeUnknown",
     "Rejected",
     "SendMessage",
     "TaskResult",
     "WriteFile",
+    "call_in_doubt",
+    "confirm_call",
     "next_attempt",
     "read_confirmation",
     "read_receipt",
@@ -297,6 +300,14 @@ class Executor:
 
     def _resume(self, adapter: Adapter, receipt: dict[str, Any], path: Path, contract: str) -> CallOutcome:
         call_id, status = path.stem, receipt["status"]
+        # A person's decision about exactly these receipt bytes comes first, whatever they say.
+        confirmation = read_confirmation(self.run_dir, call_id, path.read_bytes())
+        if confirmation is not None:
+            if confirmation["resolution"] == "committed":
+                append_event(self.run_dir, "call_reused", {"call_id": call_id})
+                return CallOutcome(call_id, "committed", True, {"confirmation_id": confirmation["confirmation_id"]})
+            error = {"kind": "retryable", "message": f"confirmed not done: {confirmation['reason']}"}
+            return CallOutcome(call_id, "rejected", False, None, error)
         check = protocol.check_receipt_identity(receipt, call_id=call_id, contract_sha256=contract)
         if not check.verified:
             # The file at this call's path does not prove it holds this call: altered,
@@ -312,13 +323,6 @@ class Executor:
             return CallOutcome(call_id, "rejected", False, None, receipt.get("error"))
         if status not in protocol.IN_DOUBT_STATUSES:
             raise ValueError(f"receipt {call_id} has status {status[:32]!r}: a person has to look")
-        confirmation = read_confirmation(self.run_dir, call_id, path.read_bytes())
-        if confirmation is not None:
-            if confirmation["resolution"] == "committed":
-                append_event(self.run_dir, "call_reused", {"call_id": call_id})
-                return CallOutcome(call_id, "committed", True, {"confirmation_id": confirmation["confirmation_id"]})
-            error = {"kind": "retryable", "message": f"confirmed not done: {confirmation['reason']}"}
-            return CallOutcome(call_id, "rejected", False, None, error)
         if adapter_can_query(adapter):
             found = adapter.query(self.run_dir, copy.deepcopy(receipt["args"]))
             if found is not None:
@@ -362,3 +366,93 @@ def read_confirmation(run_dir: Path, call_id: str, receipt_bytes: bytes) -> dict
     if protocol.confirmation_problem(confirmation, call_id, sha256_hex(receipt_bytes)) is not None:
         return None
     return confirmation
+
+
+# --- a person's decision ------------------------------------------------------
+
+
+class ConfirmationRefused(ValueError):  # noqa: N818 - a verdict, said to the person who asked
+    """The confirmation was not written; ``reason`` says why in a person's words."""
+
+    def __init__(self, reason: str, *, current_receipt_sha256: str = "", existing: dict[str, Any] | None = None):
+        super().__init__(reason)
+        self.current_receipt_sha256 = current_receipt_sha256
+        self.existing = existing
+
+
+def confirm_call(
+    run_dir: Path,
+    call_id: str,
+    *,
+    resolution: str,
+    reason: str,
+    actor: str,
+    receipt_sha256: str,
+    confirmed_at: str | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """Write a person's decision about a call in doubt, for the runtime to follow.
+
+    Under the call's lock (so a resuming runtime and a person never cross): the
+    receipt must still be the bytes the person saw (``receipt_sha256``), and the
+    call must still be in doubt (prepared, unknown, or a receipt that fails its
+    identity check). ``confirmations/<call_id>.json`` is written durably and a
+    ``confirmation`` event appended; if the event cannot be appended the file is
+    removed again, so either both exist or neither. Returns the confirmation and
+    whether it was written now (``False``: the same decision was already there,
+    recorded once). Raises ``ConfirmationRefused`` otherwise.
+    """
+    run_dir = Path(run_dir)
+    if resolution not in protocol.RESOLUTIONS:
+        raise ConfirmationRefused(f"resolution must be one of {', '.join(protocol.RESOLUTIONS)}")
+    if not isinstance(reason, str) or not reason.strip():
+        raise ConfirmationRefused("a reason is required")
+    if not protocol.valid_call_name(call_id) or not isinstance(actor, str) or not actor.strip():
+        raise ConfirmationRefused("a call_id and an actor are required")
+    with exclusive_lock(run_dir / WRITER_DIR / f"call-{call_id}.lock"):
+        receipt_path = run_dir / "receipts" / f"{call_id}.json"
+        try:
+            receipt_bytes = receipt_path.read_bytes()
+        except FileNotFoundError:
+            raise ConfirmationRefused("there is no receipt for this call_id") from None
+        current = sha256_hex(receipt_bytes)
+        if current != receipt_sha256:
+            raise ConfirmationRefused("the receipt changed since it was shown", current_receipt_sha256=current)
+        if not call_in_doubt(run_dir, call_id, receipt_bytes):
+            raise ConfirmationRefused("the call is not in doubt: its verified receipt says what happened")
+        wanted = protocol.confirmation_id(call_id, resolution, receipt_sha256)
+        existing = read_confirmation(run_dir, call_id, receipt_bytes)
+        if existing is not None:
+            if existing["confirmation_id"] == wanted:
+                return existing, False
+            raise ConfirmationRefused("another decision about this call is already on record", existing=existing)
+        document = {
+            "schema": protocol.CONFIRMATION_SCHEMA,
+            "call_id": call_id,
+            "resolution": resolution,
+            "reason": reason.strip(),
+            "actor": actor,
+            "confirmed_at": confirmed_at or format_time(utc_now()),
+            "receipt_sha256": receipt_sha256,
+            "confirmation_id": wanted,
+        }
+        path = run_dir / "confirmations" / f"{call_id}.json"
+        write_durable(path, json_file(document))
+        event = {key: document[key] for key in ("call_id", "resolution", "actor", "reason", "confirmation_id")}
+        try:
+            append_event(run_dir, "confirmation", event | {"receipt_sha256": receipt_sha256})
+        except OSError:
+            path.unlink(missing_ok=True)
+            raise
+        return document, True
+
+
+def call_in_doubt(run_dir: Path, call_id: str, receipt_bytes: bytes) -> bool:
+    """Prepared, unknown, or a receipt that does not prove it is this call: a person may settle it."""
+    try:
+        receipt = protocol.load_json_strict(receipt_bytes)
+    except ValueError:
+        return True
+    if not isinstance(receipt, dict):
+        return True
+    check = protocol.check_receipt_identity(receipt, call_id=call_id, contract_sha256=run_contract(run_dir))
+    return receipt.get("status") in protocol.IN_DOUBT_STATUSES or not check.verified

@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import re
+import shlex
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from pathlib import Path
 
 from django.db.models import Case, Count, Exists, OuterRef, Q, QuerySet, Value, When
 
-from receipts import protocol
+from receipts import doubt, protocol
 from receipts.findings import DIGEST_CODES
-from receipts.models import Call, Confirmation, Event, Finding, Run, Submission
+from receipts.models import Call, Confirmation, Event, Finding, HumanDecision, Run, Submission
 from receipts.recovery import reservation_resume
+from receipts.tools import BUILTIN_ADAPTERS
 
 STALE_CODES = ("stale_reservation", "stale_call")
 HEX_RE = re.compile(r"[0-9a-f]{4,64}")
@@ -169,16 +173,64 @@ class CallDetail:
     events: list[Event]
     confirmation: Confirmation | None
     findings: list[Finding]
+    decision: HumanDecision | None  # a person's decision made on the dashboard
 
 
 def call_detail(*, run: Run, call: Call, event_limit: int = 200) -> CallDetail:
-    """What the call page shows beside the receipt: four queries."""
+    """What the call page shows beside the receipt: five queries."""
     return CallDetail(
         identity=call_identity(call=call, run=run) if call.receipt_present else None,
         events=list(Event.objects.filter(run=run, call_id=call.call_id).order_by("seq")[:event_limit]),
         confirmation=Confirmation.objects.filter(run=run, call_id=call.call_id).first(),
         findings=list(run.findings.filter(call_id=call.call_id, closed_at__isnull=True).order_by("code")),
+        decision=HumanDecision.objects.filter(run=run, call_id=call.call_id).first(),
     )
+
+
+@dataclasses.dataclass
+class DoubtPanel:
+    """What a person reads before settling a call in doubt."""
+
+    description: str  # what the call was meant to do
+    evidence: doubt.Evidence | None  # what the target's side shows (None: nothing can look)
+    confirmation_file: str  # what the form would write, for an operator who settles by hand
+    command: str  # the same, with the writer's command line
+
+
+def doubt_panel(*, run: Run, call: Call) -> DoubtPanel:
+    """The call in plain words and the target's evidence (read from the run directory, bounded)."""
+    template = {
+        "schema": protocol.CONFIRMATION_SCHEMA,
+        "call_id": call.call_id,
+        "resolution": "committed or rejected",
+        "reason": "what you checked",
+        "actor": "your name",
+        "confirmed_at": "now, RFC 3339 UTC",
+        "receipt_sha256": call.file_sha256,
+        "confirmation_id": "sha256(canonical_json({call_id, resolution, receipt_sha256}))",
+    }
+    command = (
+        f"python -m receipts confirm {shlex.quote(run.path)} {call.call_id} --resolution committed "
+        f"--reason 'what you checked' --actor \"$USER\" --receipt-sha256 {call.file_sha256}"
+    )
+    return DoubtPanel(
+        description=doubt.describe(call.tool, call.args),
+        evidence=doubt.evidence_for(Path(run.path), call.tool, call.args, call.call_id, BUILTIN_ADAPTERS),
+        confirmation_file=json.dumps(template, indent=2),
+        command=command,
+    )
+
+
+def human_decisions(*, run_id: str = "", actor: str = "", resolution: str = "") -> QuerySet[HumanDecision]:
+    """Every decision a person made on the dashboard, newest first (the audit)."""
+    decisions = HumanDecision.objects.select_related("run")
+    if run_id:
+        decisions = decisions.filter(run__run_id=run_id)
+    if actor:
+        decisions = decisions.filter(actor=actor)
+    if resolution:
+        decisions = decisions.filter(resolution=resolution)
+    return decisions.order_by("-decided_at", "-id")
 
 
 def run_events(*, run: Run, event_type: str = "") -> QuerySet[Event]:

@@ -41,3 +41,17 @@ def first_call_of(run_id: str):
     from receipts.models import Call
 
     return Call.objects.filter(run__run_id=run_id).order_by("call_id").first()
+
+
+def join_confirmers(user) -> None:
+    """Put ``user`` in the "confirmers" group.
+
+    A data migration makes the group, but a transactional test's flush empties every
+    table, and only permissions are made again after it: the group is made here if
+    it is gone (``test_settle`` checks the migration itself).
+    """
+    from django.contrib.auth.models import Group, Permission
+
+    group, _ = Group.objects.get_or_create(name="confirmers")
+    group.permissions.add(Permission.objects.get(codename="confirm_call", content_type__app_label="receipts"))
+    user.groups.add(group)

@@ -8,6 +8,7 @@ as `make demo` supplies its own, takes the settings whole, and adds one speed-up
 from __future__ import annotations
 
 import os
+import tempfile
 
 os.environ["DJANGO_DEBUG"] = "1"
 
@@ -15,3 +16,8 @@ from evidence.settings import *  # noqa: F403
 
 # Hashing passwords slowly is the point in production and a waste in tests.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+_database = DATABASES["default"]  # noqa: F405 - from the settings taken whole above
+if _database["ENGINE"] == "django.db.backends.sqlite3":
+    # A file rather than memory: threads in one test then share one database, with its real locks.
+    _database["TEST"] = {"NAME": os.path.join(tempfile.gettempdir(), f"callproof-test-{os.getpid()}.sqlite3")}

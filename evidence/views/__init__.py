@@ -7,7 +7,8 @@ from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 
-from evidence.views.calls import call, replay
+from evidence.views.audit import audit
+from evidence.views.calls import call, confirm, replay
 from evidence.views.findings import findings, reservations
 from evidence.views.runs import run, runs, search
 
@@ -20,4 +21,4 @@ def healthz(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"status": "ok"})
 
 
-__all__ = ["call", "findings", "healthz", "replay", "reservations", "run", "runs", "search"]
+__all__ = ["audit", "call", "confirm", "findings", "healthz", "replay", "reservations", "run", "runs", "search"]

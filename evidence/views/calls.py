@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
+from http import HTTPStatus
 
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import permission_required
+from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
 
+from evidence.forms import ConfirmForm
 from evidence.views.common import (
     HtmxHttpRequest,
     download,
@@ -17,7 +24,8 @@ from evidence.views.common import (
     paginate,
     query_without,
 )
-from receipts import downloads, selectors
+from receipts import downloads, selectors, settle
+from receipts.models import Call, Run
 
 
 def pretty(value: object) -> str:
@@ -27,8 +35,24 @@ def pretty(value: object) -> str:
 @require_GET
 def call(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpResponse:
     run = get_run_or_404(run_id)
-    call = get_call_or_404(run, call_id)
+    return call_page(request, run, get_call_or_404(run, call_id))
+
+
+def call_page(
+    request: HtmxHttpRequest,
+    run: Run,
+    call: Call,
+    *,
+    form: ConfirmForm | None = None,
+    error: str = "",
+    status: int = HTTPStatus.OK,
+) -> HttpResponse:
     detail = selectors.call_detail(run=run, call=call)
+    in_doubt = settle.call_in_doubt(call)
+    settled = detail.decision is not None or (detail.confirmation is not None and detail.confirmation.valid)
+    can_settle = in_doubt and may_settle(request.user) and not settled
+    if can_settle and form is None:
+        form = ConfirmForm(initial={"receipt_sha256": call.file_sha256})
     context = {
         "run": run,
         "call": call,
@@ -40,8 +64,54 @@ def call(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpResponse:
         "events": detail.events,
         "confirmation": detail.confirmation,
         "findings": detail.findings,
+        "decision": detail.decision,
+        "in_doubt": in_doubt,
+        "doubt": selectors.doubt_panel(run=run, call=call) if in_doubt and not settled else None,
+        "form": form if can_settle else None,
+        "second_tick": settle.needs_second_tick(call),
+        "settle_error": error,
+        "read_only": settings.EVIDENCE_READ_ONLY,
     }
-    return render(request, "receipts/call.html", context)
+    return render(request, "receipts/call.html", context, status=status)
+
+
+def may_settle(user) -> bool:
+    """Who sees the form: the permission, on a deployment that writes."""
+    return user.has_perm("receipts.confirm_call") and not settings.EVIDENCE_READ_ONLY
+
+
+@require_POST
+@permission_required("receipts.confirm_call", raise_exception=True)
+def confirm(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpResponse:
+    if settings.EVIDENCE_READ_ONLY:
+        raise PermissionDenied("this deployment only browses")
+    run = get_run_or_404(run_id)
+    call = get_call_or_404(run, call_id)
+    form = ConfirmForm(request.POST)
+    if not form.is_valid():
+        return call_page(request, run, call, form=form, status=HTTPStatus.BAD_REQUEST)
+    try:
+        settlement = settle.settle_call(
+            run=run,
+            call=call,
+            user=request.user,
+            resolution=form.cleaned_data["resolution"],
+            reason=form.cleaned_data["reason"],
+            typed_call_id=form.cleaned_data["confirm_call_id"],
+            receipt_sha256=form.cleaned_data["receipt_sha256"],
+            confirm_queryable=form.cleaned_data["confirm_queryable"],
+            client_address=request.META.get("REMOTE_ADDR"),
+        )
+    except settle.SettleError as refused:
+        return call_page(request, run, call, form=form, error=refused.message, status=refused.status)
+    decision = settlement.decision
+    if settlement.created:
+        messages.success(request, f"Settled as {decision.resolution}. The runtime follows it when it resumes.")
+    else:
+        messages.info(request, f"This decision was already recorded ({decision.resolution}, by {decision.actor}).")
+    response = redirect(reverse("call", args=[run.run_id, call.call_id]))
+    response.status_code = HTTPStatus.SEE_OTHER  # the browser follows with a GET: a reload posts nothing
+    return response
 
 
 @require_GET

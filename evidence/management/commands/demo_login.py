@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
+from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand
 
 
@@ -22,6 +22,6 @@ class Command(BaseCommand):
         user.set_password(password)
         user.is_staff = True
         user.save()
-        # The demo person may settle calls; the permission exists once the models do.
-        user.user_permissions.add(*Permission.objects.filter(codename="confirm_call"))
+        # The demo person may settle calls: the data migration made the group.
+        user.groups.add(*Group.objects.filter(name="confirmers"))
         self.stdout.write(f"Log in at {url} as {username} / {password}")

@@ -1,0 +1,31 @@
+"""Every decision a person made on the dashboard: read-only, filterable, with its twins."""
+
+from __future__ import annotations
+
+from django.http import HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from evidence.views.common import HtmxHttpRequest, download, download_format, paginate, query_without
+from receipts import downloads, protocol, selectors
+
+
+@require_GET
+def audit(request: HtmxHttpRequest) -> HttpResponse:
+    run_id = request.GET.get("run", "")
+    actor = request.GET.get("actor", "")
+    resolution = request.GET.get("resolution", "")
+    decisions = selectors.human_decisions(run_id=run_id, actor=actor, resolution=resolution)
+    fmt = download_format(request)
+    if fmt:
+        return download(fmt, "audit", *downloads.audit_rows(decisions))
+    context = {
+        "page": paginate(request, decisions),
+        "run_id": run_id,
+        "actor": actor,
+        "resolution": resolution,
+        "resolutions": protocol.RESOLUTIONS,
+        "query": query_without(request, "page", "format"),
+    }
+    template = "receipts/audit.html#audit-table" if request.htmx else "receipts/audit.html"
+    return render(request, template, context)

@@ -1,0 +1,163 @@
+"""Settling a call in doubt: a person's decision, written back for the runtime, all or nothing.
+
+``settle_call`` is the one way the dashboard writes. It checks what the form
+cannot (the call is still in doubt, the receipt is still what the person saw,
+nobody decided first), then, in one database transaction that holds the call's
+row: the audit row is inserted (its unique constraint lets exactly one of two
+people win), the writer writes the confirmation file and its ledger event, and
+the rows the confirmation changes are updated. If the run directory cannot be
+written, the transaction is rolled back and nothing is recorded anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from http import HTTPStatus
+from pathlib import Path
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+
+from receipts import importer, protocol, runtime
+from receipts.durable import read_json_file
+from receipts.models import Call, HumanDecision, Run
+
+
+class SettleError(Exception):
+    """Why nothing was recorded, in a person's words, with the HTTP status that says it."""
+
+    def __init__(self, status: HTTPStatus, message: str, *, existing: HumanDecision | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.existing = existing
+
+
+@dataclasses.dataclass(frozen=True)
+class Settlement:
+    decision: HumanDecision
+    created: bool  # False: the same decision was already on record (a double click, a retry)
+
+
+def call_in_doubt(call: Call) -> bool:
+    """Prepared, unknown, or a receipt that fails its identity check: what a person may settle."""
+    return call.receipt_present and (
+        call.status in protocol.IN_DOUBT_STATUSES or call.verification != protocol.VERIFIED
+    )
+
+
+def needs_second_tick(call: Call) -> bool:
+    """The runtime can ask the target itself: a person confirms anyway only when they say so."""
+    return call.queryable and call.verification == protocol.VERIFIED
+
+
+def settle_call(
+    *,
+    run: Run,
+    call: Call,
+    user: AbstractBaseUser,
+    resolution: str,
+    reason: str,
+    typed_call_id: str,
+    receipt_sha256: str,
+    confirm_queryable: bool = False,
+    client_address: str | None = None,
+    now: dt.datetime | None = None,
+) -> Settlement:
+    """Record ``user``'s decision that ``call`` happened (``committed``) or did not (``rejected``)."""
+    if resolution not in protocol.RESOLUTIONS:
+        raise SettleError(HTTPStatus.BAD_REQUEST, "Choose whether the call happened (committed) or not (rejected).")
+    if not reason.strip():
+        raise SettleError(HTTPStatus.BAD_REQUEST, "Give the reason for your decision: the runtime's operator reads it.")
+    if typed_call_id.strip().lower() != call.call_id[:12]:
+        raise SettleError(HTTPStatus.BAD_REQUEST, "Type the first 12 characters of this call's call_id to confirm.")
+    now = now or protocol.utc_now()
+    wanted = protocol.confirmation_id(call.call_id, resolution, receipt_sha256)
+    with transaction.atomic():
+        # The row lock (PostgreSQL) or the immediate transaction (SQLite) makes people queue here.
+        call = Call.objects.select_for_update().get(pk=call.pk)
+        existing = HumanDecision.objects.filter(run=run, call_id=call.call_id).first()
+        if existing is not None:
+            if existing.confirmation_id == wanted:
+                return Settlement(existing, False)
+            raise SettleError(HTTPStatus.CONFLICT, _already_decided(existing), existing=existing)
+        if not call_in_doubt(call):
+            message = "This call is not in doubt: its verified receipt says what happened."
+            raise SettleError(HTTPStatus.CONFLICT, message)
+        if needs_second_tick(call) and not confirm_queryable:
+            message = "The runtime can check this call with its target by itself. Tick the box to decide anyway."
+            raise SettleError(HTTPStatus.BAD_REQUEST, message)
+        try:
+            with transaction.atomic():
+                decision = HumanDecision.objects.create(
+                    run=run,
+                    call_id=call.call_id,
+                    resolution=resolution,
+                    reason=reason.strip(),
+                    user=user,
+                    actor=user.get_username(),
+                    decided_at=now,
+                    receipt_sha256=receipt_sha256,
+                    confirmation_id=wanted,
+                    client_address=client_address,
+                )
+        except IntegrityError:
+            existing = HumanDecision.objects.get(run=run, call_id=call.call_id)
+            raise SettleError(HTTPStatus.CONFLICT, _already_decided(existing), existing=existing) from None
+        document = _write_back(run, call, decision)
+        importer.record_confirmation(run=run, call=call, document=document, now=now)
+    return Settlement(decision, True)
+
+
+def _write_back(run: Run, call: Call, decision: HumanDecision) -> dict:
+    """The writer's confirmation file and ledger event; any refusal rolls the decision back."""
+    try:
+        document, _ = runtime.confirm_call(
+            Path(run.path),
+            call.call_id,
+            resolution=decision.resolution,
+            reason=decision.reason,
+            actor=decision.actor,
+            receipt_sha256=decision.receipt_sha256,
+            confirmed_at=protocol.format_time(decision.decided_at),
+        )
+    except runtime.ConfirmationRefused as refused:
+        if refused.current_receipt_sha256:
+            raise SettleError(HTTPStatus.CONFLICT, _receipt_changed(run, call)) from None
+        if refused.existing is not None:
+            other = refused.existing
+            message = (
+                f"The run directory already holds another decision: {other.get('actor')} settled this call as "
+                f"{other.get('resolution')} at {other.get('confirmed_at')} ({other.get('reason')})."
+            )
+            raise SettleError(HTTPStatus.CONFLICT, message) from None
+        raise SettleError(HTTPStatus.CONFLICT, f"Nothing was recorded: {refused}.") from None
+    except OSError as error:
+        message = f"The run directory cannot be written ({error.strerror or error}): nothing was recorded."
+        raise SettleError(HTTPStatus.SERVICE_UNAVAILABLE, message) from None
+    return document
+
+
+def _already_decided(existing: HumanDecision) -> str:
+    when = protocol.format_time(existing.decided_at)
+    return (
+        f"{existing.actor} already settled this call as {existing.resolution} at {when}: “{existing.reason}”. "
+        "A decision is not changed."
+    )
+
+
+def _receipt_changed(run: Run, call: Call) -> str:
+    """What the receipt says now, beside what the page showed."""
+    try:
+        receipt = read_json_file(Path(run.path) / "receipts" / f"{call.call_id}.json")
+    except ValueError:
+        receipt = None
+    if not isinstance(receipt, dict):
+        now_says = "it can no longer be read as a receipt"
+    else:
+        now_says = f"it now says {receipt.get('status')!s}, updated at {receipt.get('updated_at')!s}"
+    return (
+        f"The receipt changed since this page showed it ({call.status}): {now_says}. "
+        "The runtime moved on; nothing was recorded. Look again before deciding."
+    )

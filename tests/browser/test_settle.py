@@ -1,0 +1,69 @@
+"""A person settles a call in doubt in a real browser; the runtime then resumes and follows it."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from django.contrib.auth.models import User
+from playwright.sync_api import expect
+
+from receipts.demo import run_writer
+from receipts.models import Call, HumanDecision
+from tests.browser.conftest import log_in, screenshot
+from tests.helpers import join_confirmers
+
+pytestmark = pytest.mark.browser
+
+MESSAGE = {"to": "customer@example.com", "body": "Your refund of 40 EUR is on its way"}
+
+
+def test_a_person_settles_a_killed_message_and_the_resume_sends_nothing_twice(page, demo):
+    join_confirmers(User.objects.get(username="alice"))
+    run_dir = demo / "send-message-killed"
+    call = Call.objects.get(run__run_id="send-message-killed")
+    log_in(page)
+    page.goto(f"/runs/send-message-killed/calls/{call.call_id}/")
+    panel = page.get_by_role("region", name="This call is in doubt: did it happen?")
+    expect(panel).to_contain_text("Send a message to customer@example.com")
+    expect(panel).to_contain_text("line 1: message msg-")
+    screenshot(page, "settle-before")
+
+    panel.get_by_label("It happened (committed)").check()
+    panel.get_by_label("Reason").fill("The customer forwarded the refund e-mail to support.")
+    panel.get_by_label("Type the first 12 characters of the call_id").fill(call.call_id[:12])
+    panel.get_by_role("button", name="Settle this call").click()
+
+    expect(page.get_by_role("status")).to_contain_text("Settled as committed")
+    expect(page.get_by_role("region", name="Settled by a person")).to_contain_text("alice decided at")
+    expect(page.get_by_text("This call is in doubt")).to_have_count(0)
+    screenshot(page, "settle-after")
+    assert HumanDecision.objects.get().actor == "alice"
+
+    page.get_by_role("link", name="Audit entry").click()
+    expect(page).to_have_url(re.compile(r"/audit/\?run=send-message-killed"))
+    expect(page.locator("tbody")).to_contain_text("The customer forwarded the refund e-mail to support.")
+    screenshot(page, "audit")
+
+    args = ("call", str(run_dir), "--tool", "send_message", "--args", json.dumps(MESSAGE), "--attempt", "1")
+    resumed = run_writer(*args)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["reused"] is True
+    assert len((run_dir / "outbox.jsonl").read_bytes().splitlines()) == 1, "the message was sent once"
+
+
+def test_a_person_who_mistypes_the_call_id_is_told_and_nothing_is_recorded(page, demo):
+    join_confirmers(User.objects.get(username="alice"))
+    call = Call.objects.get(run__run_id="send-message-killed")
+    log_in(page)
+    page.goto(f"/runs/send-message-killed/calls/{call.call_id}/")
+    panel = page.get_by_role("region", name="This call is in doubt: did it happen?")
+    panel.get_by_label("It did not happen (rejected)").check()
+    panel.get_by_label("Reason").fill("Nothing in the mail log.")
+    panel.get_by_label("Type the first 12 characters of the call_id").fill("000000000000")
+    panel.get_by_role("button", name="Settle this call").click()
+    expect(page.get_by_role("alert")).to_contain_text("Type the first 12 characters")
+    expect(panel.get_by_label("Reason")).to_have_value("Nothing in the mail log.")
+    screenshot(page, "settle-mistyped")
+    assert not HumanDecision.objects.exists()

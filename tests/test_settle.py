@@ -1,0 +1,332 @@
+"""Settling a call in doubt: every guard, the effects all or nothing, two people at once."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import threading
+from http import HTTPStatus
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Group, Permission
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.test import Client
+from django.urls import reverse
+
+from receipts import importer, protocol, runtime, settle
+from receipts.models import Call, Finding, HumanDecision
+from tests.helpers import content, first_call_of, join_confirmers
+from tests.ledger import events_of
+
+pytestmark = pytest.mark.django_db
+
+RUN = "send-message-killed"
+
+
+@pytest.fixture
+def confirmer(django_user_model):
+    """A person in the "confirmers" group."""
+    user = django_user_model.objects.create_user("carol", password="a-long-password-1")
+    join_confirmers(user)
+    return user
+
+
+@pytest.fixture
+def as_confirmer(client, confirmer):
+    client.force_login(confirmer)
+    return client
+
+
+def form_for(call: Call, **changes: str) -> dict[str, str]:
+    data = {
+        "resolution": "committed",
+        "reason": "the mail server's log shows the message",
+        "confirm_call_id": call.call_id[:12],
+        "receipt_sha256": call.file_sha256,
+    }
+    return data | changes
+
+
+def confirm_url(call: Call) -> str:
+    return reverse("confirm", args=[call.run.run_id, call.call_id])
+
+
+def nothing_recorded(run_dir: Path, call: Call) -> None:
+    assert not HumanDecision.objects.exists()
+    assert not (run_dir / "confirmations" / f"{call.call_id}.json").exists()
+    assert events_of(run_dir, "confirmation") == []
+
+
+def test_a_data_migration_makes_the_confirmers_group_with_the_permission():
+    migration = importlib.import_module("receipts.migrations.0005_confirmers_group")
+    Group.objects.filter(name="confirmers").delete()  # whatever an earlier test's flush left
+    state = MigrationExecutor(connection).loader.project_state(("receipts", "0005_confirmers_group"))
+    migration.make_group(state.apps, None)
+    assert Permission.objects.filter(group__name="confirmers", codename="confirm_call").exists()
+
+
+def test_settling_writes_the_file_the_event_and_the_audit_row(as_confirmer, demo):
+    call = first_call_of(RUN)
+    run_dir = demo / RUN
+    response = as_confirmer.post(confirm_url(call), form_for(call), REMOTE_ADDR="192.0.2.7")
+    assert response.status_code == HTTPStatus.SEE_OTHER
+    assert response["Location"] == reverse("call", args=[RUN, call.call_id])
+    document = json.loads((run_dir / "confirmations" / f"{call.call_id}.json").read_bytes())
+    receipt_bytes = (run_dir / "receipts" / f"{call.call_id}.json").read_bytes()
+    assert protocol.confirmation_problem(document, call.call_id, protocol.sha256_hex(receipt_bytes)) is None
+    assert (document["actor"], document["resolution"]) == ("carol", "committed")
+    [event] = events_of(run_dir, "confirmation")
+    assert event["confirmation_id"] == document["confirmation_id"] and event["actor"] == "carol"
+    decision = HumanDecision.objects.get()
+    assert (decision.actor, decision.user.username, decision.client_address) == ("carol", "carol", "192.0.2.7")
+    assert protocol.format_time(decision.decided_at) == document["confirmed_at"]
+    call.refresh_from_db()
+    assert call.decision == "reuse"
+    assert not Finding.objects.filter(call_id=call.call_id, code="stale_call", closed_at__isnull=True).exists()
+    page = content(as_confirmer.get(response["Location"]))
+    assert "Settled as committed" in page and "Settled by a person" in page and "Audit entry" in page
+    assert 'action="/runs/' not in page, "a settled call offers no form"
+
+
+def test_the_next_import_agrees_with_what_settling_wrote(as_confirmer, demo):
+    call = first_call_of(RUN)
+    as_confirmer.post(confirm_url(call), form_for(call))
+    before = list(Call.objects.filter(pk=call.pk).values_list("decision", "decision_reason"))
+    importer.run_import(path=demo / RUN)
+    assert list(Call.objects.filter(pk=call.pk).values_list("decision", "decision_reason")) == before
+    assert Finding.objects.filter(run__run_id=RUN, closed_at__isnull=True).count() == 0
+
+
+def test_get_is_405_and_csrf_is_enforced(confirmer, demo):
+    call = first_call_of(RUN)
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(confirmer)
+    assert strict.get(confirm_url(call)).status_code == HTTPStatus.METHOD_NOT_ALLOWED
+    assert strict.post(confirm_url(call), form_for(call)).status_code == HTTPStatus.FORBIDDEN
+    nothing_recorded(demo / RUN, call)
+    page = content(strict.get(reverse("call", args=[RUN, call.call_id])))
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.split('class="settle"')[1]).group(1)
+    response = strict.post(confirm_url(call), form_for(call, csrfmiddlewaretoken=token))
+    assert response.status_code == HTTPStatus.SEE_OTHER
+
+
+def test_without_the_permission_there_is_no_form_and_a_post_is_403(logged_in, demo):
+    call = first_call_of(RUN)
+    page = content(logged_in.get(reverse("call", args=[RUN, call.call_id])))
+    assert "This call is in doubt" in page and "Settle this call" not in page
+    assert logged_in.post(confirm_url(call), form_for(call)).status_code == HTTPStatus.FORBIDDEN
+    nothing_recorded(demo / RUN, call)
+
+
+def test_anonymous_posts_go_to_the_login(client, demo):
+    call = first_call_of(RUN)
+    response = client.post(confirm_url(call), form_for(call))
+    assert response.status_code == HTTPStatus.FOUND and response["Location"].startswith("/accounts/login/")
+    nothing_recorded(demo / RUN, call)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"confirm_call_id": "000000000000"}, "Type the first 12 characters"),
+        ({"reason": "   "}, "This field is required"),
+        ({"resolution": "maybe"}, "Select a valid choice"),
+        ({"receipt_sha256": "not a digest"}, "did not come back with the form"),
+    ],
+)
+def test_a_form_that_does_not_hold_is_400_and_records_nothing(as_confirmer, demo, changes, message):
+    call = first_call_of(RUN)
+    response = as_confirmer.post(confirm_url(call), form_for(call, **changes))
+    assert response.status_code == HTTPStatus.BAD_REQUEST
+    assert message in content(response)
+    nothing_recorded(demo / RUN, call)
+
+
+def test_a_receipt_that_changed_since_the_page_is_409_and_says_how(as_confirmer, demo):
+    call = first_call_of(RUN)
+    path = demo / RUN / "receipts" / f"{call.call_id}.json"
+    receipt = json.loads(path.read_bytes())
+    receipt.update(status="unknown", updated_at="2026-11-30T13:00:00.000000Z")
+    path.write_text(json.dumps(receipt))
+    response = as_confirmer.post(confirm_url(call), form_for(call))
+    assert response.status_code == HTTPStatus.CONFLICT
+    page = content(response)
+    assert "The receipt changed since this page showed it (prepared): it now says unknown" in page
+    nothing_recorded(demo / RUN, call)
+
+
+def test_a_call_that_is_not_in_doubt_cannot_be_settled(as_confirmer, demo):
+    call = first_call_of("clean-run")
+    response = as_confirmer.post(confirm_url(call), form_for(call))
+    assert response.status_code == HTTPStatus.CONFLICT and "not in doubt" in content(response)
+    nothing_recorded(demo / "clean-run", call)
+
+
+def test_a_decision_is_never_changed_and_the_same_one_is_recorded_once(as_confirmer, demo):
+    call = first_call_of(RUN)
+    assert as_confirmer.post(confirm_url(call), form_for(call)).status_code == HTTPStatus.SEE_OTHER
+    again = as_confirmer.post(confirm_url(call), form_for(call))
+    assert again.status_code == HTTPStatus.SEE_OTHER, "a double click is not an error"
+    other = as_confirmer.post(confirm_url(call), form_for(call, resolution="rejected", reason="no, it did not"))
+    assert other.status_code == HTTPStatus.CONFLICT
+    assert "carol already settled this call as committed at" in content(other)
+    assert HumanDecision.objects.count() == 1
+    assert len(events_of(demo / RUN, "confirmation")) == 1
+
+
+def test_a_queryable_call_needs_a_second_tick(as_confirmer, demo):
+    call = first_call_of("write-file-killed")
+    page = content(as_confirmer.get(reverse("call", args=["write-file-killed", call.call_id])))
+    assert "the runtime can ask this tool&#x27;s target" in page.lower() or "can ask this tool" in page
+    response = as_confirmer.post(confirm_url(call), form_for(call))
+    assert response.status_code == HTTPStatus.BAD_REQUEST and "Tick the box" in content(response)
+    nothing_recorded(demo / "write-file-killed", call)
+    ticked = as_confirmer.post(confirm_url(call), form_for(call, confirm_queryable="on"))
+    assert ticked.status_code == HTTPStatus.SEE_OTHER
+
+
+def test_a_read_only_deployment_shows_no_form_and_refuses_posts(as_confirmer, demo, settings):
+    settings.EVIDENCE_READ_ONLY = True
+    call = first_call_of(RUN)
+    page = content(as_confirmer.get(reverse("call", args=[RUN, call.call_id])))
+    assert "This call is in doubt" in page and "Settle this call" not in page and "only browses" in page
+    assert as_confirmer.post(confirm_url(call), form_for(call)).status_code == HTTPStatus.FORBIDDEN
+    nothing_recorded(demo / RUN, call)
+
+
+def test_a_run_directory_that_cannot_take_the_file_records_nothing(as_confirmer, demo):
+    call = first_call_of(RUN)
+    run_dir = demo / RUN
+    (run_dir / "confirmations").rmdir()
+    (run_dir / "confirmations").write_text("a file where the folder belongs")
+    response = as_confirmer.post(confirm_url(call), form_for(call))
+    assert response.status_code == HTTPStatus.SERVICE_UNAVAILABLE
+    assert "cannot be written" in content(response) and "nothing was recorded" in content(response)
+    assert not HumanDecision.objects.exists() and events_of(run_dir, "confirmation") == []
+
+
+def test_a_ledger_that_cannot_take_the_event_leaves_no_confirmation_file(as_confirmer, demo):
+    call = first_call_of(RUN)
+    run_dir = demo / RUN
+    ledger = run_dir / "events.jsonl"
+    kept = ledger.read_bytes()
+    ledger.unlink()
+    ledger.mkdir()  # a real failure: appending to a directory
+    response = as_confirmer.post(confirm_url(call), form_for(call))
+    assert response.status_code == HTTPStatus.SERVICE_UNAVAILABLE
+    assert not (run_dir / "confirmations" / f"{call.call_id}.json").exists()
+    assert not HumanDecision.objects.exists()
+    ledger.rmdir()
+    ledger.write_bytes(kept)
+
+
+def test_the_audit_lists_every_decision_with_its_twins(as_confirmer, demo):
+    call = first_call_of(RUN)
+    as_confirmer.post(confirm_url(call), form_for(call))
+    page = content(as_confirmer.get("/audit/"))
+    assert "carol" in page and "the mail server&#x27;s log shows the message" in page
+    assert content(as_confirmer.get("/audit/?resolution=rejected")).count("<tr id=") == 0
+    rows = json.loads(content(as_confirmer.get("/audit/?format=json&actor=carol")))["rows"]
+    assert [(row[1], row[2], row[3], row[4]) for row in rows] == [("carol", RUN, call.call_id, "committed")]
+    assert "carol" in content(as_confirmer.get("/audit/?format=csv"))
+
+
+def test_the_admin_shows_the_audit_read_only(client, demo, django_user_model):
+    admin = django_user_model.objects.create_superuser("root", password="a-long-password-1")
+    client.force_login(admin)
+    call = first_call_of(RUN)
+    client.post(confirm_url(call), form_for(call))
+    decision = HumanDecision.objects.get()
+    assert client.get("/admin/receipts/humandecision/").status_code == HTTPStatus.OK
+    change = client.get(f"/admin/receipts/humandecision/{decision.pk}/change/")
+    assert change.status_code == HTTPStatus.OK and 'name="reason"' not in content(change)
+    deleted = client.post(f"/admin/receipts/humandecision/{decision.pk}/delete/", {"post": "yes"})
+    assert deleted.status_code == HTTPStatus.FORBIDDEN and HumanDecision.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_people_at_once_exactly_one_wins(demo, django_user_model):
+    call = first_call_of(RUN)
+    people = [django_user_model.objects.create_user(name) for name in ("dana", "erin")]
+    barrier = threading.Barrier(2)
+    outcomes: dict[str, object] = {}
+
+    def decide(user, resolution: str) -> None:
+        try:
+            barrier.wait()
+            outcomes[user.username] = settle.settle_call(
+                run=call.run,
+                call=call,
+                user=user,
+                resolution=resolution,
+                reason=f"{user.username} looked",
+                typed_call_id=call.call_id[:12],
+                receipt_sha256=call.file_sha256,
+            )
+        except settle.SettleError as refused:
+            outcomes[user.username] = refused
+        finally:
+            connection.close()
+
+    threads = [
+        threading.Thread(target=decide, args=pair) for pair in zip(people, ("committed", "rejected"), strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    wins = [o for o in outcomes.values() if isinstance(o, settle.Settlement)]
+    losses = [o for o in outcomes.values() if isinstance(o, settle.SettleError)]
+    assert len(wins) == 1 and len(losses) == 1, outcomes
+    assert losses[0].status == HTTPStatus.CONFLICT and "already settled this call" in losses[0].message
+    [decision] = HumanDecision.objects.all()
+    [event] = events_of(demo / RUN, "confirmation")
+    assert event["actor"] == decision.actor == wins[0].decision.actor
+    document = json.loads((demo / RUN / "confirmations" / f"{call.call_id}.json").read_bytes())
+    assert document["resolution"] == decision.resolution
+
+
+def test_a_tampered_receipt_settled_by_a_person_is_followed_by_the_runtime(as_confirmer, demo):
+    from receipts.demo import run_writer
+
+    call = first_call_of("tampered-receipt")
+    assert call.verification == "mismatch" and call.status == "committed"
+    page = content(as_confirmer.get(reverse("call", args=["tampered-receipt", call.call_id])))
+    assert "This call is in doubt" in page
+    response = as_confirmer.post(confirm_url(call), form_for(call, confirm_queryable="on"))
+    assert response.status_code == HTTPStatus.SEE_OTHER
+    call.refresh_from_db()
+    assert call.decision == "reuse"
+    run_dir = demo / "tampered-receipt"
+    written = (run_dir / "workspace" / "deploy.sh").stat().st_mtime_ns
+    runtime.run_set_state(run_dir, state="running", attempts=1)
+    original = json.dumps({"path": "deploy.sh", "content": "echo deploy\n"})  # what the demo's call was
+    resumed = run_writer("call", str(run_dir), "--tool", "write_file", "--args", original, "--attempt", "1")
+    assert resumed.returncode == 0, resumed.stderr
+    output = json.loads(resumed.stdout)
+    assert (output["call_id"], output["reused"]) == (call.call_id, True)
+    assert (run_dir / "workspace" / "deploy.sh").stat().st_mtime_ns == written, "never executed again"
+
+
+def test_a_call_settled_with_the_command_line_shows_who_and_offers_no_form(as_confirmer, demo):
+    from receipts.demo import run_writer
+
+    call = first_call_of(RUN)
+    settled = run_writer(
+        "confirm", str(demo / RUN), call.call_id, "--resolution", "rejected", "--reason", "bounced",
+        "--actor", "ops-oncall", "--receipt-sha256", call.file_sha256,
+    )  # fmt: skip
+    assert settled.returncode == 0, settled.stderr
+    assert json.loads(settled.stdout)["written"] is True
+    importer.run_import(path=demo / RUN)
+    page = content(as_confirmer.get(reverse("call", args=[RUN, call.call_id])))
+    assert "ops-oncall decided at" in page and "with the writer's command line" in page
+    assert "Settle this call" not in page
+    again = run_writer(
+        "confirm", str(demo / RUN), call.call_id, "--resolution", "committed", "--reason", "no",
+        "--actor", "someone", "--receipt-sha256", call.file_sha256,
+    )  # fmt: skip
+    assert again.returncode == 3 and b"another decision" in again.stderr
