@@ -20,4 +20,5 @@ urlpatterns = [
     path("runs/<str:run_id>/calls/<str:call_id>/", views.call, name="call"),
     path("runs/<str:run_id>/calls/<str:call_id>/confirm/", views.confirm, name="confirm"),
     path("audit/", views.audit, name="audit"),
+    path("inbox/", views.inbox_page, name="inbox"),
 ]

@@ -80,3 +80,10 @@ DECISION_AUDIT_COLUMNS = ("decided_at", "actor", "run_id", "call_id", "resolutio
 
 def audit_rows(decisions: QuerySet[HumanDecision]) -> Rows:
     return DECISION_AUDIT_COLUMNS, decisions.values_list(*DECISION_AUDIT_FIELDS).iterator()
+
+
+INBOX_COLUMNS = ("kind", "severity", "since", "run_id", "subject", "detail", "action", "code")
+
+
+def inbox_rows(items: Iterable[Any]) -> Rows:
+    return INBOX_COLUMNS, (tuple(getattr(item, column) for column in INBOX_COLUMNS) for item in items)

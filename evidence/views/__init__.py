@@ -10,6 +10,7 @@ from django.views.decorators.http import require_GET
 from evidence.views.audit import audit
 from evidence.views.calls import call, confirm, replay
 from evidence.views.findings import findings, reservations
+from evidence.views.inbox import inbox_page
 from evidence.views.runs import run, runs, search
 
 
@@ -21,4 +22,16 @@ def healthz(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"status": "ok"})
 
 
-__all__ = ["audit", "call", "confirm", "findings", "healthz", "replay", "reservations", "run", "runs", "search"]
+__all__ = [
+    "audit",
+    "call",
+    "confirm",
+    "findings",
+    "healthz",
+    "inbox_page",
+    "replay",
+    "reservations",
+    "run",
+    "runs",
+    "search",
+]

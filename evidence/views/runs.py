@@ -15,7 +15,9 @@ from evidence.views.common import (
     query_without,
     url_of,
 )
-from receipts import downloads, selectors
+from receipts import downloads, inbox, selectors
+
+INBOX_ON_HOME = 5
 
 
 @require_GET
@@ -39,6 +41,9 @@ def runs(request: HtmxHttpRequest) -> HttpResponse:
         "totals": selectors.run_totals(),
         "query": query_without(request, "page", "format"),
     }
+    if not request.htmx:
+        # The home page starts with what needs a person, when anything does.
+        context["inbox_first"] = inbox.inbox_items(limit=INBOX_ON_HOME)[:INBOX_ON_HOME]
     template = "receipts/runs.html#runs-table" if request.htmx else "receipts/runs.html"
     return render(request, template, context)
 

@@ -1,0 +1,34 @@
+"""The inbox: what needs a person, across runs, with the next action on each item."""
+
+from __future__ import annotations
+
+from django.http import HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from evidence.views.common import HtmxHttpRequest, download, download_format, paginate, query_without
+from receipts import downloads, inbox
+from receipts.findings import ERROR, WARNING
+
+
+@require_GET
+def inbox_page(request: HtmxHttpRequest) -> HttpResponse:
+    kind = request.GET.get("kind", "")
+    severity = request.GET.get("severity", "")
+    run_id = request.GET.get("run", "")
+    items = inbox.inbox_items(kind=kind, severity=severity, run_id=run_id)
+    fmt = download_format(request)
+    if fmt:
+        return download(fmt, "inbox", *downloads.inbox_rows(items))
+    context = {
+        "page": paginate(request, items),
+        "counts": inbox.inbox_counts(run_id=run_id),
+        "kinds": inbox.KINDS,
+        "severities": (ERROR, WARNING),
+        "kind": kind,
+        "severity": severity,
+        "run_id": run_id,
+        "query": query_without(request, "page", "format"),
+    }
+    template = "receipts/inbox.html#inbox-list" if request.htmx else "receipts/inbox.html"
+    return render(request, template, context)

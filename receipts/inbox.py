@@ -1,0 +1,112 @@
+"""The inbox: everything that needs a person's decision, across runs, one list.
+
+Five sources, each an index-backed query: calls in doubt, receipts that fail
+their identity check, submission conflicts, stale reservations, and rewritten
+ledgers or broken chains. Each item says its severity, its age, its run and
+the next action. A settled call leaves the inbox: its decision is no longer
+``confirm`` or ``query``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from django.db.models import QuerySet
+
+from receipts import protocol
+from receipts.findings import ERROR, WARNING
+from receipts.models import Call, Finding
+
+IN_DOUBT, TAMPERED, CONFLICT, STALE, LEDGER = "in doubt", "tampered", "conflict", "stale reservation", "ledger"
+KINDS = (TAMPERED, LEDGER, IN_DOUBT, CONFLICT, STALE)  # the order of the filter, most serious first
+LEDGER_CODES = ("ledger_rewritten", "ledger_chain_broken")
+UNSETTLED = ("confirm", "query")  # a call with another decision has been settled (or needs nobody)
+
+
+@dataclasses.dataclass(frozen=True)
+class InboxItem:
+    kind: str
+    severity: str
+    since: dt.datetime | None
+    run_id: str
+    subject: str  # the call_id, the client_submission_id or the finding's subject
+    detail: str
+    action: str  # "settle", "finding" or "reservation": what the link opens
+    code: str = ""  # the finding code, for a finding
+
+
+def _calls(kind: str) -> QuerySet[Call]:
+    unsettled = Call.objects.filter(receipt_present=True, decision__in=UNSETTLED)
+    if kind == TAMPERED:
+        return unsettled.exclude(verification=protocol.VERIFIED)
+    return unsettled.filter(status__in=protocol.IN_DOUBT_STATUSES, verification=protocol.VERIFIED)
+
+
+def _findings(kind: str) -> QuerySet[Finding]:
+    codes = {CONFLICT: ("submission_conflict",), STALE: ("stale_reservation",), LEDGER: LEDGER_CODES}[kind]
+    return Finding.objects.filter(closed_at__isnull=True, code__in=codes, run__isnull=False)
+
+
+def inbox_counts(*, run_id: str = "") -> dict[str, int]:
+    """How many items of each kind (five counts)."""
+    counts = {}
+    for kind in KINDS:
+        rows = _calls(kind) if kind in (IN_DOUBT, TAMPERED) else _findings(kind)
+        if run_id:
+            rows = rows.filter(run__run_id=run_id)
+        counts[kind] = rows.count()
+    return counts
+
+
+def inbox_items(*, kind: str = "", severity: str = "", run_id: str = "", limit: int = 1000) -> list[InboxItem]:
+    """The items, most serious first, then the oldest first; at most ``limit`` of each kind."""
+    items: list[InboxItem] = []
+    for source in KINDS if not kind else (kind,):
+        if source in (IN_DOUBT, TAMPERED):
+            rows = _calls(source).select_related("run")
+            if run_id:
+                rows = rows.filter(run__run_id=run_id)
+            items += [_call_item(source, call) for call in rows.order_by("updated_at", "call_id")[:limit]]
+        else:
+            rows = _findings(source).select_related("run")
+            if run_id:
+                rows = rows.filter(run__run_id=run_id)
+            items += [_finding_item(source, finding) for finding in rows.order_by("first_seen", "id")[:limit]]
+    if severity:
+        items = [item for item in items if item.severity == severity]
+    rank = {ERROR: 0, WARNING: 1}
+    oldest = dt.datetime.max.replace(tzinfo=dt.UTC)
+    items.sort(key=lambda item: (rank.get(item.severity, 2), item.since or oldest, item.run_id, item.subject))
+    return items
+
+
+def _call_item(kind: str, call: Call) -> InboxItem:
+    if kind == TAMPERED:
+        detail = f"{call.status} receipt that fails its identity check ({call.verification}): never reused"
+        return InboxItem(
+            kind, ERROR, call.updated_at or call.created_at, call.run.run_id, call.call_id, detail, "settle"
+        )
+    queryable = " (the runtime can ask the target when it resumes)" if call.decision == "query" else ""
+    detail = f"{call.tool}: {call.status}, did it happen?{queryable}"
+    severity = WARNING if call.decision == "query" else ERROR
+    return InboxItem(
+        kind, severity, call.updated_at or call.created_at, call.run.run_id, call.call_id, detail, "settle"
+    )
+
+
+def _finding_item(kind: str, finding: Finding) -> InboxItem:
+    action = "reservation" if kind == STALE else "finding"
+    return InboxItem(
+        kind, finding.severity, finding.first_seen, finding.run.run_id, finding.subject, finding.detail, action,
+        finding.code,
+    )  # fmt: skip
+
+
+def inbox_total() -> int:
+    """How many items need a person, for the header of every page (two counts)."""
+    calls = Call.objects.filter(receipt_present=True, decision__in=UNSETTLED)
+    in_doubt = calls.filter(status__in=protocol.IN_DOUBT_STATUSES) | calls.exclude(verification=protocol.VERIFIED)
+    codes = ("submission_conflict", "stale_reservation", *LEDGER_CODES)
+    findings = Finding.objects.filter(closed_at__isnull=True, code__in=codes, run__isnull=False)
+    return in_doubt.count() + findings.count()
