@@ -15,7 +15,7 @@ from django.utils.safestring import SafeString
 
 from receipts import protocol
 
-STATUS_ORDER = (*protocol.RECEIPT_STATUSES, protocol.LEGACY_STATUS, "missing")
+STATUS_ORDER = (*protocol.RECEIPT_STATUSES, *protocol.SHOWN_FOR_VERDICT.values(), protocol.LEGACY_STATUS, "missing")
 
 
 def _status_key(status: str) -> tuple[int, str]:

@@ -16,7 +16,21 @@ from receipts.models import Finding, HumanDecision, Run
 
 Rows = tuple[Sequence[str], Iterator[Sequence[Any]]]
 
-RUN_COLUMNS = ("run_id", "state", "attempts", "last_event_at", "events", "calls", "ambiguous", "open_findings")
+# Every column the runs table shows ("Active" as its two ends, the status bar as its counts).
+RUN_COLUMNS = (
+    "run_id",
+    "state",
+    "attempts",
+    "first_event_at",
+    "last_event_at",
+    "events",
+    "calls",
+    "calls_by_status",
+    "verdict",
+    "in_doubt",
+    "stale_reservations",
+    "open_findings",
+)
 EVENT_COLUMNS = ("seq", "ts", "type", "call_id", "client_submission_id", "disposition", "payload")
 CALL_COLUMNS = ("call_id", "status", "tool", "tool_version", "attempt", "verification", "decision", "updated_at")
 SUBMISSION_COLUMNS = ("client_submission_id", "state", "task_id", "request_digest", "task_present", "updated_at")
@@ -44,8 +58,9 @@ def runs_rows(runs: QuerySet[Run]) -> Rows:
             summaries = selectors.run_summaries(runs=chunk)
             for run in chunk:
                 summary = summaries[run.pk]
-                yield (run.run_id, run.state, run.attempts, run.last_event_at, run.event_count, summary.calls,
-                       summary.ambiguous, summary.open_findings)  # fmt: skip
+                yield (run.run_id, run.state, run.attempts, run.first_event_at, run.last_event_at, run.event_count,
+                       summary.calls, summary.calls_by_status, summary.verdict, summary.in_doubt,
+                       summary.stale_reservations, summary.open_findings)  # fmt: skip
 
     return RUN_COLUMNS, rows()
 

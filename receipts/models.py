@@ -111,6 +111,13 @@ class Call(models.Model):
     def __str__(self) -> str:
         return self.call_id
 
+    @property
+    def shown_status(self) -> str:
+        """The status a page shows: a receipt that fails its identity check is never "committed"."""
+        if not self.receipt_present:
+            return "missing"
+        return protocol.SHOWN_FOR_VERDICT.get(self.verification, self.status)
+
 
 class Submission(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="submissions")

@@ -39,6 +39,9 @@ REQUEST_FIELDS = (
 # stack them, decisions most urgent first.
 RECEIPT_STATUSES = ("committed", "prepared", "unknown", "rejected")
 IN_DOUBT_STATUSES = ("prepared", "unknown")  # a person (or a query) must settle these
+# What the pages show instead of a receipt's status when it fails its identity check:
+# whatever the receipt says, it proves nothing, and is never shown as committed.
+SHOWN_FOR_VERDICT = {"mismatch": "tampered", "unverifiable": "unverified"}
 LEGACY_STATUS = "failed"
 DECISIONS = ("confirm", "query", "retry", "stop", "reuse")
 RESOLUTIONS = ("committed", "rejected")  # what a person's confirmation may say

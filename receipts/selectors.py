@@ -50,19 +50,21 @@ def calls_with_prefix(*, prefix: str) -> QuerySet[Call]:
 def runs_list(*, state: str = "", attention: bool = False) -> QuerySet[Run]:
     """Runs, newest activity first, with the flags the filters need (index-backed EXISTS)."""
     open_findings = Finding.objects.filter(run=OuterRef("pk"), closed_at__isnull=True)
-    ambiguous = Call.objects.filter(run=OuterRef("pk"), status__in=protocol.IN_DOUBT_STATUSES)
-    runs = Run.objects.annotate(has_findings=Exists(open_findings), has_ambiguous=Exists(ambiguous))
+    in_doubt = Call.objects.filter(
+        run=OuterRef("pk"), status__in=protocol.IN_DOUBT_STATUSES, decision__in=("confirm", "query")
+    )
+    runs = Run.objects.annotate(has_findings=Exists(open_findings), has_in_doubt=Exists(in_doubt))
     if state:
         runs = runs.filter(state=state)
     if attention:
-        runs = runs.filter(Q(has_findings=True) | Q(has_ambiguous=True))
+        runs = runs.filter(Q(has_findings=True) | Q(has_in_doubt=True))
     return runs.order_by("-last_event_at", "run_id")
 
 
 def run_totals() -> dict[str, int]:
     """How many runs, and how many need attention: one query."""
     return runs_list().aggregate(
-        runs=Count("pk"), attention=Count("pk", filter=Q(has_findings=True) | Q(has_ambiguous=True))
+        runs=Count("pk"), attention=Count("pk", filter=Q(has_findings=True) | Q(has_in_doubt=True))
     )
 
 
@@ -70,28 +72,48 @@ def run_states() -> list[str]:
     return list(Run.objects.order_by("state").values_list("state", flat=True).distinct())
 
 
+VERDICTS = ("tampered", "conflict", "in doubt", "ok")  # a run's verdict, the worst first
+
+
 @dataclasses.dataclass
 class RunSummary:
-    calls_by_status: dict[str, int]
+    calls_by_status: dict[str, int]  # as shown: a receipt that fails its identity check is "tampered" or "unverified"
+    in_doubt: int = 0  # calls a person (or a query) must still settle
     open_findings: int = 0
     stale_reservations: int = 0
+    finding_codes: set[str] = dataclasses.field(default_factory=set)
 
     @property
     def calls(self) -> int:
         return sum(self.calls_by_status.values())
 
     @property
-    def ambiguous(self) -> int:
-        return sum(self.calls_by_status.get(status, 0) for status in protocol.IN_DOUBT_STATUSES)
+    def verdict(self) -> str:
+        """ok, in doubt, tampered or conflict: what a person should know of the run first."""
+        if self.calls_by_status.get("tampered") or self.finding_codes & set(DIGEST_CODES):
+            return "tampered"
+        if "submission_conflict" in self.finding_codes:
+            return "conflict"
+        if self.in_doubt or self.stale_reservations or self.calls_by_status.get("unverified"):
+            return "in doubt"
+        return "ok"
 
 
 def run_summaries(*, runs: Iterable[Run]) -> dict[int, RunSummary]:
-    """Calls by status, open findings and stale reservations for these runs: two queries."""
+    """Calls by status, calls in doubt, open findings and stale reservations for these runs: two queries."""
     ids = [run.pk for run in runs]
     summaries = {pk: RunSummary(calls_by_status={}) for pk in ids}
-    calls = Call.objects.filter(run_id__in=ids).values_list("run_id", "status").annotate(n=Count("id"))
-    for run_id, status, count in calls:
-        summaries[run_id].calls_by_status[status or "missing"] = count
+    calls = (
+        Call.objects.filter(run_id__in=ids)
+        .values_list("run_id", "status", "verification", "decision")
+        .annotate(n=Count("id"))
+    )
+    for run_id, status, verification, decision, count in calls:
+        summary = summaries[run_id]
+        shown = protocol.SHOWN_FOR_VERDICT.get(verification, status or "missing")
+        summary.calls_by_status[shown] = summary.calls_by_status.get(shown, 0) + count
+        if shown in protocol.IN_DOUBT_STATUSES and decision in ("confirm", "query"):
+            summary.in_doubt += count
     findings = (
         Finding.objects.filter(run_id__in=ids, closed_at__isnull=True)
         .values_list("run_id", "code")
@@ -99,6 +121,7 @@ def run_summaries(*, runs: Iterable[Run]) -> dict[int, RunSummary]:
     )
     for run_id, code, count in findings:
         summaries[run_id].open_findings += count
+        summaries[run_id].finding_codes.add(code)
         if code == "stale_reservation":
             summaries[run_id].stale_reservations += count
     return summaries

@@ -44,3 +44,10 @@ def test_replay_puts_a_persons_decisions_first_and_filters(logged_in, demo):
     assert page.index('badge-warn">confirm') < page.index('badge-ok">reuse')
     only = content(logged_in.get("/runs/clean-run/replay/?decision=reuse"))
     assert "made up for the test" not in only and "all 3" in only
+
+
+def test_the_recovery_page_shows_every_pending_problem_reservations_included(logged_in, demo):
+    page = content(logged_in.get("/runs/stale-reservation/replay/"))
+    pending = page[page.index("Pending problems of this run") : page.index("Every call")]
+    assert "stale reservation" in pending and "Look at the reservation" in pending
+    assert "Nothing in this run needs a person" in content(logged_in.get("/runs/clean-run/replay/"))

@@ -10,7 +10,7 @@ from http import HTTPStatus
 import pytest
 from django.urls import reverse
 
-from receipts import durable, importer
+from receipts import durable, importer, runtime
 from receipts.models import Run
 from tests.helpers import content, first_call_of
 
@@ -142,3 +142,50 @@ def test_run_page_shows_ledger_calls_dispositions_and_findings(logged_in, demo):
     assert 'badge-ok">created' in page and 'badge-bad">conflict' in page
     assert "request_digest_differs" in page
     assert "submission_conflict" in page
+
+
+def test_a_receipt_that_fails_its_identity_check_is_never_shown_as_committed(logged_in, demo):
+    runs = content(logged_in.get("/"))
+    assert 'aria-label="calls: 1 tampered"' in runs
+    run = content(logged_in.get("/runs/tampered-receipt/"))
+    calls = run[run.index('id="calls"') :]
+    assert 'badge-bad">tampered' in calls and 'badge-ok">committed' not in calls
+    call = first_call_of("tampered-receipt")
+    page = content(logged_in.get(reverse("call", args=["tampered-receipt", call.call_id])))
+    lead = page[page.index('class="lead"') :][:400]
+    assert 'badge-bad">tampered' in lead and "the receipt says committed, and proves nothing" in lead
+
+
+def test_each_run_has_a_verdict(logged_in, demo):
+    rows = json.loads(content(logged_in.get("/?format=json")))
+    verdicts = {row[0]: row[rows["columns"].index("verdict")] for row in rows["rows"]}
+    assert verdicts["clean-run"] == "ok" and verdicts["tampered-receipt"] == "tampered"
+    assert verdicts["conflict-same-id"] == "conflict" and verdicts["send-message-killed"] == "in doubt"
+    assert verdicts["stale-reservation"] == "in doubt"
+    assert rows["columns"] == [
+        "run_id", "state", "attempts", "first_event_at", "last_event_at", "events", "calls", "calls_by_status",
+        "verdict", "in_doubt", "stale_reservations", "open_findings",
+    ]  # fmt: skip
+
+
+def test_a_history_that_starts_with_reused_shows_when_the_task_was_created(logged_in, demo_root):
+    from receipts.demo import login_request, run_writer
+
+    run_dir = demo_root / "lost"
+    runtime.run_init(run_dir, contract_sha256="c" * 64)
+    request = json.dumps(login_request()).encode()
+    args = ("write-task", str(run_dir), "--request", "-", "--submission-id", "old-writer")
+    assert run_writer(*args, stdin=request, RECEIPTS_FAILPOINT="after_commit").returncode == 137
+    # What a writer from before the recovered event left: the retry's "reused" and nothing else.
+    record = next((run_dir / "submissions").iterdir())
+    document = json.loads(record.read_bytes())
+    event = {
+        "client_submission_id": "old-writer",
+        "disposition": "reused",
+        "request_digest": document["request_digest"],
+    }
+    durable.append_event(run_dir, "submission", event | {"action_taken": False, "task_id": document["task_id"]})
+    importer.run_import(path=run_dir)
+    page = content(logged_in.get("/runs/lost/"))
+    created_at = document["creation_result"]["created_at"]
+    assert f"The ledger's history of this submission starts with “reused”: its creation, at {created_at}" in page

@@ -37,6 +37,10 @@ BADGE_CLASSES = {
     "failed": "bad",
     "error": "bad",
     "warning": "warn",
+    "tampered": "bad",
+    "unverified": "warn",
+    "in doubt": "warn",
+    "ok": "ok",
     # what a target shows about a call in doubt: facts, neither good nor bad
     "present": "info",
     "absent": "info",

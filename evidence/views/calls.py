@@ -24,7 +24,7 @@ from evidence.views.common import (
     paginate,
     query_without,
 )
-from receipts import downloads, selectors, settle
+from receipts import downloads, inbox, selectors, settle
 from receipts.models import Call, Run
 
 
@@ -124,6 +124,7 @@ def replay(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     counts = selectors.decision_counts(run=run)
     context = {
         "run": run,
+        "pending": inbox.inbox_items(run_id=run.run_id),
         "counts": counts,
         "total": sum(count for _, count in counts),
         "decision": decision,

@@ -76,7 +76,7 @@ def test_a_finished_run_does_not_poll(page):
     ("url", "name", "heading"),
     [
         ("/findings/", "findings", "Open findings"),
-        ("/reservations/", "reservations", "Stale reservations and calls"),
+        ("/reservations/", "reservations", "Stale: reservations and calls"),
         ("/runs/send-message-killed/replay/", "replay", "Recovery decisions for send-message-killed"),
         ("/runs/conflict-same-id/", "run-conflict", "Run conflict-same-id"),
     ],
