@@ -6,6 +6,7 @@ run+call_id, run+seq, run+client_submission_id, run+code+subject.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
@@ -14,6 +15,9 @@ from django.db.models import Q
 
 from receipts import findings, protocol
 from receipts.protocol import EMPTY_SHA256, ZERO_HASH
+
+# A run whose last event is older than this is shown as not live, and its page stops refreshing.
+LIVE_WINDOW = dt.timedelta(minutes=10)
 
 
 class JSONTextField(models.TextField):
@@ -66,6 +70,13 @@ class Run(models.Model):
     def is_finished(self) -> bool:
         """A finished run writes nothing more: its page stops refreshing."""
         return self.state.lower() in protocol.FINISHED_STATES
+
+    @property
+    def is_live(self) -> bool:
+        """Not finished, and wrote an event lately: a killed run left "retrying" is not live."""
+        if self.is_finished or self.last_event_at is None:
+            return False
+        return protocol.utc_now() - self.last_event_at < LIVE_WINDOW
 
 
 class Call(models.Model):

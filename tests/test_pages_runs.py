@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import json
 from http import HTTPStatus
@@ -10,7 +11,7 @@ from http import HTTPStatus
 import pytest
 from django.urls import reverse
 
-from receipts import durable, importer, runtime
+from receipts import durable, importer, protocol, runtime
 from receipts.models import Run
 from tests.helpers import content, first_call_of
 
@@ -65,21 +66,38 @@ def test_run_page_filters_the_ledger_by_event_type(logged_in, demo):
     assert "receipt" in timeline and ">state<" not in timeline
 
 
-def test_an_unfinished_run_polls_and_a_finished_one_does_not(logged_in, demo):
+POLL = "hx-trigger=\"every 3s [document.visibilityState === 'visible']\""
+
+
+def test_a_run_that_wrote_lately_polls_only_while_the_tab_is_visible(logged_in, demo):
     live = content(logged_in.get("/runs/send-message-killed/"))
-    assert 'hx-trigger="every 3s"' in live
+    assert POLL in live and "refreshing every 3 seconds while this tab is open" in live
     finished = content(logged_in.get("/runs/clean-run/"))
-    assert 'hx-trigger="every 3s"' not in finished
+    assert "every 3s" not in finished
 
 
-def test_the_poll_returns_the_timeline_with_new_events(logged_in, demo):
+def test_a_killed_run_left_retrying_is_not_live(logged_in, demo):
+    Run.objects.filter(run_id="send-message-killed").update(last_event_at=protocol.utc_now() - dt.timedelta(hours=1))
+    page = content(logged_in.get("/runs/send-message-killed/"))
+    assert "every 3s" not in page and "not live: no event for 1 h" in page
+
+
+def test_the_poll_refreshes_the_whole_run_page(logged_in, demo):
     run_dir = demo / "send-message-killed"
     durable.append_event(run_dir, "note", {"text": "appended while watching"})
+    runtime.Executor(run_dir).call("send_message", {"to": "x@example.com", "body": "another"}, attempt=2)
     importer.run_import(path=run_dir)
-    response = logged_in.get("/runs/send-message-killed/", headers={"HX-Request": "true"})
+    response = logged_in.get("/runs/send-message-killed/", headers={"HX-Request": "true", "HX-Target": "run-body"})
     page = content(response)
-    assert page.lstrip().startswith('<section id="timeline"')
-    assert "appended while watching" in page
+    assert page.lstrip().startswith('<div id="run-body"')
+    assert "appended while watching" in page, "the ledger"
+    assert 'aria-label="calls: 1 committed, 1 prepared"' in page, "the charts and the summary"
+    assert page.count('<th scope="row"><a href="/runs/send-message-killed/calls/') == 2, "the calls"
+
+
+def test_a_ledger_filter_swaps_the_ledger_only(logged_in, demo):
+    response = logged_in.get("/runs/clean-run/?type=state", headers={"HX-Request": "true", "HX-Target": "timeline"})
+    assert content(response).lstrip().startswith('<section id="timeline"')
 
 
 @pytest.mark.parametrize("which", ["events", "calls", "submissions"])

@@ -70,11 +70,11 @@ def run(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     timeline_context = {
         "run": run,
         "timeline": timeline,
-        "live": not run.is_finished and timeline.number == 1,
+        "live": run.is_live and timeline.number == 1,
         "event_type": event_type,
         "query": query_without(request, "page", "format"),
     }
-    if request.htmx:
+    if request.htmx and request.htmx.target == "timeline":  # a filter or a ledger page
         return render(request, "receipts/run.html#timeline", timeline_context)
     calls = paginate(request, selectors.run_calls(run=run), param="calls_page")
     submission_filter = request.GET.get("submission", "")
@@ -97,4 +97,6 @@ def run(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         "legacy": selectors.legacy_submissions(run=run)[:50],
         "findings": selectors.run_open_findings(run=run),
     }
-    return render(request, "receipts/run.html", context)
+    # The live refresh swaps the whole body: summary, charts, ledger, calls and decisions.
+    template = "receipts/run.html#run-body" if request.htmx else "receipts/run.html"
+    return render(request, template, context)

@@ -53,7 +53,7 @@ def test_search_a_call_id_prefix_and_follow_the_call(page):
 def test_live_refresh_shows_an_event_appended_while_the_page_is_open(page, demo):
     log_in(page)
     page.goto("/runs/send-message-killed/")
-    expect(page.get_by_text("Refreshing every 3 seconds")).to_be_visible()
+    expect(page.get_by_text("refreshing every 3 seconds while this tab is open")).to_be_visible()
     screenshot(page, "run-live-before")
     run_dir = demo / "send-message-killed"
     durable.append_event(run_dir, "note", {"text": "a new event, seen live"})
@@ -65,7 +65,7 @@ def test_live_refresh_shows_an_event_appended_while_the_page_is_open(page, demo)
 def test_a_finished_run_does_not_poll(page):
     log_in(page)
     page.goto("/runs/clean-run/")
-    expect(page.locator("#timeline")).not_to_have_attribute("hx-trigger", re.compile("every"))
+    expect(page.locator("#run-body")).not_to_have_attribute("hx-trigger", re.compile("every"))
     page.get_by_label("Event type").select_option("receipt")
     expect(page).to_have_url(re.compile(r"type=receipt"))
     expect(page.locator("#timeline tbody tr")).to_have_count(6)
