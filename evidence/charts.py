@@ -59,7 +59,7 @@ def histogram(buckets: Sequence[tuple[dt.datetime, int]], width: int = 480, heig
     bar = width / len(buckets)
     shapes = []
     for index, (start, count) in enumerate(buckets):
-        bar_height = (height - 14) * count / peak
+        bar_height = (height - 26) * count / peak  # 12 px above for the scale, 14 below for the times
         shapes.append(
             (
                 f"{index * bar + 1:.2f}",
@@ -74,20 +74,32 @@ def histogram(buckets: Sequence[tuple[dt.datetime, int]], width: int = 480, heig
     )
     total = sum(count for _, count in buckets)
     first, last = buckets[0][0], buckets[-1][0]
+    slice_width = _duration(buckets[1][0] - buckets[0][0]) if len(buckets) > 1 else "slice"
     return format_html(
         '<svg class="chart" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" '
         'aria-label="{total} events over time, busiest slice {peak}">{rects}'
+        '<text x="0" y="9" class="axis">{peak} events per {slice}</text>'
         '<text x="0" y="{ty}" class="axis">{first}</text>'
-        '<text x="{w}" y="{ty}" class="axis" text-anchor="end">{last}</text></svg>',
+        '<text x="{w}" y="{ty}" class="axis" text-anchor="end">{last} UTC</text></svg>',
         w=width,
         h=height,
         total=total,
         peak=peak,
+        slice=slice_width,
         rects=rects,
         ty=height - 2,
         first=f"{first:%Y-%m-%d %H:%M}",
         last=f"{last:%Y-%m-%d %H:%M}",
     )
+
+
+def _duration(width: dt.timedelta) -> str:
+    """A slice's width in the largest unit that keeps it whole enough to read."""
+    seconds = width.total_seconds()
+    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.3g} s"
 
 
 def activity_strip(

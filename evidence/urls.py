@@ -22,3 +22,5 @@ urlpatterns = [
     path("audit/", views.audit, name="audit"),
     path("inbox/", views.inbox_page, name="inbox"),
 ]
+
+handler400 = "evidence.views.errors.bad_request"

@@ -137,23 +137,26 @@ class Target:
     label: str = ""
 
 
-def search(*, query: str) -> list[Target]:
-    """What a run id, a call_id prefix or a client_submission_id names (at most 20 of each)."""
+def search(*, query: str, limit: int = 20) -> list[Target]:
+    """What a query names: run ids (whole or in part), call_ids by prefix (hex, any case),
+    client_submission_ids and task ids; at most ``limit`` of each, each with its context."""
     query = query.strip()
     if not query:
         return []
-    matches = [
-        Target("run", run_id, label=f"run {run_id}")
-        for run_id in Run.objects.filter(run_id=query).values_list("run_id", flat=True)
-    ]
-    if HEX_RE.fullmatch(query):
-        for run_id, call_id in calls_with_prefix(prefix=query).values_list("run__run_id", "call_id")[:20]:
-            matches.append(Target("call", run_id, call_id, f"call {call_id[:16]}… in {run_id}"))
-    submissions = Submission.objects.filter(client_submission_id=query).values_list(
-        "run__run_id", "client_submission_id"
-    )
-    for run_id, submission_id in submissions[:20]:
-        matches.append(Target("submission", run_id, submission_id, f"submission {submission_id} in {run_id}"))
+    matches = []
+    runs = Run.objects.filter(run_id__icontains=query).order_by("run_id")
+    for run_id, state, events in runs.values_list("run_id", "state", "event_count")[:limit]:
+        matches.append(Target("run", run_id, label=f"run {run_id} ({state or 'no state'}, {events} events)"))
+    prefix = query.lower()
+    if HEX_RE.fullmatch(prefix):
+        calls = calls_with_prefix(prefix=prefix).values_list("run__run_id", "call_id", "status", "tool")
+        for run_id, call_id, status, tool in calls[:limit]:
+            matches.append(Target("call", run_id, call_id, f"call {call_id[:16]}… ({status or 'no receipt'} {tool})"))
+    submissions = Submission.objects.filter(Q(client_submission_id=query) | Q(task_id__iexact=query))
+    fields = ("run__run_id", "client_submission_id", "task_id", "state")
+    for run_id, submission_id, task_id, state in submissions.values_list(*fields)[:limit]:
+        label = f"submission {submission_id} → {task_id or 'no task'} ({state}) in {run_id}"
+        matches.append(Target("submission", run_id, submission_id, label))
     return matches
 
 

@@ -35,9 +35,10 @@ def test_the_histogram_scales_bars_to_the_busiest_slice():
     buckets = [(T0, 0), (T0 + dt.timedelta(minutes=1), 5), (T0 + dt.timedelta(minutes=2), 10)]
     svg = str(charts.histogram(buckets, width=300, height=64))
     heights = [float(h) for h in re.findall(r'height="([0-9.]+)" class="fill-bar"', svg)]
-    assert heights == [0.0, 25.0, 50.0]
+    assert heights == [0.0, 19.0, 38.0]
     assert 'aria-label="15 events over time, busiest slice 10"' in svg
-    assert ">2026-11-30 12:00<" in svg and ">2026-11-30 12:02<" in svg
+    assert ">10 events per 1 min<" in svg, "the scale, with its unit"
+    assert ">2026-11-30 12:00<" in svg and ">2026-11-30 12:02 UTC<" in svg
 
 
 def test_the_activity_strip_places_a_run_on_the_shared_axis():

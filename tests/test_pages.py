@@ -43,8 +43,24 @@ def test_pages_refuse_post(logged_in, demo):
     assert logged_in.post("/runs/clean-run/").status_code == HTTPStatus.METHOD_NOT_ALLOWED
 
 
-def test_an_unknown_download_format_is_404(logged_in, demo):
-    assert logged_in.get("/?format=xml").status_code == HTTPStatus.NOT_FOUND
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("/?format=xml", "format=&#x27;xml&#x27; is not one of: csv, json"),
+        ("/?state=nonsense", "state=&#x27;nonsense&#x27; is not one of:"),
+        ("/runs/clean-run/?list=everything&format=csv", "list=&#x27;everything&#x27; is not one of: events, calls"),
+        ("/runs/clean-run/?type=nope", "type=&#x27;nope&#x27; is not one of:"),
+        ("/findings/?code=made_up", "code=&#x27;made_up&#x27; is not one of: invalid_json"),
+        ("/inbox/?kind=everything", "kind=&#x27;everything&#x27; is not one of: tampered"),
+        ("/runs/clean-run/replay/?decision=maybe", "decision=&#x27;maybe&#x27; is not one of: confirm"),
+    ],
+)
+def test_an_unknown_parameter_is_a_400_that_says_what_is_allowed(logged_in, demo, url, message):
+    response = logged_in.get(url)
+    assert response.status_code == HTTPStatus.BAD_REQUEST
+    page = content(response)
+    assert message in page
+    assert '<nav aria-label="Main">' in page, "the branded page keeps the navigation"
 
 
 def test_unknown_run_and_call_are_404(logged_in, demo):

@@ -207,3 +207,8 @@ def test_a_history_that_starts_with_reused_shows_when_the_task_was_created(logge
     page = content(logged_in.get("/runs/lost/"))
     created_at = document["creation_result"]["created_at"]
     assert f"The ledger's history of this submission starts with “reused”: its creation, at {created_at}" in page
+
+
+def test_an_empty_search_says_what_it_takes(logged_in, demo):
+    page = content(logged_in.get("/search/?q="))
+    assert "Search takes a run id or part of one" in page and "TASK-000001" in page

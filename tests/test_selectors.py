@@ -36,7 +36,13 @@ def test_run_summaries_count_calls_by_status_and_findings(demo, django_assert_nu
 def test_search_names_what_it_found_and_builds_no_url(demo):
     call = first_call_of("write-file-killed")
     [run] = selectors.search(query="clean-run")
-    assert run == selectors.Target("run", "clean-run", label="run clean-run")
+    assert run == selectors.Target("run", "clean-run", label="run clean-run (finished, 10 events)")
+    assert {t.run_id for t in selectors.search(query="KILLED")} == {"send-message-killed", "write-file-killed"}
+    [upper] = selectors.search(query=first_call_of("write-file-killed").call_id[:8].upper())
+    assert upper.kind == "call" and upper.run_id == "write-file-killed"
+    tasks = selectors.search(query="task-000001")
+    assert {t.kind for t in tasks} == {"submission"} and "a2-lost-response" in {t.run_id for t in tasks}
+    assert any("→ TASK-000001 (committed) in a2-lost-response" in t.label for t in tasks)
     [found] = selectors.search(query=call.call_id[:8])
     assert (found.kind, found.run_id, found.key) == ("call", "write-file-killed", call.call_id)
     [submission] = selectors.search(query="a2-submission")

@@ -64,6 +64,20 @@ def badge(value: object) -> SafeString:
 
 
 @register.filter
+def when(moment: object) -> str:
+    """One time format on every page: UTC, said so, to the second; the exact instant in a tooltip."""
+    if not isinstance(moment, dt.datetime):
+        return "—"
+    utc = moment.astimezone(dt.UTC)
+    return format_html(
+        '<time datetime="{}" title="{}">{} UTC</time>',
+        protocol.format_time(utc),
+        protocol.format_time(utc),
+        utc.strftime("%Y-%m-%d %H:%M:%S"),
+    )
+
+
+@register.filter
 def age(since: dt.datetime | None) -> str:
     """How long ago, in the largest two units (``3 h 12 min``)."""
     if since is None:

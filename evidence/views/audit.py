@@ -6,7 +6,7 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from evidence.views.common import HtmxHttpRequest, download, download_format, paginate, query_without
+from evidence.views.common import HtmxHttpRequest, choice, download, download_format, paginate, query_without
 from receipts import downloads, protocol, selectors
 
 
@@ -14,7 +14,7 @@ from receipts import downloads, protocol, selectors
 def audit(request: HtmxHttpRequest) -> HttpResponse:
     run_id = request.GET.get("run", "")
     actor = request.GET.get("actor", "")
-    resolution = request.GET.get("resolution", "")
+    resolution = choice(request, "resolution", protocol.RESOLUTIONS)
     decisions = selectors.human_decisions(run_id=run_id, actor=actor, resolution=resolution)
     fmt = download_format(request)
     if fmt:

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 from evidence.forms import ConfirmForm
 from evidence.views.common import (
     HtmxHttpRequest,
+    choice,
     download,
     download_format,
     get_call_or_404,
@@ -24,7 +25,7 @@ from evidence.views.common import (
     paginate,
     query_without,
 )
-from receipts import downloads, inbox, selectors, settle
+from receipts import downloads, inbox, protocol, selectors, settle
 from receipts.models import Call, Run
 
 
@@ -117,7 +118,7 @@ def confirm(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpResponse
 @require_GET
 def replay(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = get_run_or_404(run_id)
-    decision = request.GET.get("decision", "")
+    decision = choice(request, "decision", protocol.DECISIONS)
     fmt = download_format(request)
     if fmt:
         return download(fmt, f"{run.run_id}-replay", *downloads.decision_rows(run=run, decision=decision))

@@ -9,8 +9,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
+from django.core.exceptions import BadRequest
 from django.core.paginator import Page, Paginator
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django_htmx.middleware import HtmxDetails
@@ -61,12 +62,22 @@ def query_without(request: HttpRequest, *names: str) -> str:
 
 
 def download_format(request: HttpRequest) -> str | None:
-    requested = request.GET.get("format")
-    if requested is None:
-        return None
-    if requested not in FORMATS:
-        raise Http404(f"format must be one of {', '.join(FORMATS)}")
-    return requested
+    return choice(request, "format", FORMATS) or None
+
+
+def choice(request: HttpRequest, name: str, allowed: Iterable[str], default: str = "") -> str:
+    """A query parameter that must be one of ``allowed``; anything else is a 400 that names them.
+
+    A filter that is silently ignored shows a person a list they did not ask for.
+    """
+    value = request.GET.get(name)
+    if value is None or value == "":
+        return default
+    allowed = list(allowed)
+    if value not in allowed:
+        shown = ", ".join(allowed[:30]) + (", …" if len(allowed) > 30 else "")
+        raise BadRequest(f"{name}={value[:80]!r} is not one of: {shown}")
+    return value
 
 
 def _cell(value: Any) -> Any:

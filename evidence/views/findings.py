@@ -6,16 +6,16 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from evidence.views.common import HtmxHttpRequest, download, download_format, paginate, query_without
+from evidence.views.common import HtmxHttpRequest, choice, download, download_format, paginate, query_without
 from receipts import downloads, protocol, selectors
-from receipts.findings import CODES, DIGEST_CODES
+from receipts.findings import CODES, DIGEST_CODES, ERROR, WARNING
 
 
 @require_GET
 def findings(request: HtmxHttpRequest) -> HttpResponse:
-    code = request.GET.get("code", "")
+    code = choice(request, "code", CODES)
     run_id = request.GET.get("run", "")
-    severity = request.GET.get("severity", "")
+    severity = choice(request, "severity", (ERROR, WARNING))
     findings = selectors.open_findings(code=code, run_id=run_id, severity=severity)
     fmt = download_format(request)
     if fmt:

@@ -6,15 +6,15 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from evidence.views.common import HtmxHttpRequest, download, download_format, paginate, query_without
+from evidence.views.common import HtmxHttpRequest, choice, download, download_format, paginate, query_without
 from receipts import downloads, inbox
 from receipts.findings import ERROR, WARNING
 
 
 @require_GET
 def inbox_page(request: HtmxHttpRequest) -> HttpResponse:
-    kind = request.GET.get("kind", "")
-    severity = request.GET.get("severity", "")
+    kind = choice(request, "kind", inbox.KINDS)
+    severity = choice(request, "severity", (ERROR, WARNING))
     run_id = request.GET.get("run", "")
     items = inbox.inbox_items(kind=kind, severity=severity, run_id=run_id)
     fmt = download_format(request)

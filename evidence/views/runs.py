@@ -8,6 +8,7 @@ from django.views.decorators.http import require_GET
 
 from evidence.views.common import (
     HtmxHttpRequest,
+    choice,
     download,
     download_format,
     get_run_or_404,
@@ -22,7 +23,7 @@ INBOX_ON_HOME = 5
 
 @require_GET
 def runs(request: HtmxHttpRequest) -> HttpResponse:
-    state = request.GET.get("state", "")
+    state = choice(request, "state", selectors.run_states())
     attention = request.GET.get("attention") == "1"
     runs = selectors.runs_list(state=state, attention=attention)
     fmt = download_format(request)
@@ -60,11 +61,10 @@ def search(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 def run(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = get_run_or_404(run_id)
-    event_type = request.GET.get("type", "")
+    event_type = choice(request, "type", selectors.event_types(run=run))
     fmt = download_format(request)
     if fmt:
-        which = request.GET.get("list", "events")
-        which = which if which in downloads.RUN_LISTS else "events"
+        which = choice(request, "list", downloads.RUN_LISTS, default="events")
         return download(fmt, f"{run.run_id}-{which}", *downloads.run_rows(run=run, which=which, event_type=event_type))
     timeline = paginate(request, selectors.run_events(run=run, event_type=event_type))
     timeline_context = {
