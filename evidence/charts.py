@@ -99,7 +99,9 @@ def _duration(width: dt.timedelta) -> str:
     for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
         if seconds >= size:
             return f"{seconds / size:.3g} {unit}"
-    return f"{seconds:.3g} s"
+    if seconds >= 1:
+        return f"{seconds:.3g} s"
+    return f"{seconds * 1000:.3g} ms"
 
 
 def activity_strip(

@@ -205,8 +205,9 @@ def test_a_history_that_starts_with_reused_shows_when_the_task_was_created(logge
     durable.append_event(run_dir, "submission", event | {"action_taken": False, "task_id": document["task_id"]})
     importer.run_import(path=run_dir)
     page = content(logged_in.get("/runs/lost/"))
-    created_at = document["creation_result"]["created_at"]
-    assert f"The ledger's history of this submission starts with “reused”: its creation, at {created_at}" in page
+    created_at = protocol.parse_time(document["creation_result"]["created_at"])
+    shown = f'<time datetime="{protocol.format_time(created_at)}" title="{protocol.format_time(created_at)}">'
+    assert f"The ledger's history of this submission starts with “reused”: its creation, at {shown}" in page
 
 
 def test_an_empty_search_says_what_it_takes(logged_in, demo):

@@ -42,3 +42,12 @@ def test_url_of_encodes_a_submission_id():
     assert dashboard.url_of("submission", "run-1", "a&b #c") == "/runs/run-1/?submission=a%26b+%23c#submissions"
     assert dashboard.url_of("call", "run-1", "ab" * 32) == f"/runs/run-1/calls/{'ab' * 32}/"
     assert dashboard.url_of("run", "run-1") == "/runs/run-1/"
+
+
+def test_when_is_one_format_in_utc_for_datetimes_and_rfc3339_text():
+    moment = dt.datetime(2026, 11, 30, 13, 4, 5, 123456, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    shown = str(dashboard.when(moment))
+    exact = "2026-11-30T12:04:05.123456Z"
+    assert shown == f'<time datetime="{exact}" title="{exact}">2026-11-30 12:04:05 UTC</time>'
+    assert str(dashboard.when("2026-11-30T12:04:05.123456Z")) == shown
+    assert dashboard.when(None) == "—" and dashboard.when("not a time") == "not a time"

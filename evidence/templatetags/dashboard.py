@@ -65,7 +65,15 @@ def badge(value: object) -> SafeString:
 
 @register.filter
 def when(moment: object) -> str:
-    """One time format on every page: UTC, said so, to the second; the exact instant in a tooltip."""
+    """One time format on every page: UTC, said so, to the second; the exact instant in a tooltip.
+
+    Takes a datetime, or an RFC 3339 string as records hold them.
+    """
+    if isinstance(moment, str):
+        try:
+            moment = protocol.parse_time(moment)
+        except ValueError:
+            return moment
     if not isinstance(moment, dt.datetime):
         return "—"
     utc = moment.astimezone(dt.UTC)
