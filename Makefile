@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 RUNS ?= var/runs
 ADDR ?= 127.0.0.1:8000
 
-.PHONY: install demo browser test test-postgres lint format bench bench-import clean
+.PHONY: install demo browser test test-postgres lint format bench bench-import bench-export clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -61,6 +61,9 @@ format: install
 
 bench: install
 	$(BIN)/python tests/bench/bench_writer.py
+
+bench-export: install
+	$(BIN)/python tests/bench/bench_export.py
 
 bench-import: install
 	$(BIN)/python tests/bench/bench_import.py

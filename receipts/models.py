@@ -62,6 +62,7 @@ class Run(models.Model):
     class Meta:
         ordering = ["run_id"]
         indexes = [models.Index(fields=["state"]), models.Index(fields=["last_event_at"])]
+        permissions = [("export_evidence", "Can download a run's redacted evidence")]
 
     def __str__(self) -> str:
         return self.run_id

@@ -48,6 +48,12 @@ BADGE_CLASSES = {
 }
 
 
+@register.filter
+def lookup(mapping: object, key: str) -> object:
+    return mapping.get(key, "") if isinstance(mapping, dict) else ""
+
+
+@register.filter
 def as_text(value: object) -> str:
     """Any value a ledger line may hold, as text: a string as it is, anything else as compact JSON."""
     return value if isinstance(value, str) else as_json(value)

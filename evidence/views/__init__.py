@@ -11,7 +11,7 @@ from evidence.views.audit import audit
 from evidence.views.calls import call, confirm, replay
 from evidence.views.findings import findings, reservations
 from evidence.views.inbox import inbox_page
-from evidence.views.runs import run, runs, search
+from evidence.views.runs import run, run_evidence, runs, search
 
 
 @login_not_required
@@ -32,6 +32,7 @@ __all__ = [
     "replay",
     "reservations",
     "run",
+    "run_evidence",
     "runs",
     "search",
 ]

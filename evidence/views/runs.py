@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-from django.http import HttpResponse
+import io
+import tempfile
+import zipfile
+from pathlib import Path
+
+from django.contrib.auth.decorators import permission_required
+from django.http import FileResponse, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET
 
+from evidence.export import export_run
+from evidence.redaction import Policy
 from evidence.views.common import (
     HtmxHttpRequest,
     choice,
@@ -100,3 +108,18 @@ def run(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     # The live refresh swaps the whole body: summary, charts, ledger, calls and decisions.
     template = "receipts/run.html#run-body" if request.htmx else "receipts/run.html"
     return render(request, template, context)
+
+
+@require_GET
+@permission_required("receipts.export_evidence", raise_exception=True)
+def run_evidence(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    """The run's redacted evidence as a zip (evidence.json and index.html), made on request."""
+    run = get_run_or_404(run_id)
+    with tempfile.TemporaryDirectory() as folder:
+        export_run(run=run, out=Path(folder), policy=Policy())
+        archive = io.BytesIO()
+        with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bundle:
+            for name in ("evidence.json", "index.html"):
+                bundle.write(Path(folder) / name, f"{run.run_id}-evidence/{name}")
+    archive.seek(0)
+    return FileResponse(archive, as_attachment=True, filename=f"{run.run_id}-evidence.zip")

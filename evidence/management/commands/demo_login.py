@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, Permission
 from django.core.management.base import BaseCommand
 
 
@@ -24,4 +24,5 @@ class Command(BaseCommand):
         user.save()
         # The demo person may settle calls: the data migration made the group.
         user.groups.add(*Group.objects.filter(name="confirmers"))
+        user.user_permissions.add(*Permission.objects.filter(codename="export_evidence"))
         self.stdout.write(f"Log in at {url} as {username} / {password}")

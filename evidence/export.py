@@ -1,0 +1,275 @@
+"""Redacted evidence of one run: ``evidence.json`` and a self-contained ``index.html``.
+
+``evidence.json`` holds sections (run, calls, submissions, events, findings,
+confirmations) and a manifest: the SHA-256 of each section's canonical JSON,
+and of the whole (the format, the section digests and the policy). Sections are
+streamed row by row from the database and hashed as they are written, so a run
+of any size is exported in flat memory. ``verify.verify_export`` checks it all
+again without a database.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from django.conf import settings
+from django.template.loader import render_to_string
+
+from evidence.redaction import Policy, clear, fields, redacted
+from receipts import protocol, selectors
+from receipts.models import Call, Confirmation, Event, Finding, Run, Submission
+
+FORMAT = "callproof-evidence/v1"
+SECTIONS = ("run", "calls", "submissions", "events", "findings", "confirmations")
+# Event payload fields that are ids, digests, statuses, names of tools, times or counts.
+EVENT_CLEAR = {
+    "seq",
+    "ts",
+    "type",
+    "prev_sha256",
+    "call_id",
+    "tool",
+    "attempt",
+    "status",
+    "state",
+    "attempts",
+    "request_digest",
+    "digest_schema_version",
+    "disposition",
+    "action_taken",
+    "task_id",
+    "legacy",
+    "resolution",
+    "confirmation_id",
+    "receipt_sha256",
+    "recovered",
+}
+CONFLICT_REASONS = {
+    "request_digest_differs",
+    "digest_schema_version_differs",
+    "task_file_differs",
+    "task_missing",
+    "task_digest_mismatch",
+    "record_unreadable",
+    "record_invalid",
+}
+PAGE_ROWS = 1000  # the page shows this many calls and findings; evidence.json has them all
+
+
+def whole_digest(section_digests: dict[str, str], policy: dict[str, Any]) -> str:
+    """The digest of the whole export: its format, every section's digest, and the policy."""
+    return protocol.sha256_hex(
+        protocol.canonical_json({"format": FORMAT, "sections": section_digests, "policy": policy})
+    )
+
+
+@dataclasses.dataclass
+class ExportResult:
+    directory: Path
+    manifest: dict[str, Any]
+    counts: dict[str, int]
+
+
+def export_run(*, run: Run, out: Path, policy: Policy) -> ExportResult:
+    """Write ``out/evidence.json`` and ``out/index.html`` for ``run``, redacted under ``policy``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    digests: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    sources = _sections(run, policy)
+    with (out / "evidence.json").open("wb") as stream:
+        stream.write(b'{"format":' + json.dumps(FORMAT).encode())
+        for name in SECTIONS:
+            stream.write(f',"{name}":'.encode())
+            value = sources[name]
+            if isinstance(value, dict):
+                data = protocol.canonical_json(value)
+                stream.write(data)
+                digests[name], counts[name] = protocol.sha256_hex(data), 1
+            else:
+                digests[name], counts[name] = _write_list(stream, value)
+        manifest = {"sections": digests, "policy": policy.describe()}
+        manifest["whole"] = whole_digest(digests, manifest["policy"])
+        # The page shows the manifest, and the manifest then names the page's own digest.
+        page = _write_page(out, run, policy, manifest, counts)
+        manifest["page_sha256"] = protocol.sha256_hex(page)
+        stream.write(b',"manifest":' + protocol.canonical_json(manifest) + b"}\n")
+    return ExportResult(out, manifest, counts)
+
+
+def _calls(run: Run):
+    return Call.objects.filter(run=run).order_by("call_id")
+
+
+def _open_findings(run: Run):
+    return Finding.objects.filter(run=run, closed_at__isnull=True).order_by("code", "subject")
+
+
+def _sections(run: Run, policy: Policy) -> dict[str, Any]:
+    """Each section's value: the run's record, and lazy row streams for the lists."""
+    events = Event.objects.filter(run=run).order_by("seq")
+    return {
+        "run": _run_record(run, policy),
+        "calls": (_call_record(call, policy) for call in _calls(run).iterator(2000)),
+        "submissions": _submission_records(run, policy),
+        "events": (_event_record(event, policy) for event in events.iterator(5000)),
+        "findings": (_finding_record(finding, policy) for finding in _open_findings(run).iterator(2000)),
+        "confirmations": (
+            _confirmation_record(confirmation, policy)
+            for confirmation in Confirmation.objects.filter(run=run).order_by("call_id").iterator(2000)
+        ),
+    }
+
+
+def _write_list(stream: BinaryIO, items: Iterable[Any]) -> tuple[str, int]:
+    """Stream a list as canonical JSON, hashing exactly the bytes written."""
+    digest = hashlib.sha256(b"[")
+    stream.write(b"[")
+    count = 0
+    for item in items:
+        data = (b"," if count else b"") + protocol.canonical_json(item)
+        digest.update(data)
+        stream.write(data)
+        count += 1
+    digest.update(b"]")
+    stream.write(b"]")
+    return digest.hexdigest(), count
+
+
+def _time(moment: Any) -> str | None:
+    return protocol.format_time(moment) if moment is not None else None
+
+
+def _run_record(run: Run, policy: Policy) -> dict[str, Any]:
+    summary = selectors.run_summaries(runs=[run])[run.pk]
+    return {
+        "run_id": clear(run.run_id, policy),
+        "state": clear(run.state, policy),
+        "attempts": run.attempts,
+        "contract_sha256": run.contract_sha256,
+        "events": run.event_count,
+        "first_event_at": _time(run.first_event_at),
+        "last_event_at": _time(run.last_event_at),
+        "calls_by_status": summary.calls_by_status,
+        "verdict": summary.verdict,
+        "open_findings": summary.open_findings,
+    }
+
+
+def _call_record(call: Call, policy: Policy) -> dict[str, Any]:
+    allowed = [name for name in (call.args or {}) if policy.allows(call.tool, name)]
+    return {
+        "call_id": call.call_id,
+        "tool": clear(call.tool, policy),
+        "tool_version": clear(call.tool_version, policy),
+        "identity": clear(call.identity, policy),
+        "attempt": call.attempt,
+        "status": clear(call.status, policy),
+        "shown_status": call.shown_status,
+        "input_sha256": clear(call.input_sha256, policy),
+        "output_sha256": clear(call.output_sha256, policy),
+        "identity_verified": call.verification == protocol.VERIFIED,
+        "verification": call.verification,
+        "decision": call.decision,
+        "args": fields(call.args, allowed, policy) if call.args is not None else None,
+        "result": redacted(call.result) if call.result is not None else None,
+        "error": redacted(call.error) if call.error is not None else None,
+        "created_at": _time(call.created_at),
+        "updated_at": _time(call.updated_at),
+    }
+
+
+def _submission_records(run: Run, policy: Policy) -> Iterator[dict[str, Any]]:
+    for submission in Submission.objects.filter(run=run).order_by("client_submission_id").iterator(1000):
+        history = Event.objects.filter(
+            run=run, type="submission", client_submission_id=submission.client_submission_id
+        ).order_by("seq")
+        yield {
+            "client_submission_id": clear(submission.client_submission_id, policy),
+            "state": submission.state,
+            "task_id": clear(submission.task_id, policy),
+            "request_digest": clear(submission.request_digest, policy),
+            "request": redacted(submission.request),
+            "task_sha256": clear(submission.task_sha256, policy),
+            "history": [
+                {
+                    "seq": event.seq,
+                    "ts": _time(event.ts),
+                    "disposition": event.disposition,
+                    "action_taken": event.payload.get("action_taken"),
+                    "request_digest": event.request_digest,
+                    "reason": _reason(event.payload.get("reason")),
+                }
+                for event in history
+            ],
+        }
+
+
+def _reason(reason: Any) -> Any:
+    return reason if reason is None or reason in CONFLICT_REASONS else redacted(reason)
+
+
+def _event_record(event: Event, policy: Policy) -> dict[str, Any]:
+    payload = event.payload if isinstance(event.payload, dict) else {}
+    shown = fields(payload, EVENT_CLEAR, policy)
+    if "reason" in payload:
+        shown["reason"] = _reason(payload["reason"])
+    if "client_submission_id" in payload:
+        shown["client_submission_id"] = clear(payload["client_submission_id"], policy)
+    return {"seq": event.seq, "line_sha256": event.line_sha256, "payload": shown}
+
+
+def _finding_record(finding: Finding, policy: Policy) -> dict[str, Any]:
+    return {
+        "code": finding.code,
+        "severity": finding.severity,
+        "subject": clear(finding.subject, policy),
+        "detail": redacted(finding.detail),
+        "call_id": clear(finding.call_id, policy),
+        "stored_value": _digest_or_redacted(finding.stored_value),
+        "recomputed_value": _digest_or_redacted(finding.recomputed_value),
+        "first_seen": _time(finding.first_seen),
+    }
+
+
+def _digest_or_redacted(value: str) -> Any:
+    return value if not value or protocol.HEX64_RE.fullmatch(value) else redacted(value)
+
+
+def _confirmation_record(confirmation: Confirmation, policy: Policy) -> dict[str, Any]:
+    return {
+        "call_id": confirmation.call_id,
+        "resolution": confirmation.resolution,
+        "valid": confirmation.valid,
+        "actor": redacted(confirmation.actor),
+        "reason": redacted(confirmation.reason),
+        "confirmed_at": _time(confirmation.confirmed_at),
+        "receipt_sha256": _digest_or_redacted(confirmation.receipt_sha256),
+        "confirmation_id": _digest_or_redacted(confirmation.confirmation_id),
+    }
+
+
+def _write_page(out: Path, run: Run, policy: Policy, manifest: dict[str, Any], counts: dict[str, int]) -> bytes:
+    css = (Path(settings.BASE_DIR) / "static" / "css" / "site.css").read_text(encoding="utf-8")
+    context = {
+        "run": _run_record(run, policy),
+        "calls": [_call_record(call, policy) for call in Call.objects.filter(run=run).order_by("call_id")[:PAGE_ROWS]],
+        "submissions": list(_submission_records(run, policy))[:PAGE_ROWS],
+        "findings": [
+            _finding_record(f, policy)
+            for f in Finding.objects.filter(run=run, closed_at__isnull=True).order_by("code")[:PAGE_ROWS]
+        ],
+        "confirmations": [_confirmation_record(c, policy) for c in Confirmation.objects.filter(run=run)[:PAGE_ROWS]],
+        "manifest": manifest,
+        "counts": counts,
+        "page_rows": PAGE_ROWS,
+        "css": css,
+    }
+    page = render_to_string("evidence/page.html", context).encode("utf-8")
+    (out / "index.html").write_bytes(page)
+    return page
