@@ -2,7 +2,8 @@
 
 Variables (documented in the README): DATABASE_URL, DATABASE_CONN_MAX_AGE,
 DJANGO_DEBUG, DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS, DJANGO_HTTPS,
-EVIDENCE_RUNS_ROOT, EVIDENCE_READ_ONLY. Parsers are strict: a malformed
+EVIDENCE_RUNS_ROOT, EVIDENCE_READ_ONLY, EVIDENCE_STRIP_AFTER_DAYS,
+EVIDENCE_ARCHIVE_AFTER_DAYS, EVIDENCE_FINISHED_STATES. Parsers are strict: a malformed
 value stops start-up. What is unset is what a deployment needs: debugging off,
 HTTPS on.
 """
@@ -29,6 +30,13 @@ def env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, str(default))
+    if not value.isdigit() or int(value) < 1:
+        raise ImproperlyConfigured(f"{name} must be a whole number of days from 1, not {value!r}")
+    return int(value)
+
+
 def env_path(name: str, default: Path) -> Path:
     return Path(os.environ.get(name) or default).expanduser().resolve()
 
@@ -45,6 +53,11 @@ ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG 
 
 # Where import_runs looks when it is given no ROOT.
 EVIDENCE_RUNS_ROOT = env_path("EVIDENCE_RUNS_ROOT", BASE_DIR / "var" / "runs")
+# Retention: days after a run's last event (or a person's later decision) until its
+# bodies are stripped, and until the whole run is archived; the states that count as finished.
+RETENTION_STRIP_AFTER_DAYS = env_int("EVIDENCE_STRIP_AFTER_DAYS", 30)
+RETENTION_ARCHIVE_AFTER_DAYS = env_int("EVIDENCE_ARCHIVE_AFTER_DAYS", 365)
+RETENTION_FINISHED_STATES = env_list("EVIDENCE_FINISHED_STATES", "finished,succeeded,failed,cancelled")
 # A deployment that only browses: no write action is shown or accepted.
 EVIDENCE_READ_ONLY = env_bool("EVIDENCE_READ_ONLY", "0")
 

@@ -22,6 +22,7 @@ urlpatterns = [
     path("runs/<str:run_id>/calls/<str:call_id>/confirm/", views.confirm, name="confirm"),
     path("audit/", views.audit, name="audit"),
     path("inbox/", views.inbox_page, name="inbox"),
+    path("retention/", views.retention_page, name="retention"),
 ]
 
 handler400 = "evidence.views.errors.bad_request"

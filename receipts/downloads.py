@@ -102,3 +102,11 @@ INBOX_COLUMNS = ("kind", "severity", "since", "run_id", "subject", "detail", "ac
 
 def inbox_rows(items: Iterable[Any]) -> Rows:
     return INBOX_COLUMNS, (tuple(getattr(item, column) for column in INBOX_COLUMNS) for item in items)
+
+
+RETENTION_COLUMNS = ("run_id", "action", "reason", "blockers", "clock_from", "strip_on", "archive_on", "body_bytes")
+
+
+def retention_rows(plans: Iterable[Any]) -> Rows:
+    rows = (tuple(getattr(plan, column) for column in RETENTION_COLUMNS) for plan in plans)
+    return RETENTION_COLUMNS, rows

@@ -41,6 +41,9 @@ BADGE_CLASSES = {
     "unverified": "warn",
     "in doubt": "warn",
     "ok": "ok",
+    "keep": "neutral",
+    "strip_bodies": "info",
+    "archive": "warn",
     # what a target shows about a call in doubt: facts, neither good nor bad
     "present": "info",
     "absent": "info",

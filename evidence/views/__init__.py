@@ -11,6 +11,7 @@ from evidence.views.audit import audit
 from evidence.views.calls import call, confirm, replay
 from evidence.views.findings import findings, reservations
 from evidence.views.inbox import inbox_page
+from evidence.views.retention import retention_page
 from evidence.views.runs import run, run_evidence, runs, search
 
 
@@ -31,6 +32,7 @@ __all__ = [
     "inbox_page",
     "replay",
     "reservations",
+    "retention_page",
     "run",
     "run_evidence",
     "runs",

@@ -25,6 +25,7 @@ def pages() -> list[tuple[str, str]]:
         ("findings", "/findings/"),
         ("stale", "/reservations/"),
         ("audit", "/audit/"),
+        ("retention", "/retention/"),
         ("search", "/search/?q="),
         ("not-found", "/runs/no-such-run/"),
         ("bad-request", "/findings/?code=nonsense"),

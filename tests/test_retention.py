@@ -1,0 +1,88 @@
+"""Retention planning: every blocker keeps its run, the clock, the page and the plan command."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from receipts import protocol, retention
+from receipts.models import Call, HumanDecision, Run
+from tests.helpers import content, first_call_of
+
+pytestmark = pytest.mark.django_db
+
+POLICY = retention.RetentionPolicy(
+    strip_after=dt.timedelta(days=30),
+    archive_after=dt.timedelta(days=365),
+    finished_states=("finished", "succeeded", "failed", "cancelled"),
+)
+
+
+def plans_at(days: int) -> dict[str, retention.RunPlan]:
+    now = protocol.utc_now() + dt.timedelta(days=days)
+    return {plan.run_id: plan for plan in retention.plan_runs(policy=POLICY, now=now)}
+
+
+def test_each_blocker_keeps_its_run_whatever_its_age(demo):
+    plans = plans_at(10_000)
+    assert plans["send-message-killed"].action == "keep"
+    assert "unfinished (state retrying)" in plans["send-message-killed"].blockers
+    assert "1 call in doubt, not yet settled" in plans["send-message-killed"].blockers
+    assert "a stale reservation" in plans["stale-reservation"].blockers
+    assert "an open submission conflict" in plans["conflict-same-id"].blockers
+    assert "open identity_mismatch, input_digest_mismatch" in plans["tampered-receipt"].blockers
+    for run_id in ("send-message-killed", "stale-reservation", "conflict-same-id", "tampered-receipt"):
+        assert plans[run_id].action == "keep", run_id
+
+
+def test_a_finished_clean_run_is_stripped_then_archived_on_its_dates(demo):
+    assert plans_at(10)["clean-run"].action == "keep"
+    assert "nothing is due before" in plans_at(10)["clean-run"].reason
+    stripped = plans_at(31)["clean-run"]
+    assert stripped.action == "strip_bodies" and stripped.body_bytes > 0
+    assert plans_at(366)["clean-run"].action == "archive"
+    run = Run.objects.get(run_id="clean-run")
+    assert stripped.strip_on == run.last_event_at + dt.timedelta(days=30)
+    assert stripped.archive_on == run.last_event_at + dt.timedelta(days=365)
+
+
+def test_a_runs_without_bodies_has_nothing_to_strip(demo):
+    assert plans_at(31)["a4-concurrent"].action == "keep", "no call: no body to strip"
+    assert plans_at(366)["a4-concurrent"].action == "archive"
+
+
+def test_a_persons_decision_restarts_the_clock(demo, user):
+    call = first_call_of("clean-run")
+    later = Run.objects.get(run_id="clean-run").last_event_at + dt.timedelta(days=20)
+    HumanDecision.objects.create(
+        run=call.run, call_id=call.call_id, resolution="committed", reason="looked again", user=user, actor="alice",
+        decided_at=later, receipt_sha256=call.file_sha256, confirmation_id="c" * 64,
+    )  # fmt: skip
+    assert plans_at(31)["clean-run"].action == "keep"
+    assert plans_at(31)["clean-run"].strip_on == later + dt.timedelta(days=30)
+
+
+def test_the_plan_command_prints_the_interface_and_changes_nothing(demo):
+    before = sorted((path.relative_to(demo), path.stat().st_mtime_ns) for path in demo.rglob("*"))
+    calls_before = list(Call.objects.order_by("pk").values_list("pk", "args", "result", "decision"))
+    out = StringIO()
+    call_command("apply_retention", "--json", stdout=out)
+    document = json.loads(out.getvalue())
+    assert {tuple(sorted(run)) for run in document["runs"]} == {("action", "blockers", "reason", "run_id")}
+    assert {run["run_id"] for run in document["runs"]} == set(Run.objects.values_list("run_id", flat=True))
+    assert sorted((path.relative_to(demo), path.stat().st_mtime_ns) for path in demo.rglob("*")) == before
+    assert list(Call.objects.order_by("pk").values_list("pk", "args", "result", "decision")) == calls_before
+
+
+def test_the_retention_page_shows_plans_totals_filters_and_twins(logged_in, demo):
+    page = content(logged_in.get("/retention/"))
+    assert "Retention" in page and "a stale reservation" in page and "stripping and archiving would free" in page
+    blocked = content(logged_in.get("/retention/?blocked=1"))
+    assert "clean-run</a>" not in blocked and "tampered-receipt</a>" in blocked
+    rows = json.loads(content(logged_in.get("/retention/?format=json&action=keep")))["rows"]
+    assert {row[1] for row in rows} == {"keep"} and len(rows) == Run.objects.count()
+    assert logged_in.get("/retention/?action=delete").status_code == 400
