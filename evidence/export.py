@@ -23,32 +23,10 @@ from django.template.loader import render_to_string
 from evidence.redaction import Policy, clear, fields, redacted
 from receipts import protocol, selectors
 from receipts.models import Call, Confirmation, Event, Finding, Run, Submission
+from receipts.protocol import EVENT_FACT_FIELDS
 
 FORMAT = "callproof-evidence/v1"
 SECTIONS = ("run", "calls", "submissions", "events", "findings", "confirmations")
-# Event payload fields that are ids, digests, statuses, names of tools, times or counts.
-EVENT_CLEAR = {
-    "seq",
-    "ts",
-    "type",
-    "prev_sha256",
-    "call_id",
-    "tool",
-    "attempt",
-    "status",
-    "state",
-    "attempts",
-    "request_digest",
-    "digest_schema_version",
-    "disposition",
-    "action_taken",
-    "task_id",
-    "legacy",
-    "resolution",
-    "confirmation_id",
-    "receipt_sha256",
-    "recovered",
-}
 CONFLICT_REASONS = {
     "request_digest_differs",
     "digest_schema_version_differs",
@@ -216,7 +194,7 @@ def _reason(reason: Any) -> Any:
 
 def _event_record(event: Event, policy: Policy) -> dict[str, Any]:
     payload = event.payload if isinstance(event.payload, dict) else {}
-    shown = fields(payload, EVENT_CLEAR, policy)
+    shown = fields(payload, EVENT_FACT_FIELDS, policy)
     if "reason" in payload:
         shown["reason"] = _reason(payload["reason"])
     if "client_submission_id" in payload:

@@ -100,7 +100,12 @@ def load_policy(path: Path | None) -> Policy:
 
 
 def redacted(value: Any) -> dict[str, str]:
-    """What stands for a value that may not be shown: the digest of its canonical JSON."""
+    """What stands for a value that may not be shown: the digest of its canonical JSON.
+
+    A value already stripped to its digest (by retention) stays that digest.
+    """
+    if isinstance(value, dict) and set(value) == {"redacted"}:
+        return value
     return {"redacted": f"sha256:{protocol.sha256_hex(protocol.canonical_json(value))}"}
 
 

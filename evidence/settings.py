@@ -2,7 +2,7 @@
 
 Variables (documented in the README): DATABASE_URL, DATABASE_CONN_MAX_AGE,
 DJANGO_DEBUG, DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS, DJANGO_HTTPS,
-EVIDENCE_RUNS_ROOT, EVIDENCE_READ_ONLY, EVIDENCE_STRIP_AFTER_DAYS,
+EVIDENCE_RUNS_ROOT, EVIDENCE_ARCHIVE_ROOT, EVIDENCE_READ_ONLY, EVIDENCE_STRIP_AFTER_DAYS,
 EVIDENCE_ARCHIVE_AFTER_DAYS, EVIDENCE_FINISHED_STATES. Parsers are strict: a malformed
 value stops start-up. What is unset is what a deployment needs: debugging off,
 HTTPS on.
@@ -53,6 +53,8 @@ ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG 
 
 # Where import_runs looks when it is given no ROOT.
 EVIDENCE_RUNS_ROOT = env_path("EVIDENCE_RUNS_ROOT", BASE_DIR / "var" / "runs")
+# Where retention puts the archives of whole runs.
+EVIDENCE_ARCHIVE_ROOT = env_path("EVIDENCE_ARCHIVE_ROOT", BASE_DIR / "var" / "archive")
 # Retention: days after a run's last event (or a person's later decision) until its
 # bodies are stripped, and until the whole run is archived; the states that count as finished.
 RETENTION_STRIP_AFTER_DAYS = env_int("EVIDENCE_STRIP_AFTER_DAYS", 30)

@@ -414,6 +414,11 @@ def _import_run_locked(
             imported_at=now,
         )
     run.refresh_from_db()
+    if run.bodies_stripped_at is not None:
+        # Retention stripped this run's bodies: what was read again is stripped again.
+        from receipts.retention import strip_bodies
+
+        strip_bodies(run=run, now=now)
     return _report(run, changed=True)
 
 
@@ -446,7 +451,10 @@ def root_import(
     discovery = discover_runs(Path(root))
     root_key = storable_text(str(Path(root).absolute()))
     runs, root_problems = [], list(discovery.findings)
+    archived = set(Run.objects.filter(archived=True).values_list("run_id", flat=True))
     for path in discovery.runs:
+        if path.name in archived:
+            continue  # an archived run is never brought back; retention removes what is left of it
         other = _claimed_elsewhere(path.absolute())
         if other is None:
             runs.append(path)

@@ -57,6 +57,9 @@ class Run(models.Model):
     first_event_at = models.DateTimeField(null=True)
     last_event_at = models.DateTimeField(null=True)
     archived = models.BooleanField(default=False)
+    archived_at = models.DateTimeField(null=True)
+    archive_path = models.TextField(blank=True)  # the .tar.gz under EVIDENCE_ARCHIVE_ROOT
+    bodies_stripped_at = models.DateTimeField(null=True)  # args, results and payloads replaced by digests
     imported_at = models.DateTimeField(null=True)
 
     class Meta:

@@ -45,6 +45,30 @@ SHOWN_FOR_VERDICT = {"mismatch": "tampered", "unverifiable": "unverified"}
 LEGACY_STATUS = "failed"
 DECISIONS = ("confirm", "query", "retry", "stop", "reuse")
 RESOLUTIONS = ("committed", "rejected")  # what a person's confirmation may say
+# Event fields that are ids, digests, statuses, tool names, times or counts: facts, never bodies.
+# Evidence shows them in clear; retention keeps them when it strips a run's bodies.
+EVENT_FACT_FIELDS = {
+    "seq",
+    "ts",
+    "type",
+    "prev_sha256",
+    "call_id",
+    "tool",
+    "attempt",
+    "status",
+    "state",
+    "attempts",
+    "request_digest",
+    "digest_schema_version",
+    "disposition",
+    "action_taken",
+    "task_id",
+    "legacy",
+    "resolution",
+    "confirmation_id",
+    "receipt_sha256",
+    "recovered",
+}
 # The seed's rule: tools run only while the run may still act. A run starts in
 # "running" at attempt 1; "retrying" means the next attempt is due.
 CALLABLE_STATES = ("running", "retrying")

@@ -7,7 +7,8 @@ person still has to look at keeps the run: a call in doubt, a stale
 reservation or an open conflict, an unfinished run, an open digest mismatch,
 tampering or rewritten ledger. A person's decision restarts the clock.
 
-This module plans; nothing here changes a file or a row.
+``plan_runs`` only plans. ``strip_bodies`` and ``archive_run`` apply a plan:
+``manage.py apply_retention --apply`` calls them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections import defaultdict
+from pathlib import Path
 
 from django.conf import settings
 from django.db.models import Count, Max, Sum
@@ -132,3 +134,141 @@ def plan_totals(plans: list[RunPlan]) -> dict[str, object]:
     counts = {action: sum(plan.action == action for plan in plans) for action in ACTIONS}
     freed = sum(plan.body_bytes for plan in plans if plan.action in (STRIP_BODIES, ARCHIVE))
     return {"counts": counts, "body_bytes_freed": freed, "blocked": sum(bool(plan.blockers) for plan in plans)}
+
+
+# --- applying the plan -------------------------------------------------------
+
+
+class ArchiveError(Exception):
+    """The archive could not be made and checked: nothing was removed."""
+
+
+def _digests_of(values: object) -> object:
+    """An object's fields each replaced by the digest of its canonical JSON (the export's redaction marker)."""
+    if isinstance(values, dict):
+        return {name: stripped(value) for name, value in values.items()}
+    return stripped(values)
+
+
+def stripped(value: object) -> object:
+    if isinstance(value, dict) and set(value) == {"redacted"}:
+        return value  # already a digest
+    return {"redacted": f"sha256:{protocol.sha256_hex(protocol.canonical_json(value))}"}
+
+
+def strip_bodies(*, run: Run, now: dt.datetime) -> None:
+    """Replace the run's bodies (args, results, errors, requests, event payload fields) by their digests.
+
+    Ids, digests, statuses, tools, times and counts stay, so every page, the
+    identity verdicts stored at import and an export keep working. Idempotent.
+    """
+    from django.db import transaction
+
+    from receipts.models import Event, Submission
+
+    with transaction.atomic():
+        calls = list(Call.objects.filter(run=run))
+        for call in calls:
+            call.args = _digests_of(call.args) if call.args is not None else None
+            call.result = stripped(call.result) if call.result is not None else None
+            call.error = stripped(call.error) if call.error is not None else None
+        Call.objects.bulk_update(calls, ["args", "result", "error"], batch_size=1000)
+        submissions = list(Submission.objects.filter(run=run))
+        for submission in submissions:
+            submission.request = stripped(submission.request) if submission.request is not None else None
+        Submission.objects.bulk_update(submissions, ["request"], batch_size=1000)
+        batch: list[Event] = []
+        for event in Event.objects.filter(run=run).order_by("seq").iterator(5000):
+            payload = event.payload if isinstance(event.payload, dict) else {}
+            event.payload = {k: (v if k in protocol.EVENT_FACT_FIELDS else stripped(v)) for k, v in payload.items()}
+            batch.append(event)
+            if len(batch) >= 5000:
+                Event.objects.bulk_update(batch, ["payload"])
+                batch = []
+        Event.objects.bulk_update(batch, ["payload"])
+        if run.bodies_stripped_at is None:
+            Run.objects.filter(pk=run.pk).update(bodies_stripped_at=now)
+
+
+def archive_run(*, run: Run, archive_root: Path, now: dt.datetime) -> Path:
+    """Pack the run directory into ``<archive_root>/<run_id>.tar.gz`` (with its SHA-256 beside it),
+    read it back and compare every file, mark the run archived, and only then remove the directory.
+
+    A kill at any moment leaves the run either untouched (no archive yet, or an
+    archive not yet marked) or archived in the database with its directory still
+    to remove; calling this again finishes the job.
+    """
+    import os
+    import shutil
+
+    from receipts import durable
+
+    run_dir = Path(run.path)
+    target = Path(archive_root) / f"{run.run_id}.tar.gz"
+    if not run.archived:
+        Path(archive_root).mkdir(parents=True, exist_ok=True)
+        if not run_dir.is_dir():
+            raise ArchiveError(f"{run_dir} is not there to archive")
+        _pack(run_dir, target)
+        problems = _compare(run_dir, target)
+        if problems:
+            target.unlink(missing_ok=True)
+            raise ArchiveError("the archive does not hold the run: " + "; ".join(problems[:5]))
+        Run.objects.filter(pk=run.pk).update(archived=True, archived_at=now, archive_path=str(target))
+    if run_dir.is_dir():
+        # Renamed first (a dot name, which no reader lists), so the run is never seen half removed.
+        doomed = run_dir.with_name(f".{run_dir.name}.archived-{os.getpid()}")
+        os.replace(run_dir, doomed)
+        durable.fsync_directory(run_dir.parent)
+        shutil.rmtree(doomed)
+    for leftover in run_dir.parent.glob(f".{run_dir.name}.archived-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    return target
+
+
+def _pack(run_dir: Path, target: Path) -> None:
+    import os
+    import tarfile
+
+    from receipts import durable
+
+    temp = durable.temp_name_for(target)
+    try:
+        with open(temp, "xb") as raw:
+            with tarfile.open(fileobj=raw, mode="w:gz") as archive:
+                archive.add(run_dir, arcname=run_dir.name, recursive=True)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    digest = protocol.sha256_hex(target.read_bytes())
+    durable.write_durable(target.with_name(target.name + ".sha256"), f"{digest}  {target.name}\n".encode())
+    durable.fsync_directory(target.parent)
+
+
+def _compare(run_dir: Path, target: Path) -> list[str]:
+    """Every regular file under the run directory, byte for byte in the archive (and nothing missing)."""
+    import os
+    import tarfile
+
+    problems = []
+    try:
+        with tarfile.open(target, "r:gz") as archive:
+            members = {member.name: member for member in archive.getmembers() if member.isfile()}
+            for folder, _, names in os.walk(run_dir):
+                for name in names:
+                    path = Path(folder) / name
+                    if path.is_symlink() or not path.is_file():
+                        continue
+                    key = str(Path(run_dir.name) / path.relative_to(run_dir))
+                    member = members.get(key)
+                    if member is None:
+                        problems.append(f"{key} is missing")
+                        continue
+                    if archive.extractfile(member).read() != path.read_bytes():
+                        problems.append(f"{key} differs")
+    except (OSError, tarfile.TarError) as error:
+        problems.append(f"the archive cannot be read back: {error}")
+    return problems

@@ -164,7 +164,20 @@ def search(*, query: str, limit: int = 20) -> list[Target]:
 
 
 def call_identity(*, call: Call, run: Run) -> protocol.IdentityCheck:
-    """The protocol's identity check over the receipt as it was imported (no file is read)."""
+    """The protocol's identity check over the receipt as it was imported (no file is read).
+
+    A run whose bodies were stripped keeps the verdict its import made: the args
+    are digests now, and a call_id cannot be recomputed from them.
+    """
+    if run.bodies_stripped_at is not None:
+        inputs = {
+            "identity": call.identity or protocol.IDENTITY_V1,
+            "contract_sha256": call.contract_sha256 or run.contract_sha256,
+            "attempt": call.attempt,
+            "tool": call.tool,
+            "tool_version": call.tool_version or None,
+        }
+        return protocol.IdentityCheck(call.verification, call.recomputed_call_id, inputs)
     receipt = {
         "call_id": call.declared_call_id,
         "attempt": call.attempt,

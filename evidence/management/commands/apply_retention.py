@@ -1,31 +1,58 @@
-"""``manage.py apply_retention [--json]``: each run's retention plan (planning only: it changes nothing)."""
+"""``manage.py apply_retention [--json] [--apply]``: each run's retention plan, applied only with ``--apply``."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from receipts import protocol, retention
+from receipts.models import Run
 
 
 class Command(BaseCommand):
     help = (
         "Print what the retention policy says is due for each run, and what keeps a run. "
-        "It changes nothing: applying the plan (stripping bodies, archiving) is not built yet."
+        "Changes nothing unless --apply: then bodies are stripped and runs archived under EVIDENCE_ARCHIVE_ROOT."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="print the plan as one JSON document")
+        parser.add_argument("--apply", action="store_true", help="strip and archive what is due (default: plan only)")
 
     def handle(self, *args, **options) -> None:
-        plans = retention.plan_runs(policy=retention.RetentionPolicy.from_settings(), now=protocol.utc_now())
-        if options["json"]:
-            runs = [
-                {"run_id": plan.run_id, "action": plan.action, "blockers": plan.blockers, "reason": plan.reason}
-                for plan in plans
-            ]
-            self.stdout.write(json.dumps({"runs": runs}, ensure_ascii=False))
-            return
+        now = protocol.utc_now()
+        runs = Run.objects.order_by("run_id")
+        plans = retention.plan_runs(policy=retention.RetentionPolicy.from_settings(), now=now, runs=runs)
+        results = []
         for plan in plans:
-            self.stdout.write(f"{plan.run_id}: {plan.action}; {plan.reason}")
+            result = {"run_id": plan.run_id, "action": plan.action, "blockers": plan.blockers, "reason": plan.reason}
+            if options["apply"]:
+                result.update(self.apply(plan, now))
+            results.append(result)
+        if options["apply"]:
+            # Runs marked archived whose directory a killed apply left behind: finish removing them.
+            for run in Run.objects.filter(archived=True):
+                if Path(run.path).exists():
+                    retention.archive_run(run=run, archive_root=Path(settings.EVIDENCE_ARCHIVE_ROOT), now=now)
+        if options["json"]:
+            self.stdout.write(json.dumps({"runs": results}, ensure_ascii=False))
+            return
+        for result in results:
+            applied = f" [{result['applied']}]" if "applied" in result else ""
+            self.stdout.write(f"{result['run_id']}: {result['action']}{applied}; {result['reason']}")
+
+    def apply(self, plan: retention.RunPlan, now) -> dict[str, object]:
+        run = Run.objects.get(run_id=plan.run_id)
+        if plan.action == retention.KEEP:
+            return {"applied": "nothing"}
+        retention.strip_bodies(run=run, now=now)
+        if plan.action == retention.STRIP_BODIES:
+            return {"applied": "stripped"}
+        try:
+            archive = retention.archive_run(run=run, archive_root=Path(settings.EVIDENCE_ARCHIVE_ROOT), now=now)
+        except (retention.ArchiveError, OSError) as error:
+            return {"applied": "nothing archived", "error": str(error)}
+        return {"applied": "archived", "archive": str(archive)}
