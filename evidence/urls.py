@@ -18,6 +18,7 @@ urlpatterns = [
     path("runs/<str:run_id>/", views.run, name="run"),
     path("runs/<str:run_id>/replay/", views.replay, name="replay"),
     path("runs/<str:run_id>/evidence.zip", views.run_evidence, name="run_evidence"),
+    path("runs/<str:run_id>/hold/", views.legal_hold, name="legal_hold"),
     path("runs/<str:run_id>/calls/<str:call_id>/", views.call, name="call"),
     path("runs/<str:run_id>/calls/<str:call_id>/confirm/", views.confirm, name="confirm"),
     path("audit/", views.audit, name="audit"),

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from receipts.models import HumanDecision
+from receipts.models import AuditEntry, HumanDecision
 
 
-@admin.register(HumanDecision)
-class HumanDecisionAdmin(admin.ModelAdmin):
-    list_display = ("decided_at", "actor", "run", "call_id", "resolution")
-    list_filter = ("resolution",)
-    search_fields = ("actor", "call_id", "run__run_id")
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Audit rows are shown, never added, changed or deleted."""
 
     def get_readonly_fields(self, request, obj=None):
         return [field.name for field in self.model._meta.fields]
@@ -24,3 +21,17 @@ class HumanDecisionAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+@admin.register(HumanDecision)
+class HumanDecisionAdmin(ReadOnlyAdmin):
+    list_display = ("decided_at", "actor", "run", "call_id", "resolution")
+    list_filter = ("resolution",)
+    search_fields = ("actor", "call_id", "run__run_id")
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    list_display = ("at", "actor", "run", "action")
+    list_filter = ("action",)
+    search_fields = ("actor", "run__run_id")

@@ -12,7 +12,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from receipts import selectors
-from receipts.models import Finding, HumanDecision, Run
+from receipts.models import AuditEntry, Finding, HumanDecision, Run
 
 Rows = tuple[Sequence[str], Iterator[Sequence[Any]]]
 
@@ -91,6 +91,14 @@ def stale_rows(items: Iterable[selectors.StaleItem]) -> Rows:
 
 DECISION_AUDIT_FIELDS = ("decided_at", "actor", "run__run_id", "call_id", "resolution", "reason", "receipt_sha256")
 DECISION_AUDIT_COLUMNS = ("decided_at", "actor", "run_id", "call_id", "resolution", "reason", "receipt_sha256")
+
+
+ACTION_AUDIT_FIELDS = ("at", "actor", "run__run_id", "action", "reason")
+ACTION_AUDIT_COLUMNS = ("at", "actor", "run_id", "action", "reason")
+
+
+def action_rows(entries: QuerySet[AuditEntry]) -> Rows:
+    return ACTION_AUDIT_COLUMNS, entries.values_list(*ACTION_AUDIT_FIELDS).iterator()
 
 
 def audit_rows(decisions: QuerySet[HumanDecision]) -> Rows:

@@ -60,12 +60,20 @@ class Run(models.Model):
     archived_at = models.DateTimeField(null=True)
     archive_path = models.TextField(blank=True)  # the .tar.gz under EVIDENCE_ARCHIVE_ROOT
     bodies_stripped_at = models.DateTimeField(null=True)  # args, results and payloads replaced by digests
+    # A legal hold keeps the run whatever its age; set and lifted by a person, with a reason (audited).
+    legal_hold = models.BooleanField(default=False)
+    legal_hold_reason = models.TextField(blank=True)
+    legal_hold_by = models.CharField(max_length=150, blank=True)
+    legal_hold_since = models.DateTimeField(null=True)
     imported_at = models.DateTimeField(null=True)
 
     class Meta:
         ordering = ["run_id"]
         indexes = [models.Index(fields=["state"]), models.Index(fields=["last_event_at"])]
-        permissions = [("export_evidence", "Can download a run's redacted evidence")]
+        permissions = [
+            ("export_evidence", "Can download a run's redacted evidence"),
+            ("set_legal_hold", "Can set or lift a legal hold on a run"),
+        ]
 
     def __str__(self) -> str:
         return self.run_id
@@ -283,3 +291,27 @@ class HumanDecision(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor}: {self.call_id[:12]} {self.resolution}"
+
+
+class AuditEntry(models.Model):
+    """Every retention action and legal hold, beside the people's decisions (HumanDecision).
+
+    Written once, never edited or deleted; the admin shows it read-only.
+    """
+
+    LEGAL_HOLD_SET, LEGAL_HOLD_LIFTED = "legal_hold_set", "legal_hold_lifted"
+    BODIES_STRIPPED, RUN_ARCHIVED = "bodies_stripped", "run_archived"
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="audit_entries")
+    action = models.CharField(max_length=32)
+    actor = models.CharField(max_length=150)  # a person's name, or the command that acted
+    user = models.ForeignKey("auth.User", on_delete=models.SET_NULL, null=True, related_name="+")
+    at = models.DateTimeField()
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["at"]), models.Index(fields=["run", "at"])]
+
+    def __str__(self) -> str:
+        return f"{self.actor}: {self.action} {self.run_id}"

@@ -24,7 +24,7 @@ from django.db.models.functions import Coalesce, Length
 
 from receipts import protocol
 from receipts.findings import DIGEST_CODES
-from receipts.models import Call, Confirmation, Finding, HumanDecision, Run
+from receipts.models import AuditEntry, Call, Confirmation, Finding, HumanDecision, Run
 
 KEEP, STRIP_BODIES, ARCHIVE = "keep", "strip_bodies", "archive"
 ACTIONS = (KEEP, STRIP_BODIES, ARCHIVE)
@@ -92,7 +92,7 @@ def plan_runs(*, policy: RetentionPolicy, now: dt.datetime, runs=None) -> list[R
 
 
 def _blockers(run: Run, policy: RetentionPolicy, in_doubt: int, codes: dict[str, int]) -> list[str]:
-    blockers = []
+    blockers = [f"a legal hold ({run.legal_hold_by}: {run.legal_hold_reason})"] if run.legal_hold else []
     if run.state.lower() not in policy.finished_states:
         blockers.append(f"unfinished (state {run.state or 'none'})")
     if in_doubt:
@@ -109,7 +109,7 @@ def _blockers(run: Run, policy: RetentionPolicy, in_doubt: int, codes: dict[str,
 
 def _plan(run, policy, now, in_doubt, codes, attended, bodies) -> RunPlan:
     blockers = _blockers(run, policy, in_doubt, codes)
-    clock_from = max(filter(None, (run.last_event_at, attended)), default=None)
+    clock_from = max(filter(None, (run.last_event_at, attended, run.legal_hold_since)), default=None)
     strip_on = clock_from + policy.strip_after if clock_from else None
     archive_on = clock_from + policy.archive_after if clock_from else None
     body_bytes = bodies.get(run.pk) or 0
@@ -121,7 +121,7 @@ def _plan(run, policy, now, in_doubt, codes, attended, bodies) -> RunPlan:
         action, reason = KEEP, "no event yet: the clock has not started"
     elif now >= archive_on:
         action, reason = ARCHIVE, f"{policy.archive_after.days} days since {protocol.format_time(clock_from)}"
-    elif now >= strip_on and body_bytes:
+    elif now >= strip_on and body_bytes and run.bodies_stripped_at is None:
         action, reason = STRIP_BODIES, f"{policy.strip_after.days} days since {protocol.format_time(clock_from)}"
     else:
         due = archive_on if now >= strip_on else strip_on
@@ -134,6 +134,42 @@ def plan_totals(plans: list[RunPlan]) -> dict[str, object]:
     counts = {action: sum(plan.action == action for plan in plans) for action in ACTIONS}
     freed = sum(plan.body_bytes for plan in plans if plan.action in (STRIP_BODIES, ARCHIVE))
     return {"counts": counts, "body_bytes_freed": freed, "blocked": sum(bool(plan.blockers) for plan in plans)}
+
+
+# --- legal holds ----------------------------------------------------------------
+
+
+def set_legal_hold(*, run: Run, user, hold: bool, reason: str, now: dt.datetime) -> AuditEntry:
+    """Set (``hold``) or lift a legal hold, with a reason; both are audited and restart the clock."""
+    from django.db import transaction
+
+    if not reason.strip():
+        raise ValueError("a legal hold is set or lifted with a reason")
+    with transaction.atomic():
+        Run.objects.filter(pk=run.pk).update(
+            legal_hold=hold,
+            legal_hold_reason=reason.strip() if hold else "",
+            legal_hold_by=user.get_username() if hold else "",
+            legal_hold_since=now,  # lifting restarts the clock too: someone looked at the run
+        )
+        action = AuditEntry.LEGAL_HOLD_SET if hold else AuditEntry.LEGAL_HOLD_LIFTED
+        return AuditEntry.objects.create(
+            run=run, action=action, actor=user.get_username(), user=user, at=now, reason=reason.strip()
+        )
+
+
+def audit(*, run: Run, action: str, now: dt.datetime, reason: str) -> None:
+    """An entry for what a command did, beside what people did."""
+    AuditEntry.objects.create(run=run, action=action, actor="apply_retention", at=now, reason=reason)
+
+
+def sweep_writer_locks(run: Run) -> int:
+    """Remove the writer's lock files of a finished run (it writes nothing more); the counter stays."""
+    removed = 0
+    for lock in Path(run.path, protocol.WRITER_DIR).glob("*.lock"):
+        lock.unlink(missing_ok=True)
+        removed += 1
+    return removed
 
 
 # --- applying the plan -------------------------------------------------------

@@ -20,7 +20,7 @@ from django.db.models import Case, Count, Exists, OuterRef, Q, QuerySet, Value, 
 
 from receipts import doubt, protocol
 from receipts.findings import DIGEST_CODES
-from receipts.models import Call, Confirmation, Event, Finding, HumanDecision, Run, Submission
+from receipts.models import AuditEntry, Call, Confirmation, Event, Finding, HumanDecision, Run, Submission
 from receipts.recovery import reservation_resume
 from receipts.tools import BUILTIN_ADAPTERS
 
@@ -258,6 +258,16 @@ def doubt_panel(*, run: Run, call: Call) -> DoubtPanel:
         confirmation_file=json.dumps(template, indent=2),
         command=command,
     )
+
+
+def audit_entries(*, run_id: str = "", actor: str = "") -> QuerySet[AuditEntry]:
+    """Legal holds and retention actions, newest first (the audit, beside the decisions)."""
+    entries = AuditEntry.objects.select_related("run")
+    if run_id:
+        entries = entries.filter(run__run_id=run_id)
+    if actor:
+        entries = entries.filter(actor=actor)
+    return entries.order_by("-at", "-id")
 
 
 def human_decisions(*, run_id: str = "", actor: str = "", resolution: str = "") -> QuerySet[HumanDecision]:

@@ -86,3 +86,52 @@ def test_the_retention_page_shows_plans_totals_filters_and_twins(logged_in, demo
     rows = json.loads(content(logged_in.get("/retention/?format=json&action=keep")))["rows"]
     assert {row[1] for row in rows} == {"keep"} and len(rows) == Run.objects.count()
     assert logged_in.get("/retention/?action=delete").status_code == 400
+
+
+def hold(client, run_id: str, **data: str):
+    return client.post(f"/runs/{run_id}/hold/", data)
+
+
+def test_a_legal_hold_is_set_and_lifted_with_a_reason_audited_and_it_keeps_the_run(client, demo, user):
+    from http import HTTPStatus
+
+    from django.contrib.auth.models import Permission
+
+    from receipts.models import AuditEntry
+
+    client.force_login(user)
+    Run.objects.filter(run_id="clean-run").update(last_event_at=protocol.utc_now() - dt.timedelta(days=100))
+    assert plans_at(0)["clean-run"].action == "strip_bodies", "100 days old: its bodies are due"
+    assert hold(client, "clean-run", hold="set", reason="litigation").status_code == HTTPStatus.FORBIDDEN
+    user.user_permissions.add(Permission.objects.get(codename="set_legal_hold"))
+    assert client.get("/runs/clean-run/hold/").status_code == HTTPStatus.METHOD_NOT_ALLOWED
+    assert hold(client, "clean-run", hold="set", reason="   ").status_code == HTTPStatus.SEE_OTHER
+    assert not Run.objects.get(run_id="clean-run").legal_hold, "a hold needs a reason"
+    assert hold(client, "clean-run", hold="maybe", reason="x").status_code == HTTPStatus.BAD_REQUEST
+    assert hold(client, "clean-run", hold="set", reason="litigation 2026-17").status_code == HTTPStatus.SEE_OTHER
+    run = Run.objects.get(run_id="clean-run")
+    assert (run.legal_hold, run.legal_hold_reason, run.legal_hold_by) == (True, "litigation 2026-17", "alice")
+    assert "held</strong> by alice" in content(client.get("/runs/clean-run/"))
+    plan = plans_at(10_000)["clean-run"]
+    assert plan.action == "keep" and "a legal hold (alice: litigation 2026-17)" in plan.blockers
+    assert hold(client, "clean-run", hold="lift", reason="case closed").status_code == HTTPStatus.SEE_OTHER
+    assert not Run.objects.get(run_id="clean-run").legal_hold
+    assert plans_at(0)["clean-run"].action == "keep", "the hold and its lifting restarted the clock"
+    assert list(AuditEntry.objects.order_by("at").values_list("action", "actor", "reason")) == [
+        ("legal_hold_set", "alice", "litigation 2026-17"),
+        ("legal_hold_lifted", "alice", "case closed"),
+    ]
+    page = content(client.get("/audit/"))
+    assert "Legal holds and retention" in page and "case closed" in page
+
+
+def test_applying_retention_is_audited(demo, monkeypatch, settings, tmp_path):
+    from receipts.models import AuditEntry
+
+    monkeypatch.setenv("RECEIPTS_CLOCK", "2036-01-01T00:00:00Z")
+    settings.EVIDENCE_ARCHIVE_ROOT = tmp_path / "archive"
+    call_command("apply_retention", "--apply", stdout=StringIO())
+    actions = set(AuditEntry.objects.filter(run__run_id="clean-run").values_list("action", "actor"))
+    assert actions == {("bodies_stripped", "apply_retention"), ("run_archived", "apply_retention")}
+    call_command("apply_retention", "--apply", stdout=StringIO())
+    assert AuditEntry.objects.filter(run__run_id="clean-run").count() == 2, "nothing done twice, nothing logged twice"

@@ -54,7 +54,7 @@ def test_an_archived_run_is_packed_checked_removed_and_stays_browsable(
 ):
     monkeypatch.setenv("RECEIPTS_CLOCK", LATER)
     settings.EVIDENCE_ARCHIVE_ROOT = tmp_path / "archive"
-    files_before = {p.relative_to(demo): p.read_bytes() for p in (demo / "clean-run").rglob("*") if p.is_file()}
+    files_before = {p.relative_to(demo): data for p, data in run_files(demo / "clean-run").items()}
     result = apply("--apply")
     assert result["clean-run"]["applied"] == "archived"
     assert result["tampered-receipt"]["applied"] == "nothing", "a blocked run is kept"
@@ -74,6 +74,15 @@ def test_an_archived_run_is_packed_checked_removed_and_stays_browsable(
         packed.extractall(demo, filter="data")  # someone puts it back
     report = importer.root_import(root=demo)
     assert "clean-run" not in {run.run_id for run in report.runs}, "an archived run is never brought back"
+
+
+def run_files(run_dir: Path) -> dict[Path, bytes]:
+    """Every file of a run but the writer's lock files, which retention sweeps from finished runs."""
+    return {
+        path: path.read_bytes()
+        for path in run_dir.rglob("*")
+        if path.is_file() and not (path.parent.name == ".writer" and path.suffix == ".lock")
+    }
 
 
 def child_query(url: str, expression: str) -> str:
@@ -99,7 +108,7 @@ def test_a_full_disk_while_archiving_removes_nothing(demo_root, tmp_path, small_
     synthetic_ledger(demo_root / "clean-run", 20_000, start_seq=11)
     manage(url, "import_runs", str(demo_root), check=True)
     run_dir = demo_root / "clean-run"
-    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    before = run_files(run_dir)
     env = child_env(url) | {"RECEIPTS_CLOCK": LATER, "EVIDENCE_ARCHIVE_ROOT": str(small_disk)}
     completed = subprocess.run(
         manage_command("apply_retention", "--json", "--apply"), env=env, capture_output=True, text=True, check=False
@@ -107,7 +116,8 @@ def test_a_full_disk_while_archiving_removes_nothing(demo_root, tmp_path, small_
     assert completed.returncode == 0, completed.stderr
     result = {run["run_id"]: run for run in json.loads(completed.stdout)["runs"]}
     assert result["clean-run"]["applied"] == "nothing archived" and "No space left" in result["clean-run"]["error"]
-    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before, "nothing of the run is gone"
+    assert run_files(run_dir) == before, "nothing of the run is gone (but the swept locks)"
+    assert not list((run_dir / ".writer").glob("*.lock")), "a finished run's writer locks are swept"
     assert not (small_disk / "clean-run.tar.gz").exists() and not list(small_disk.glob(".clean-run*"))
     assert child_query(url, "Run.objects.get(run_id='clean-run').archived") == "False"
 
@@ -117,7 +127,7 @@ def test_a_kill_during_apply_leaves_each_run_whole_and_the_next_apply_finishes(d
     url = database_url_for_children(tmp_path)
     synthetic_ledger(demo_root / "clean-run", 60_000, start_seq=11)
     manage(url, "import_runs", str(demo_root), check=True)
-    files = {p: p.read_bytes() for p in (demo_root / "clean-run").rglob("*") if p.is_file()}
+    files = run_files(demo_root / "clean-run")
     archive_root = tmp_path / "archive"
     env = child_env(url) | {"RECEIPTS_CLOCK": LATER, "EVIDENCE_ARCHIVE_ROOT": str(archive_root)}
     seed = random.randrange(2**32)
@@ -129,7 +139,7 @@ def test_a_kill_during_apply_leaves_each_run_whole_and_the_next_apply_finishes(d
         # Marked archived: the archive is whole, whatever is left of the directory.
         assert verify_archive(archive_root / "clean-run.tar.gz", files, demo_root), seed
     else:  # not marked: the run directory is untouched
-        assert {p: p.read_bytes() for p in (demo_root / "clean-run").rglob("*") if p.is_file()} == files, seed
+        assert run_files(demo_root / "clean-run") == files, seed
     finished = subprocess.run(manage_command("apply_retention", "--apply"), env=env, capture_output=True, check=False)
     assert finished.returncode == 0, finished.stderr
     assert child_query(url, "Run.objects.get(run_id='clean-run').archived") == "True", seed

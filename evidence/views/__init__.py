@@ -12,7 +12,7 @@ from evidence.views.calls import call, confirm, replay
 from evidence.views.findings import findings, reservations
 from evidence.views.inbox import inbox_page
 from evidence.views.retention import retention_page
-from evidence.views.runs import run, run_evidence, runs, search
+from evidence.views.runs import legal_hold, run, run_evidence, runs, search
 
 
 @login_not_required
@@ -30,6 +30,7 @@ __all__ = [
     "findings",
     "healthz",
     "inbox_page",
+    "legal_hold",
     "replay",
     "reservations",
     "retention_page",

@@ -16,11 +16,15 @@ def audit(request: HtmxHttpRequest) -> HttpResponse:
     actor = request.GET.get("actor", "")
     resolution = choice(request, "resolution", protocol.RESOLUTIONS)
     decisions = selectors.human_decisions(run_id=run_id, actor=actor, resolution=resolution)
+    entries = selectors.audit_entries(run_id=run_id, actor=actor)
     fmt = download_format(request)
     if fmt:
+        if choice(request, "list", ("decisions", "actions"), default="decisions") == "actions":
+            return download(fmt, "audit-actions", *downloads.action_rows(entries))
         return download(fmt, "audit", *downloads.audit_rows(decisions))
     context = {
         "page": paginate(request, decisions),
+        "actions": paginate(request, entries, param="actions_page"),
         "run_id": run_id,
         "actor": actor,
         "resolution": resolution,

@@ -5,12 +5,17 @@ from __future__ import annotations
 import io
 import tempfile
 import zipfile
+from http import HTTPStatus
 from pathlib import Path
 
+from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
-from django.http import FileResponse, HttpResponse
+from django.core.exceptions import BadRequest, PermissionDenied
+from django.http import FileResponse, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
 
 from evidence.export import export_run
 from evidence.redaction import Policy
@@ -24,7 +29,7 @@ from evidence.views.common import (
     query_without,
     url_of,
 )
-from receipts import downloads, inbox, selectors
+from receipts import downloads, inbox, protocol, retention, selectors
 
 INBOX_ON_HOME = 5
 
@@ -104,6 +109,7 @@ def run(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         "submission_rows": [(s, history.get(s.client_submission_id, [])) for s in submissions.object_list],
         "legacy": selectors.legacy_submissions(run=run)[:50],
         "findings": selectors.run_open_findings(run=run),
+        "read_only": settings.EVIDENCE_READ_ONLY,
     }
     # The live refresh swaps the whole body: summary, charts, ledger, calls and decisions.
     template = "receipts/run.html#run-body" if request.htmx else "receipts/run.html"
@@ -123,3 +129,31 @@ def run_evidence(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
                 bundle.write(Path(folder) / name, f"{run.run_id}-evidence/{name}")
     archive.seek(0)
     return FileResponse(archive, as_attachment=True, filename=f"{run.run_id}-evidence.zip")
+
+
+@require_POST
+@permission_required("receipts.set_legal_hold", raise_exception=True)
+def legal_hold(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    """Set or lift a legal hold, with a reason that is stored, audited and shown."""
+    if settings.EVIDENCE_READ_ONLY:
+        raise PermissionDenied("this deployment only browses")
+    run = get_run_or_404(run_id)
+    hold = choice_of_post(request, "hold", ("set", "lift")) == "set"
+    reason = request.POST.get("reason", "")
+    try:
+        retention.set_legal_hold(run=run, user=request.user, hold=hold, reason=reason, now=protocol.utc_now())
+    except ValueError as error:
+        messages.error(request, str(error))
+        response = redirect(reverse("run", args=[run.run_id]))
+    else:
+        messages.success(request, "Legal hold set: retention keeps this run." if hold else "Legal hold lifted.")
+        response = redirect(reverse("run", args=[run.run_id]))
+    response.status_code = HTTPStatus.SEE_OTHER
+    return response
+
+
+def choice_of_post(request: HttpRequest, name: str, allowed: tuple[str, ...]) -> str:
+    value = request.POST.get(name, "")
+    if value not in allowed:
+        raise BadRequest(f"{name} must be one of: {', '.join(allowed)}")
+    return value

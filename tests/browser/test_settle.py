@@ -43,7 +43,7 @@ def test_a_person_settles_a_killed_message_and_the_resume_sends_nothing_twice(pa
 
     page.get_by_role("link", name="Audit entry").click()
     expect(page).to_have_url(re.compile(r"/audit/\?run=send-message-killed"))
-    expect(page.locator("tbody")).to_contain_text("The customer forwarded the refund e-mail to support.")
+    expect(page.locator("#audit-table tbody")).to_contain_text("The customer forwarded the refund e-mail to support.")
     screenshot(page, "audit")
 
     args = ("call", str(run_dir), "--tool", "send_message", "--args", json.dumps(MESSAGE), "--attempt", "1")

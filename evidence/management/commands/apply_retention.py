@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from receipts import protocol, retention
-from receipts.models import Run
+from receipts.models import AuditEntry, Run
 
 
 class Command(BaseCommand):
@@ -46,13 +46,17 @@ class Command(BaseCommand):
 
     def apply(self, plan: retention.RunPlan, now) -> dict[str, object]:
         run = Run.objects.get(run_id=plan.run_id)
+        if not plan.blockers and not run.archived and Path(run.path).is_dir():
+            retention.sweep_writer_locks(run)  # a finished run writes nothing more
         if plan.action == retention.KEEP:
             return {"applied": "nothing"}
         retention.strip_bodies(run=run, now=now)
+        retention.audit(run=run, action=AuditEntry.BODIES_STRIPPED, now=now, reason=plan.reason)
         if plan.action == retention.STRIP_BODIES:
             return {"applied": "stripped"}
         try:
             archive = retention.archive_run(run=run, archive_root=Path(settings.EVIDENCE_ARCHIVE_ROOT), now=now)
         except (retention.ArchiveError, OSError) as error:
             return {"applied": "nothing archived", "error": str(error)}
+        retention.audit(run=run, action=AuditEntry.RUN_ARCHIVED, now=now, reason=f"{plan.reason}: {archive}")
         return {"applied": "archived", "archive": str(archive)}
