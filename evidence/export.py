@@ -20,13 +20,12 @@ from typing import Any, BinaryIO
 from django.conf import settings
 from django.template.loader import render_to_string
 
-from evidence.redaction import Policy, clear, fields, redacted
+from evidence.redaction import Policy, clear, fields
+from evidence.verify import FORMAT, SECTIONS, whole_digest
 from receipts import protocol, selectors
 from receipts.models import Call, Confirmation, Event, Finding, Run, Submission
-from receipts.protocol import EVENT_FACT_FIELDS
+from receipts.protocol import EVENT_FACT_FIELDS, redacted
 
-FORMAT = "callproof-evidence/v1"
-SECTIONS = ("run", "calls", "submissions", "events", "findings", "confirmations")
 CONFLICT_REASONS = {
     "request_digest_differs",
     "digest_schema_version_differs",
@@ -37,13 +36,6 @@ CONFLICT_REASONS = {
     "record_invalid",
 }
 PAGE_ROWS = 1000  # the page shows this many calls and findings; evidence.json has them all
-
-
-def whole_digest(section_digests: dict[str, str], policy: dict[str, Any]) -> str:
-    """The digest of the whole export: its format, every section's digest, and the policy."""
-    return protocol.sha256_hex(
-        protocol.canonical_json({"format": FORMAT, "sections": section_digests, "policy": policy})
-    )
 
 
 @dataclasses.dataclass

@@ -28,6 +28,7 @@ from detect_secrets.core.scan import scan_line
 from detect_secrets.settings import transient_settings
 
 from receipts import protocol
+from receipts.protocol import redacted
 
 SECRET_KEY_WORDS = (
     "password",
@@ -97,16 +98,6 @@ def load_policy(path: Path | None) -> Policy:
     except re.error as error:
         raise ValueError(f"a pattern of the policy is not a regular expression: {error}") from None
     return Policy(frozenset(allow), compiled, str(path))
-
-
-def redacted(value: Any) -> dict[str, str]:
-    """What stands for a value that may not be shown: the digest of its canonical JSON.
-
-    A value already stripped to its digest (by retention) stays that digest.
-    """
-    if isinstance(value, dict) and set(value) == {"redacted"}:
-        return value
-    return {"redacted": f"sha256:{protocol.sha256_hex(protocol.canonical_json(value))}"}
 
 
 def secret_kind(text: str, policy: Policy) -> str | None:

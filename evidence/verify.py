@@ -15,6 +15,14 @@ from receipts.reader import read_run
 
 FORMAT = "callproof-evidence/v1"
 SECTIONS = ("run", "calls", "submissions", "events", "findings", "confirmations")
+
+
+def whole_digest(section_digests: Any, policy: Any) -> str:
+    """The digest of the whole export: its format, every section's digest, and the policy."""
+    whole = {"format": FORMAT, "sections": section_digests, "policy": policy}
+    return protocol.sha256_hex(protocol.canonical_json(whole))
+
+
 PAGE_DIGEST = re.compile(r'<code class="digest" data-section="([a-z]+)">([0-9a-f]{64})</code>')
 
 
@@ -38,9 +46,7 @@ def verify_export(directory: Path, against: Path | None = None) -> list[str]:
             problems.append(
                 f"section {name}: its digest is {digests[name]}, the manifest says {manifest['sections'].get(name)}"
             )
-    whole = protocol.sha256_hex(
-        protocol.canonical_json({"format": FORMAT, "sections": manifest["sections"], "policy": manifest.get("policy")})
-    )
+    whole = whole_digest(manifest["sections"], manifest.get("policy"))
     if manifest.get("whole") != whole:
         problems.append(f"the whole: its digest is {whole}, the manifest says {manifest.get('whole')}")
     problems += _check_page(directory, manifest)
@@ -99,8 +105,7 @@ def _check_args(call_id: str, shown: Any, original: Any) -> list[str]:
     for name, value in original.items():
         kept = shown.get(name)
         if isinstance(kept, dict) and set(kept) == {"redacted"}:
-            wanted = f"sha256:{protocol.sha256_hex(protocol.canonical_json(value))}"
-            if kept["redacted"] != wanted:
+            if kept != protocol.redacted(value):
                 problems.append(f"call {call_id}: the redacted digest of args.{name} is not the original's")
         elif kept != value:
             problems.append(f"call {call_id}: args.{name} in clear differs from the original")

@@ -21,7 +21,6 @@ from receipts.models import Call, Finding
 IN_DOUBT, TAMPERED, CONFLICT, STALE, LEDGER = "in doubt", "tampered", "conflict", "stale reservation", "ledger"
 KINDS = (TAMPERED, LEDGER, IN_DOUBT, CONFLICT, STALE)  # the order of the filter, most serious first
 LEDGER_CODES = ("ledger_rewritten", "ledger_chain_broken")
-UNSETTLED = ("confirm", "query")  # a call with another decision has been settled (or needs nobody)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +36,7 @@ class InboxItem:
 
 
 def _calls(kind: str) -> QuerySet[Call]:
-    unsettled = Call.objects.filter(receipt_present=True, decision__in=UNSETTLED)
+    unsettled = Call.objects.filter(receipt_present=True, decision__in=protocol.UNSETTLED_DECISIONS)
     if kind == TAMPERED:
         return unsettled.exclude(verification=protocol.VERIFIED)
     return unsettled.filter(status__in=protocol.IN_DOUBT_STATUSES, verification=protocol.VERIFIED)
@@ -105,7 +104,7 @@ def _finding_item(kind: str, finding: Finding) -> InboxItem:
 
 def inbox_total() -> int:
     """How many items need a person, for the header of every page (two counts)."""
-    calls = Call.objects.filter(receipt_present=True, decision__in=UNSETTLED)
+    calls = Call.objects.filter(receipt_present=True, decision__in=protocol.UNSETTLED_DECISIONS)
     in_doubt = calls.filter(status__in=protocol.IN_DOUBT_STATUSES) | calls.exclude(verification=protocol.VERIFIED)
     codes = ("submission_conflict", "stale_reservation", *LEDGER_CODES)
     findings = Finding.objects.filter(closed_at__isnull=True, code__in=codes, run__isnull=False)

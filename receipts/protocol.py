@@ -44,6 +44,7 @@ IN_DOUBT_STATUSES = ("prepared", "unknown")  # a person (or a query) must settle
 SHOWN_FOR_VERDICT = {"mismatch": "tampered", "unverifiable": "unverified"}
 LEGACY_STATUS = "failed"
 DECISIONS = ("confirm", "query", "retry", "stop", "reuse")
+UNSETTLED_DECISIONS = ("confirm", "query")  # a call with another decision is settled, or needs nobody
 RESOLUTIONS = ("committed", "rejected")  # what a person's confirmation may say
 # Event fields that are ids, digests, statuses, tool names, times or counts: facts, never bodies.
 # Evidence shows them in clear; retention keeps them when it strips a run's bodies.
@@ -263,6 +264,17 @@ def request_digest(request: Mapping[str, Any]) -> str:
 
 def input_sha256(args: Any) -> str:
     return sha256_hex(canonical_json(args))
+
+
+def redacted(value: Any) -> dict[str, str]:
+    """What stands for a value that may not be shown or kept: the digest of its canonical JSON.
+
+    Evidence redacts with it and retention strips with it; a value already
+    reduced to its digest stays that digest.
+    """
+    if isinstance(value, dict) and set(value) == {"redacted"}:
+        return value
+    return {"redacted": f"sha256:{sha256_hex(canonical_json(value))}"}
 
 
 # --- task creation -----------------------------------------------------------

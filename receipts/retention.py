@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 from collections import defaultdict
 from pathlib import Path
 
@@ -28,7 +29,6 @@ from receipts.models import AuditEntry, Call, Confirmation, Finding, HumanDecisi
 
 KEEP, STRIP_BODIES, ARCHIVE = "keep", "strip_bodies", "archive"
 ACTIONS = (KEEP, STRIP_BODIES, ARCHIVE)
-UNSETTLED = ("confirm", "query")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +63,9 @@ def plan_runs(*, policy: RetentionPolicy, now: dt.datetime, runs=None) -> list[R
     runs = list(runs if runs is not None else Run.objects.order_by("run_id"))
     ids = [run.pk for run in runs]
     in_doubt = dict(
-        Call.objects.filter(run_id__in=ids, status__in=protocol.IN_DOUBT_STATUSES, decision__in=UNSETTLED)
+        Call.objects.filter(
+            run_id__in=ids, status__in=protocol.IN_DOUBT_STATUSES, decision__in=protocol.UNSETTLED_DECISIONS
+        )
         .values_list("run_id")
         .annotate(n=Count("id"))
     )
@@ -182,14 +184,8 @@ class ArchiveError(Exception):
 def _digests_of(values: object) -> object:
     """An object's fields each replaced by the digest of its canonical JSON (the export's redaction marker)."""
     if isinstance(values, dict):
-        return {name: stripped(value) for name, value in values.items()}
-    return stripped(values)
-
-
-def stripped(value: object) -> object:
-    if isinstance(value, dict) and set(value) == {"redacted"}:
-        return value  # already a digest
-    return {"redacted": f"sha256:{protocol.sha256_hex(protocol.canonical_json(value))}"}
+        return {name: protocol.redacted(value) for name, value in values.items()}
+    return protocol.redacted(values)
 
 
 def strip_bodies(*, run: Run, now: dt.datetime) -> None:
@@ -206,17 +202,19 @@ def strip_bodies(*, run: Run, now: dt.datetime) -> None:
         calls = list(Call.objects.filter(run=run))
         for call in calls:
             call.args = _digests_of(call.args) if call.args is not None else None
-            call.result = stripped(call.result) if call.result is not None else None
-            call.error = stripped(call.error) if call.error is not None else None
+            call.result = protocol.redacted(call.result) if call.result is not None else None
+            call.error = protocol.redacted(call.error) if call.error is not None else None
         Call.objects.bulk_update(calls, ["args", "result", "error"], batch_size=1000)
         submissions = list(Submission.objects.filter(run=run))
         for submission in submissions:
-            submission.request = stripped(submission.request) if submission.request is not None else None
+            submission.request = protocol.redacted(submission.request) if submission.request is not None else None
         Submission.objects.bulk_update(submissions, ["request"], batch_size=1000)
         batch: list[Event] = []
         for event in Event.objects.filter(run=run).order_by("seq").iterator(5000):
             payload = event.payload if isinstance(event.payload, dict) else {}
-            event.payload = {k: (v if k in protocol.EVENT_FACT_FIELDS else stripped(v)) for k, v in payload.items()}
+            event.payload = {
+                k: (v if k in protocol.EVENT_FACT_FIELDS else protocol.redacted(v)) for k, v in payload.items()
+            }
             batch.append(event)
             if len(batch) >= 5000:
                 Event.objects.bulk_update(batch, ["payload"])
@@ -279,7 +277,8 @@ def _pack(run_dir: Path, target: Path) -> None:
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
-    digest = protocol.sha256_hex(target.read_bytes())
+    with open(target, "rb") as packed:  # streamed: an archive may be larger than memory
+        digest = hashlib.file_digest(packed, "sha256").hexdigest()
     durable.write_durable(target.with_name(target.name + ".sha256"), f"{digest}  {target.name}\n".encode())
     durable.fsync_directory(target.parent)
 

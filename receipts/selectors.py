@@ -51,7 +51,7 @@ def runs_list(*, state: str = "", attention: bool = False) -> QuerySet[Run]:
     """Runs, newest activity first, with the flags the filters need (index-backed EXISTS)."""
     open_findings = Finding.objects.filter(run=OuterRef("pk"), closed_at__isnull=True)
     in_doubt = Call.objects.filter(
-        run=OuterRef("pk"), status__in=protocol.IN_DOUBT_STATUSES, decision__in=("confirm", "query")
+        run=OuterRef("pk"), status__in=protocol.IN_DOUBT_STATUSES, decision__in=protocol.UNSETTLED_DECISIONS
     )
     runs = Run.objects.annotate(has_findings=Exists(open_findings), has_in_doubt=Exists(in_doubt))
     if state:
@@ -112,7 +112,7 @@ def run_summaries(*, runs: Iterable[Run]) -> dict[int, RunSummary]:
         summary = summaries[run_id]
         shown = protocol.SHOWN_FOR_VERDICT.get(verification, status or "missing")
         summary.calls_by_status[shown] = summary.calls_by_status.get(shown, 0) + count
-        if shown in protocol.IN_DOUBT_STATUSES and decision in ("confirm", "query"):
+        if shown in protocol.IN_DOUBT_STATUSES and decision in protocol.UNSETTLED_DECISIONS:
             summary.in_doubt += count
     findings = (
         Finding.objects.filter(run_id__in=ids, closed_at__isnull=True)

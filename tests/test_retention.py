@@ -108,6 +108,7 @@ def test_a_legal_hold_is_set_and_lifted_with_a_reason_audited_and_it_keeps_the_r
     assert hold(client, "clean-run", hold="set", reason="   ").status_code == HTTPStatus.SEE_OTHER
     assert not Run.objects.get(run_id="clean-run").legal_hold, "a hold needs a reason"
     assert hold(client, "clean-run", hold="maybe", reason="x").status_code == HTTPStatus.BAD_REQUEST
+    assert hold(client, "clean-run", reason="x").status_code == HTTPStatus.BAD_REQUEST, "hold is required"
     assert hold(client, "clean-run", hold="set", reason="litigation 2026-17").status_code == HTTPStatus.SEE_OTHER
     run = Run.objects.get(run_id="clean-run")
     assert (run.legal_hold, run.legal_hold_reason, run.legal_hold_by) == (True, "litigation 2026-17", "alice")

@@ -65,18 +65,19 @@ def download_format(request: HttpRequest) -> str | None:
     return choice(request, "format", FORMATS) or None
 
 
-def choice(request: HttpRequest, name: str, allowed: Iterable[str], default: str = "") -> str:
-    """A query parameter that must be one of ``allowed``; anything else is a 400 that names them.
+def choice(request: HttpRequest, name: str, allowed: Iterable[str], default: str = "", *, form: bool = False) -> str:
+    """A query parameter (or, with ``form``, a posted field, which is then required) that must be
+    one of ``allowed``; anything else is a 400 that names them.
 
     A filter that is silently ignored shows a person a list they did not ask for.
     """
-    value = request.GET.get(name)
-    if value is None or value == "":
-        return default
+    value = (request.POST if form else request.GET).get(name)
     allowed = list(allowed)
+    if (value is None or value == "") and not form:
+        return default
     if value not in allowed:
         shown = ", ".join(allowed[:30]) + (", …" if len(allowed) > 30 else "")
-        raise BadRequest(f"{name}={value[:80]!r} is not one of: {shown}")
+        raise BadRequest(f"{name}={(value or '')[:80]!r} is not one of: {shown}")
     return value
 
 

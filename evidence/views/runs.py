@@ -11,8 +11,8 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
-from django.core.exceptions import BadRequest, PermissionDenied
-from django.http import FileResponse, HttpRequest, HttpResponse
+from django.core.exceptions import PermissionDenied
+from django.http import FileResponse, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -138,7 +138,7 @@ def legal_hold(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     if settings.EVIDENCE_READ_ONLY:
         raise PermissionDenied("this deployment only browses")
     run = get_run_or_404(run_id)
-    hold = choice_of_post(request, "hold", ("set", "lift")) == "set"
+    hold = choice(request, "hold", ("set", "lift"), form=True) == "set"
     reason = request.POST.get("reason", "")
     try:
         retention.set_legal_hold(run=run, user=request.user, hold=hold, reason=reason, now=protocol.utc_now())
@@ -150,10 +150,3 @@ def legal_hold(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         response = redirect(reverse("run", args=[run.run_id]))
     response.status_code = HTTPStatus.SEE_OTHER
     return response
-
-
-def choice_of_post(request: HttpRequest, name: str, allowed: tuple[str, ...]) -> str:
-    value = request.POST.get(name, "")
-    if value not in allowed:
-        raise BadRequest(f"{name} must be one of: {', '.join(allowed)}")
-    return value
