@@ -25,7 +25,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from receipts import durable, protocol
+from receipts import durable, protocol, stats
 from receipts.durable import json_file
 from receipts.findings import FILES, LEDGER, FindingRecord, storable_text
 from receipts.models import Call, Confirmation, Event, Finding, Run, Submission
@@ -288,6 +288,7 @@ def _import_ledger(
                 conflict=("run_id", "seq"),
                 update=False,
             )
+            stats.count_batch(run, batch.events, restarted=batch.restarted)
             _store_findings(run, batch.findings, now)
             file_findings.extend(f for f in batch.findings if f.scope == FILES)
             cursor = batch.cursor
@@ -375,6 +376,7 @@ def run_import(
             detail = f"{type(error).__name__}: {error}"[:2000]
             with transaction.atomic():
                 _store_findings(run, [FindingRecord("import_failed", "import", detail)], now)
+                stats.refresh_run_summary(run)
             # Ledger batches committed before the failure stay: each is whole with its cursor.
             run.refresh_from_db()
             report = _report(run, changed=True)
@@ -393,7 +395,8 @@ def _import_run_locked(
 ) -> RunReport:
     fingerprint = run_fingerprint(path)
     horizon_passed = run.next_stale_at is not None and now >= run.next_stale_at
-    if not force and run.fingerprint == fingerprint and not horizon_passed and run.path == str(path):
+    unchanged = run.fingerprint == fingerprint and run.path == str(path) and run.summary is not None
+    if not force and unchanged and not horizon_passed:
         return _report(run, changed=False)
     cursor, ledger_file_findings = _import_ledger(run, path, limits, now, progress, batch_size)
     files = read_run_files(path, ledger_call_ids=cursor.call_ids, limits=limits, now=now)
@@ -413,6 +416,7 @@ def _import_run_locked(
             event_count=Event.objects.filter(run=run).count(),
             imported_at=now,
         )
+        stats.refresh_run_summary(run)
     run.refresh_from_db()
     if run.bodies_stripped_at is not None:
         # Retention stripped this run's bodies: what was read again is stripped again.
@@ -502,3 +506,4 @@ def record_confirmation(*, run: Run, call: Call, document: dict[str, Any], now: 
     )
     Call.objects.filter(pk=call.pk).update(decision=decision.decision, decision_reason=decision.reason)
     run.findings.filter(call_id=call.call_id, code="stale_call", closed_at__isnull=True).update(closed_at=now)
+    stats.refresh_run_summary(run)

@@ -66,6 +66,11 @@ class Run(models.Model):
     legal_hold_by = models.CharField(max_length=150, blank=True)
     legal_hold_since = models.DateTimeField(null=True)
     imported_at = models.DateTimeField(null=True)
+    # Kept at import time so that no page counts over a million rows: events by
+    # type (added batch by batch), and ``stats.refresh_run_summary``'s counts.
+    event_type_counts = JSONTextField(default=dict)
+    summary = JSONTextField(null=True)
+    needs_attention = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["run_id"]
@@ -127,8 +132,11 @@ class Call(models.Model):
             # call_id prefix search is a range scan on this index (see selectors).
             models.Index(fields=["call_id"], name="call_id_prefix_idx"),
             models.Index(fields=["run", "status"]),
-            models.Index(fields=["run", "decision"]),
+            # The recovery page walks one decision at a time by call_id (keyset pagination).
+            models.Index(fields=["run", "decision", "call_id"], name="call_run_decision_idx"),
             models.Index(fields=["status", "updated_at"]),
+            # The inbox reads only unsettled calls, across runs, oldest first.
+            models.Index(fields=["decision", "updated_at"], name="call_decision_updated_idx"),
         ]
 
     def __str__(self) -> str:
@@ -200,6 +208,21 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq}"
+
+
+class EventTally(models.Model):
+    """How many events of a run fall in each minute: the run page's histogram reads these,
+    never the events. Added to batch by batch as the ledger is imported."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tallies")
+    minute = models.BigIntegerField()  # minutes since the Unix epoch, UTC
+    count = models.BigIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "minute"], name="tally_unique_per_run")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}@{self.minute}: {self.count}"
 
 
 class Finding(models.Model):

@@ -16,16 +16,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
-from collections import defaultdict
 from pathlib import Path
 
 from django.conf import settings
-from django.db.models import Count, Max, Sum
-from django.db.models.functions import Coalesce, Length
 
-from receipts import protocol
+from receipts import protocol, stats
 from receipts.findings import DIGEST_CODES
-from receipts.models import AuditEntry, Call, Confirmation, Finding, HumanDecision, Run
+from receipts.models import AuditEntry, Call, Run
 
 KEEP, STRIP_BODIES, ARCHIVE = "keep", "strip_bodies", "archive"
 ACTIONS = (KEEP, STRIP_BODIES, ARCHIVE)
@@ -59,38 +56,9 @@ class RunPlan:
 
 
 def plan_runs(*, policy: RetentionPolicy, now: dt.datetime, runs=None) -> list[RunPlan]:
-    """The plan of every run (or of ``runs``), in a fixed number of queries."""
+    """The plan of every run (or of ``runs``) from the counts stored at import: one query."""
     runs = list(runs if runs is not None else Run.objects.order_by("run_id"))
-    ids = [run.pk for run in runs]
-    in_doubt = dict(
-        Call.objects.filter(
-            run_id__in=ids, status__in=protocol.IN_DOUBT_STATUSES, decision__in=protocol.UNSETTLED_DECISIONS
-        )
-        .values_list("run_id")
-        .annotate(n=Count("id"))
-    )
-    findings: dict[int, dict[str, int]] = defaultdict(dict)
-    for run_id, code, count in (
-        Finding.objects.filter(run_id__in=ids, closed_at__isnull=True)
-        .values_list("run_id", "code")
-        .annotate(n=Count("id"))
-    ):
-        findings[run_id][code] = count
-    # A person's decision restarts the clock: the run still matters to someone.
-    confirmed = Confirmation.objects.filter(run_id__in=ids).values_list("run_id").annotate(m=Max("confirmed_at"))
-    attention = dict(confirmed)
-    decided = HumanDecision.objects.filter(run_id__in=ids).values_list("run_id").annotate(m=Max("decided_at"))
-    for run_id, moment in decided:
-        attention[run_id] = max(filter(None, (attention.get(run_id), moment)))
-    bodies = dict(
-        Call.objects.filter(run_id__in=ids)
-        .values_list("run_id")
-        .annotate(n=Sum(Coalesce(Length("args"), 0) + Coalesce(Length("result"), 0) + Coalesce(Length("error"), 0)))
-    )
-    return [
-        _plan(run, policy, now, in_doubt.get(run.pk, 0), findings.get(run.pk, {}), attention.get(run.pk), bodies)
-        for run in runs
-    ]
+    return [_plan(run, policy, now, stats.RunSummary.of(run)) for run in runs]
 
 
 def _blockers(run: Run, policy: RetentionPolicy, in_doubt: int, codes: dict[str, int]) -> list[str]:
@@ -109,12 +77,13 @@ def _blockers(run: Run, policy: RetentionPolicy, in_doubt: int, codes: dict[str,
     return blockers
 
 
-def _plan(run, policy, now, in_doubt, codes, attended, bodies) -> RunPlan:
-    blockers = _blockers(run, policy, in_doubt, codes)
-    clock_from = max(filter(None, (run.last_event_at, attended, run.legal_hold_since)), default=None)
+def _plan(run: Run, policy: RetentionPolicy, now: dt.datetime, summary: stats.RunSummary) -> RunPlan:
+    blockers = _blockers(run, policy, summary.unsettled, summary.findings_by_code)
+    moments = (run.last_event_at, summary.last_decision_at, run.legal_hold_since)
+    clock_from = max(filter(None, moments), default=None)
     strip_on = clock_from + policy.strip_after if clock_from else None
     archive_on = clock_from + policy.archive_after if clock_from else None
-    body_bytes = bodies.get(run.pk) or 0
+    body_bytes = summary.body_bytes
     if run.archived:
         action, reason = KEEP, "archived already: its rows stay browsable"
     elif blockers:
@@ -222,6 +191,7 @@ def strip_bodies(*, run: Run, now: dt.datetime) -> None:
         Event.objects.bulk_update(batch, ["payload"])
         if run.bodies_stripped_at is None:
             Run.objects.filter(pk=run.pk).update(bodies_stripped_at=now)
+        stats.refresh_run_summary(run)  # what the bodies weigh now
 
 
 def archive_run(*, run: Run, archive_root: Path, now: dt.datetime) -> Path:

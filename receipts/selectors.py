@@ -16,12 +16,23 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-from django.db.models import Case, Count, Exists, OuterRef, Q, QuerySet, Value, When
+from django.db.models import Case, Count, Q, QuerySet, Value, When
 
-from receipts import doubt, protocol
+from receipts import doubt, protocol, stats
 from receipts.findings import DIGEST_CODES
-from receipts.models import AuditEntry, Call, Confirmation, Event, Finding, HumanDecision, Run, Submission
+from receipts.models import (
+    AuditEntry,
+    Call,
+    Confirmation,
+    Event,
+    EventTally,
+    Finding,
+    HumanDecision,
+    Run,
+    Submission,
+)
 from receipts.recovery import reservation_resume
+from receipts.stats import RunSummary
 from receipts.tools import BUILTIN_ADAPTERS
 
 STALE_CODES = ("stale_reservation", "stale_call")
@@ -48,83 +59,28 @@ def calls_with_prefix(*, prefix: str) -> QuerySet[Call]:
 
 
 def runs_list(*, state: str = "", attention: bool = False) -> QuerySet[Run]:
-    """Runs, newest activity first, with the flags the filters need (index-backed EXISTS)."""
-    open_findings = Finding.objects.filter(run=OuterRef("pk"), closed_at__isnull=True)
-    in_doubt = Call.objects.filter(
-        run=OuterRef("pk"), status__in=protocol.IN_DOUBT_STATUSES, decision__in=protocol.UNSETTLED_DECISIONS
-    )
-    runs = Run.objects.annotate(has_findings=Exists(open_findings), has_in_doubt=Exists(in_doubt))
+    """Runs, newest activity first; ``attention``: those with open findings or calls in doubt
+    (as counted at import time)."""
+    runs = Run.objects.all()
     if state:
         runs = runs.filter(state=state)
     if attention:
-        runs = runs.filter(Q(has_findings=True) | Q(has_in_doubt=True))
+        runs = runs.filter(needs_attention=True)
     return runs.order_by("-last_event_at", "run_id")
 
 
 def run_totals() -> dict[str, int]:
     """How many runs, and how many need attention: one query."""
-    return runs_list().aggregate(
-        runs=Count("pk"), attention=Count("pk", filter=Q(has_findings=True) | Q(has_in_doubt=True))
-    )
+    return Run.objects.aggregate(runs=Count("pk"), attention=Count("pk", filter=Q(needs_attention=True)))
 
 
 def run_states() -> list[str]:
     return list(Run.objects.order_by("state").values_list("state", flat=True).distinct())
 
 
-VERDICTS = ("tampered", "conflict", "in doubt", "ok")  # a run's verdict, the worst first
-
-
-@dataclasses.dataclass
-class RunSummary:
-    calls_by_status: dict[str, int]  # as shown: a receipt that fails its identity check is "tampered" or "unverified"
-    in_doubt: int = 0  # calls a person (or a query) must still settle
-    open_findings: int = 0
-    stale_reservations: int = 0
-    finding_codes: set[str] = dataclasses.field(default_factory=set)
-
-    @property
-    def calls(self) -> int:
-        return sum(self.calls_by_status.values())
-
-    @property
-    def verdict(self) -> str:
-        """ok, in doubt, tampered or conflict: what a person should know of the run first."""
-        if self.calls_by_status.get("tampered") or self.finding_codes & set(DIGEST_CODES):
-            return "tampered"
-        if "submission_conflict" in self.finding_codes:
-            return "conflict"
-        if self.in_doubt or self.stale_reservations or self.calls_by_status.get("unverified"):
-            return "in doubt"
-        return "ok"
-
-
 def run_summaries(*, runs: Iterable[Run]) -> dict[int, RunSummary]:
-    """Calls by status, calls in doubt, open findings and stale reservations for these runs: two queries."""
-    ids = [run.pk for run in runs]
-    summaries = {pk: RunSummary(calls_by_status={}) for pk in ids}
-    calls = (
-        Call.objects.filter(run_id__in=ids)
-        .values_list("run_id", "status", "verification", "decision")
-        .annotate(n=Count("id"))
-    )
-    for run_id, status, verification, decision, count in calls:
-        summary = summaries[run_id]
-        shown = protocol.SHOWN_FOR_VERDICT.get(verification, status or "missing")
-        summary.calls_by_status[shown] = summary.calls_by_status.get(shown, 0) + count
-        if shown in protocol.IN_DOUBT_STATUSES and decision in protocol.UNSETTLED_DECISIONS:
-            summary.in_doubt += count
-    findings = (
-        Finding.objects.filter(run_id__in=ids, closed_at__isnull=True)
-        .values_list("run_id", "code")
-        .annotate(n=Count("id"))
-    )
-    for run_id, code, count in findings:
-        summaries[run_id].open_findings += count
-        summaries[run_id].finding_codes.add(code)
-        if code == "stale_reservation":
-            summaries[run_id].stale_reservations += count
-    return summaries
+    """Each run's summary as its last import stored it: no query."""
+    return {run.pk: RunSummary.of(run) for run in runs}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,7 +246,7 @@ def run_events(*, run: Run, event_type: str = "") -> QuerySet[Event]:
 
 
 def event_types(*, run: Run) -> list[str]:
-    return list(Event.objects.filter(run=run).order_by("type").values_list("type", flat=True).distinct())
+    return sorted(run.event_type_counts)
 
 
 def reuse_counts(*, run: Run, call_ids: Iterable[str]) -> dict[str, int]:
@@ -320,23 +276,23 @@ def legacy_submissions(*, run: Run) -> QuerySet[Event]:
 
 
 def events_histogram(*, run: Run, buckets: int = 24) -> list[tuple[dt.datetime, int]]:
-    """Events per equal slice of the run's time span, in one aggregate query."""
+    """Events per equal slice of the run's time span, from the per-minute tallies: one
+    query over at most one row per minute of the run, whatever its number of events."""
     if run.first_event_at is None or run.last_event_at is None:
         return []
-    span = max(run.last_event_at - run.first_event_at, dt.timedelta(seconds=1))
-    width = span / buckets
-    edges = [run.first_event_at + width * index for index in range(buckets)]
-    aggregates = {}
-    for index, start in enumerate(edges):
-        window = Q(ts__gte=start) & (Q(ts__lt=start + width) if index < buckets - 1 else Q())
-        aggregates[f"b{index}"] = Count("id", filter=window)
-    counts = Event.objects.filter(run=run).aggregate(**aggregates)
-    return [(start, counts[f"b{index}"]) for index, start in enumerate(edges)]
+    first = stats.minute_of(run.first_event_at)
+    span = max(stats.minute_of(run.last_event_at) - first + 1, 1)
+    width = dt.timedelta(minutes=span) / buckets
+    start = stats.EPOCH + dt.timedelta(minutes=first)
+    counts = [0] * buckets
+    for minute, count in EventTally.objects.filter(run=run).values_list("minute", "count"):
+        counts[min(buckets - 1, max(0, (minute - first) * buckets // span))] += count
+    return [(start + width * index, counts[index]) for index in range(buckets)]
 
 
 def decision_counts(*, run: Run) -> list[tuple[str, int]]:
-    """How many calls get each recovery decision, most urgent first: one query."""
-    counts = dict(Call.objects.filter(run=run).values_list("decision").annotate(n=Count("id")))
+    """How many calls get each recovery decision, most urgent first (as counted at import)."""
+    counts = RunSummary.of(run).decisions
     return [(decision, counts[decision]) for decision in protocol.DECISIONS if counts.get(decision)]
 
 
@@ -347,6 +303,14 @@ def calls_by_decision(*, run: Run, decision: str = "") -> QuerySet[Call]:
     if decision:
         calls = calls.filter(decision=decision)
     return calls.annotate(rank=rank).order_by("rank", "call_id")
+
+
+def decision_segments(*, run: Run, decision: str = "") -> list[QuerySet[Call]]:
+    """The same calls as ``calls_by_decision``, as one call_id-ordered list per decision (most
+    urgent first) that keyset pagination walks on the (run, decision, call_id) index."""
+    counts = dict(decision_counts(run=run))
+    chosen = [decision] if decision else [d for d in protocol.DECISIONS if counts.get(d)]
+    return [Call.objects.filter(run=run, decision=d) for d in chosen]
 
 
 # --- findings and reservations --------------------------------------------

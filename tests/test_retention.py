@@ -9,7 +9,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from receipts import protocol, retention
+from receipts import protocol, retention, stats
 from receipts.models import Call, HumanDecision, Run
 from tests.helpers import content, first_call_of
 
@@ -62,6 +62,7 @@ def test_a_persons_decision_restarts_the_clock(demo, user):
         run=call.run, call_id=call.call_id, resolution="committed", reason="looked again", user=user, actor="alice",
         decided_at=later, receipt_sha256=call.file_sha256, confirmation_id="c" * 64,
     )  # fmt: skip
+    stats.refresh_run_summary(call.run)  # as settling does
     assert plans_at(31)["clean-run"].action == "keep"
     assert plans_at(31)["clean-run"].strip_on == later + dt.timedelta(days=30)
 

@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from evidence.forms import ConfirmForm
+from evidence.pagination import cursor_page
 from evidence.views.common import (
     HtmxHttpRequest,
     choice,
@@ -22,7 +23,6 @@ from evidence.views.common import (
     download_format,
     get_call_or_404,
     get_run_or_404,
-    paginate,
     query_without,
 )
 from receipts import downloads, inbox, protocol, selectors, settle
@@ -129,7 +129,14 @@ def replay(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         "counts": counts,
         "total": sum(count for _, count in counts),
         "decision": decision,
-        "page": paginate(request, selectors.calls_by_decision(run=run, decision=decision), per_page=100),
+        "page": cursor_page(
+            request,
+            selectors.decision_segments(run=run, decision=decision),
+            keys=("call_id",),
+            per_page=100,
+            total=dict(counts).get(decision, 0) if decision else sum(count for _, count in counts),
+            query=query_without(request, "page", "format"),
+        ),
         "query": query_without(request, "page", "format"),
     }
     return render(request, "receipts/replay.html", context)

@@ -17,6 +17,7 @@ from django.urls import reverse
 from django_htmx.middleware import HtmxDetails
 
 from receipts.models import Call, Run
+from receipts.protocol import MAX_INT
 
 PER_PAGE = 50
 
@@ -59,6 +60,16 @@ def query_without(request: HttpRequest, *names: str) -> str:
     for name in names:
         query.pop(name, None)
     return query.urlencode()
+
+
+def whole_number(request: HttpRequest, name: str) -> int | None:
+    """A query parameter that must be a whole number from 0 up, when given; anything else is a 400."""
+    value = request.GET.get(name, "").strip()
+    if not value:
+        return None
+    if not (value.isascii() and value.isdigit()) or int(value) > MAX_INT:
+        raise BadRequest(f"{name}={value[:80]!r} is not a whole number")
+    return int(value)
 
 
 def download_format(request: HttpRequest) -> str | None:

@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from evidence.export import export_run
+from evidence.pagination import cursor_page
 from evidence.redaction import Policy
 from evidence.views.common import (
     HtmxHttpRequest,
@@ -28,6 +29,7 @@ from evidence.views.common import (
     paginate,
     query_without,
     url_of,
+    whole_number,
 )
 from receipts import downloads, inbox, protocol, retention, selectors
 
@@ -79,27 +81,48 @@ def run(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     if fmt:
         which = choice(request, "list", downloads.RUN_LISTS, default="events")
         return download(fmt, f"{run.run_id}-{which}", *downloads.run_rows(run=run, which=which, event_type=event_type))
-    timeline = paginate(request, selectors.run_events(run=run, event_type=event_type))
+    ledger_query = query_without(request, "page", "format", "seq")
+    timeline = cursor_page(
+        request,
+        selectors.run_events(run=run, event_type=event_type),
+        keys=("-seq",),
+        total=run.event_type_counts.get(event_type, 0) if event_type else run.event_count,
+        query=ledger_query,
+        start=[seq] if (seq := whole_number(request, "seq")) is not None else None,
+    )
     timeline_context = {
         "run": run,
         "timeline": timeline,
-        "live": run.is_live and timeline.number == 1,
+        "live": run.is_live and timeline.is_first,
         "event_type": event_type,
-        "query": query_without(request, "page", "format"),
+        "query": ledger_query,
     }
     if request.htmx and request.htmx.target == "timeline":  # a filter or a ledger page
         return render(request, "receipts/run.html#timeline", timeline_context)
-    calls = paginate(request, selectors.run_calls(run=run), param="calls_page")
+    summary = selectors.run_summaries(runs=[run])[run.pk]
+    calls = cursor_page(
+        request,
+        selectors.run_calls(run=run),
+        keys=("call_id",),
+        param="calls_page",
+        total=summary.calls,
+        query=query_without(request, "calls_page", "format"),
+    )
     submission_filter = request.GET.get("submission", "")
-    submissions = paginate(
-        request, selectors.run_submissions(run=run, client_submission_id=submission_filter), param="submissions_page"
+    submissions = cursor_page(
+        request,
+        selectors.run_submissions(run=run, client_submission_id=submission_filter),
+        keys=("client_submission_id",),
+        param="submissions_page",
+        total=None if submission_filter else summary.submissions,
+        query=query_without(request, "submissions_page", "format"),
     )
     history = selectors.disposition_history(
         run=run, submission_ids=[s.client_submission_id for s in submissions.object_list]
     )
     reuse = selectors.reuse_counts(run=run, call_ids=[c.call_id for c in calls.object_list])
     context = timeline_context | {
-        "summary": selectors.run_summaries(runs=[run])[run.pk],
+        "summary": summary,
         "histogram": selectors.events_histogram(run=run),
         "event_types": selectors.event_types(run=run),
         "calls": calls,
