@@ -46,14 +46,17 @@ def _decode(text: str, width: int) -> list[Any]:
     return values
 
 
-def _beyond(keys: Sequence[str], values: Sequence[Any], *, forward: bool) -> Q:
-    """Rows strictly after (``forward``) or before the row with ``values``, in ``keys`` order:
-    (a > x) OR (a = x AND b > y) ..., which each database turns into an index range."""
+def _beyond(keys: Sequence[str], values: Sequence[Any], *, forward: bool, inclusive: bool = False) -> Q:
+    """Rows after (``forward``) or before the row with ``values`` in ``keys`` order, and that
+    row too when ``inclusive``: (a > x) OR (a = x AND b > y) ..., which each database turns
+    into an index range (a negated condition it would not)."""
     condition = Q()
     for index, key in enumerate(keys):
         name = key.lstrip("-")
         ascending = not key.startswith("-")
         lookup = "gt" if ascending == forward else "lt"
+        if inclusive and index == len(keys) - 1:
+            lookup += "e"
         step = Q(**{f"{name}__{lookup}": values[index]})
         for earlier, value in zip(keys[:index], values[:index], strict=False):
             step &= Q(**{earlier.lstrip("-"): value})
@@ -138,8 +141,8 @@ def cursor_page(
     raw = request.GET.get(param) or "first"
     if raw == "first" and start is not None and segments:
         # Inclusive: begin with the row that has these keys, if there is one.
-        before = _beyond(keys, start, forward=False)
-        rows = _walk(segments, keys, 0, ~before, forward=True, limit=per_page + 1)
+        from_start = _beyond(keys, start, forward=True, inclusive=True)
+        rows = _walk(segments, keys, 0, from_start, forward=True, limit=per_page + 1)
         return _page(rows, keys, param, query, total, per_page, forward=True, came_from_cursor=True)
     if raw in ("first", "last"):
         forward = raw == "first"

@@ -32,6 +32,7 @@ from receipts.models import Call, Confirmation, Event, Finding, Run, Submission
 from receipts.reader import (
     BATCH_EVENTS,
     DEFAULT_LIMITS,
+    CallRecord,
     LedgerCursor,
     Limits,
     RunFiles,
@@ -45,6 +46,10 @@ from receipts.recovery import decide
 from receipts.replay import apply_decisions
 
 Progress = Callable[[str, int, int], None]  # run_id, ledger bytes read, ledger size
+
+# Findings the reader makes again on every read from the records, reused or not.
+RECOMPUTED_EVERY_READ = ("stale_call", "orphan_receipt", "missing_receipt", "import_failed")
+BODY_FIELDS = ("args", "result", "error")  # what a reused receipt's record is read without
 
 
 @dataclasses.dataclass
@@ -106,8 +111,12 @@ def bulk_upsert(
     *,
     conflict: Sequence[str],
     update: bool,
+    insert_only: Sequence[str] = (),
 ) -> None:
     """INSERT ... ON CONFLICT for many rows, the fastest way each database offers.
+
+    With ``update``, a conflicting row takes the new values, but for ``insert_only``
+    columns (a first-seen time) which keep the old.
 
     SQLite: one ``executemany``. PostgreSQL: ``COPY`` into a temporary table,
     then one ``INSERT ... SELECT ... ON CONFLICT`` (COPY alone cannot skip or
@@ -123,7 +132,7 @@ def bulk_upsert(
     on_conflict = f"ON CONFLICT ({', '.join(quote(c) for c in conflict)}) "
     if update:
         on_conflict += "DO UPDATE SET " + ", ".join(
-            f"{quote(c)} = excluded.{quote(c)}" for c in columns if c not in conflict
+            f"{quote(c)} = excluded.{quote(c)}" for c in columns if c not in conflict and c not in insert_only
         )
     else:
         on_conflict += "DO NOTHING"
@@ -169,32 +178,41 @@ def run_import_lock(run_id: str) -> Iterator[None]:
 # --- findings --------------------------------------------------------------
 
 
+FINDING_VALUES = (
+    "detail", "severity", "scope", "call_id", "stored_value", "recomputed_value", "evidence", "record_key",
+)  # fmt: skip
+
+
 def _store_findings(run: Run | None, findings: Iterable[FindingRecord], now: dt.datetime, root: str = "") -> set:
-    """Upsert findings (reopening closed ones); returns their (code, subject) keys."""
-    keys = set()
+    """Upsert findings (reopening closed ones) in bulk; returns their (code, subject) keys.
+
+    A run's findings go in as one upsert however many there are (a hostile ledger
+    can have a hundred thousand broken lines). Findings about a runs root, a few
+    at most, are matched one by one: their uniqueness is a partial index, which
+    ``ON CONFLICT`` would have to name with its condition.
+    """
+    keys, unique = set(), []
     for record in findings:
         key = (record.code, record.subject[:400])
-        if key in keys:
-            continue
-        keys.add(key)
-        lookup = {"run": run, "code": record.code, "subject": key[1]}
-        if run is None:
-            lookup["root"] = root
-        values = {
-            "detail": record.detail,
-            "severity": record.severity,
-            "scope": record.scope,
-            "call_id": record.call_id,
-            "stored_value": record.stored_value,
-            "recomputed_value": record.recomputed_value,
-            "evidence": record.evidence,
-            "record_key": record.record_key,
-            "last_seen": now,
-            "closed_at": None,
-        }
-        updated = Finding.objects.filter(**lookup).update(**values)
-        if not updated:
-            Finding.objects.create(**lookup, **values, first_seen=now)
+        if key not in keys:
+            keys.add(key)
+            unique.append(record)
+    if run is None:
+        for record in unique:
+            lookup = {"run": None, "root": root, "code": record.code, "subject": record.subject[:400]}
+            values = {name: getattr(record, name) for name in FINDING_VALUES} | {"last_seen": now, "closed_at": None}
+            if not Finding.objects.filter(**lookup).update(**values):
+                Finding.objects.create(**lookup, **values, first_seen=now)
+        return keys
+    moment = _time(now, _is_postgres())
+    columns = ("run_id", "code", "subject", *FINDING_VALUES, "root", "first_seen", "last_seen", "closed_at")
+    rows = (
+        (run.pk, r.code, r.subject[:400], *(getattr(r, name) for name in FINDING_VALUES), "", moment, moment, None)
+        for r in unique
+    )
+    bulk_upsert(
+        Finding, columns, rows, conflict=("run_id", "code", "subject"), update=True, insert_only=("first_seen",)
+    )
     return keys
 
 
@@ -308,9 +326,11 @@ def _size(path: Path) -> int:
 # --- everything else -------------------------------------------------------
 
 
-def _store_records(run: Run, model: type, records: Sequence[Any], key: str) -> None:
+def _store_records(run: Run, model: type, records: Sequence[Any], key: str, kept: frozenset = frozenset()) -> None:
     """Upsert one kind of record (the reader's dataclasses name the columns), then delete
-    the rows whose file is gone."""
+    the rows whose file is gone. Rows keyed in ``kept`` stay as they are."""
+    present = {getattr(record, key) for record in records} | kept
+    records = [record for record in records if getattr(record, key) not in kept]
     if records:
         postgres = _is_postgres()
         names = [field.name for field in dataclasses.fields(records[0])]
@@ -325,13 +345,36 @@ def _store_records(run: Run, model: type, records: Sequence[Any], key: str) -> N
         rows = ((run.pk, *(column(getattr(record, name)) for name in names)) for record in records)
         bulk_upsert(model, ("run_id", *names), rows, conflict=("run_id", key), update=True)
     existing = model.objects.filter(run=run)
-    gone = sorted(set(existing.values_list(key, flat=True)) - {getattr(record, key) for record in records})
+    gone = sorted(set(existing.values_list(key, flat=True)) - present)
     for start in range(0, len(gone), 500):
         existing.filter(**{f"{key}__in": gone[start : start + 500]}).delete()
 
 
-def _store_files(run: Run, files: RunFiles) -> None:
-    _store_records(run, Call, files.calls, "call_id")
+def _known_receipts(run: Run) -> dict[str, CallRecord]:
+    """The records of the run's receipts as last imported, to hand the reader: a receipt whose
+    file has not changed since is not read again. Without their bodies (the reader does not need
+    them, and they are never written back). A receipt whose file had findings of its own is left
+    out, so that it is read, and its findings found, again."""
+    reread = set(
+        run.findings.filter(closed_at__isnull=True, call_id__gt="")
+        .exclude(code__in=RECOMPUTED_EVERY_READ)
+        .values_list("call_id", flat=True)
+    )
+    names = [field.name for field in dataclasses.fields(CallRecord) if field.name not in BODY_FIELDS]
+    rows = Call.objects.filter(run=run, receipt_present=True).exclude(file_signature="").values_list(*names)
+    known = (CallRecord(**dict(zip(names, row, strict=True))) for row in rows.iterator(5000))
+    return {record.call_id: record for record in known if record.call_id not in reread}
+
+
+def _store_files(run: Run, files: RunFiles, decided_before: dict[str, tuple[str, str]]) -> None:
+    # A reused record is written back only when its decision changed (a confirmation came).
+    kept = frozenset(files.reused_calls)
+    _store_records(run, Call, files.calls, "call_id", kept)
+    for call in files.calls:
+        if call.call_id in kept and decided_before.get(call.call_id) != (call.decision, call.decision_reason):
+            Call.objects.filter(run=run, call_id=call.call_id).update(
+                decision=call.decision, decision_reason=call.decision_reason
+            )
     _store_records(run, Submission, files.submissions, "client_submission_id")
     _store_records(run, Confirmation, files.confirmations, "call_id")
 
@@ -340,11 +383,12 @@ def _store_files(run: Run, files: RunFiles) -> None:
 
 
 def _report(run: Run, changed: bool) -> RunReport:
+    summary = stats.RunSummary.of(run)
     return RunReport(
         run_id=run.run_id,
-        calls=run.calls.count(),
+        calls=summary.calls,
         events=run.event_count,
-        submissions=run.submissions.count(),
+        submissions=summary.submissions,
         findings=open_findings_of(run),
         changed=changed,
     )
@@ -399,10 +443,19 @@ def _import_run_locked(
     if not force and unchanged and not horizon_passed:
         return _report(run, changed=False)
     cursor, ledger_file_findings = _import_ledger(run, path, limits, now, progress, batch_size)
-    files = read_run_files(path, ledger_call_ids=cursor.call_ids, limits=limits, now=now)
+    known = {} if force else _known_receipts(run)
+    files = read_run_files(
+        path,
+        ledger_call_ids=cursor.call_ids,
+        limits=limits,
+        now=now,
+        known_receipts=known,
+        known_contract=run.contract_sha256,
+    )
+    decided_before = {call_id: (known[call_id].decision, known[call_id].decision_reason) for call_id in known}
     apply_decisions(files)
     with transaction.atomic():
-        _store_files(run, files)
+        _store_files(run, files, decided_before)
         seen = _store_findings(run, ledger_file_findings + files.findings, now)
         # Ledger findings were stored batch by batch; re-check only what this pass re-checked.
         _close_findings_not_seen(run.findings.filter(scope=FILES), seen, now)
@@ -426,17 +479,34 @@ def _import_run_locked(
     return _report(run, changed=True)
 
 
-def _claimed_elsewhere(path: Path) -> str | None:
+def _claimed_elsewhere(path: Path, recorded: str | None) -> str | None:
     """The other runs root's copy of this run_id, when one is imported and still there.
 
     Two directories with one run_id would overwrite each other's rows (and look
     like a rewritten ledger): the second is refused. A run that moved (its old
     directory is gone) is the same run, and is followed.
     """
-    recorded = Run.objects.filter(run_id=path.name).values_list("path", flat=True).first()
     if recorded is None or recorded == str(path):
         return None
     return recorded if looks_like_run(Path(recorded)) else None
+
+
+@dataclasses.dataclass
+class _Known:
+    """What the last import recorded of a run: enough to tell that nothing changed."""
+
+    path: str
+    fingerprint: str
+    next_stale_at: dt.datetime | None
+    archived: bool
+    summarised: bool
+
+    def unchanged(self, path: Path, now: dt.datetime) -> bool:
+        if self.path != str(path) or not self.summarised:
+            return False
+        if self.next_stale_at is not None and now >= self.next_stale_at:
+            return False
+        return run_fingerprint(path) == self.fingerprint
 
 
 def root_import(
@@ -446,29 +516,45 @@ def root_import(
     now: dt.datetime | None = None,
     force: bool = False,
     progress: Progress | None = None,
+    report_unchanged: bool = True,
 ) -> ImportReport:
     """Import every run directory under ``root`` (or ``root`` itself when it is one).
 
-    One bad run never stops the others: its problems are findings on it.
+    One bad run never stops the others: its problems are findings on it. What the
+    last import recorded of every run is read in one query, so a run whose files
+    have not changed costs its ``stat`` calls and nothing else; without
+    ``report_unchanged`` (the watch) it is not even reported.
     """
     now = now or protocol.utc_now()
     discovery = discover_runs(Path(root))
     root_key = storable_text(str(Path(root).absolute()))
-    runs, root_problems = [], list(discovery.findings)
-    archived = set(Run.objects.filter(archived=True).values_list("run_id", flat=True))
-    for path in discovery.runs:
-        if path.name in archived:
+    names = [path.name for path in discovery.runs]
+    fields = ("run_id", "path", "fingerprint", "next_stale_at", "archived", "summary")
+    known = {
+        row[0]: _Known(row[1], row[2], row[3], row[4], row[5] is not None)
+        for start in range(0, len(names), 500)
+        for row in Run.objects.filter(run_id__in=names[start : start + 500]).values_list(*fields)
+    }
+    changed, unchanged, root_problems = [], [], list(discovery.findings)
+    for path in (path.absolute() for path in discovery.runs):
+        recorded = known.get(path.name)
+        if recorded is not None and recorded.archived:
             continue  # an archived run is never brought back; retention removes what is left of it
-        other = _claimed_elsewhere(path.absolute())
-        if other is None:
-            runs.append(path)
-        else:
+        other = _claimed_elsewhere(path, recorded.path if recorded else None)
+        if other is not None:
             detail = f"run_id {path.name} is already imported from {other}: this copy is not imported"
             root_problems.append(FindingRecord("duplicate_run_id", path.name, detail))
+        elif not force and recorded is not None and recorded.unchanged(path, now):
+            unchanged.append(path.name)
+        else:
+            changed.append(path)
     with transaction.atomic():
         seen = _store_findings(None, root_problems, now, root=root_key)
         _close_findings_not_seen(Finding.objects.filter(run__isnull=True, root=root_key), seen, now)
-    reports = [run_import(path=path, limits=limits, now=now, force=force, progress=progress) for path in runs]
+    reports = [run_import(path=path, limits=limits, now=now, force=force, progress=progress) for path in changed]
+    if report_unchanged:
+        reports += [_report(run, changed=False) for run in Run.objects.filter(run_id__in=unchanged)]
+        reports.sort(key=lambda report: report.run_id)
     root_findings = [
         {"code": f.code, "subject": f.subject, "detail": f.detail}
         for f in Finding.objects.filter(run__isnull=True, root=root_key, closed_at__isnull=True)

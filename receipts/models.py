@@ -124,6 +124,8 @@ class Call(models.Model):
     verification = models.CharField(max_length=16, blank=True)  # verified, mismatch, unverifiable
     decision = models.CharField(max_length=16, blank=True)
     decision_reason = models.TextField(blank=True)
+    # size.mtime_ns.ctime_ns.inode of the receipt when read: unchanged, it is not read again.
+    file_signature = models.CharField(max_length=100, blank=True)
 
     class Meta:
         ordering = ["run", "call_id"]
@@ -202,7 +204,8 @@ class Event(models.Model):
         indexes = [
             models.Index(fields=["run", "type", "seq"]),
             models.Index(fields=["run", "call_id", "seq"]),
-            models.Index(fields=["run", "client_submission_id", "seq"]),
+            # Submission events by id, and legacy ones (no id), without walking the run's other events.
+            models.Index(fields=["run", "type", "client_submission_id", "seq"], name="event_submission_idx"),
             models.Index(fields=["run", "ts"]),
         ]
 

@@ -55,9 +55,17 @@ class RunPlan:
     body_bytes: int  # what stripping the bodies would free in the database
 
 
+# What a plan reads of a run (the summary holds the counts).
+PLAN_FIELDS = (
+    "run_id", "state", "last_event_at", "archived", "bodies_stripped_at", "summary",
+    "legal_hold", "legal_hold_by", "legal_hold_reason", "legal_hold_since",
+)  # fmt: skip
+
+
 def plan_runs(*, policy: RetentionPolicy, now: dt.datetime, runs=None) -> list[RunPlan]:
     """The plan of every run (or of ``runs``) from the counts stored at import: one query."""
-    runs = list(runs if runs is not None else Run.objects.order_by("run_id"))
+    if runs is None:
+        runs = Run.objects.order_by("run_id").only(*PLAN_FIELDS)
     return [_plan(run, policy, now, stats.RunSummary.of(run)) for run in runs]
 
 

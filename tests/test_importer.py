@@ -226,7 +226,7 @@ def test_a_big_run_is_committed_batch_by_batch(demo_root):
 
 @pytest.mark.django_db(transaction=True)
 def test_an_importer_killed_at_random_moments_is_completed_by_the_next(demo_root, tmp_path):
-    synthetic_ledger(demo_root / "clean-run", 80_000, start_seq=11)
+    synthetic_ledger(demo_root / "clean-run", 150_000, start_seq=11)
     url = database_url_for_children(tmp_path)
     seed = random.randrange(2**32)
     randomizer = random.Random(seed)
@@ -238,7 +238,7 @@ def test_an_importer_killed_at_random_moments_is_completed_by_the_next(demo_root
         child = subprocess.Popen(
             manage_command("import_runs", str(demo_root)), env=child_env(url), stdout=subprocess.DEVNULL
         )
-        time.sleep(randomizer.uniform(0.3, 1.5))
+        time.sleep(randomizer.uniform(0.2, 1.2))
         if child.poll() is None:
             child.send_signal(signal.SIGKILL)
             kills += 1

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import importlib
+import json
+import os
 from collections import Counter
 
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.db.models import Count
+from django.test.utils import CaptureQueriesContext
 
 from receipts import importer, stats
-from receipts.models import Event, EventTally, Run
+from receipts.models import Call, Event, EventTally, Run
 from tests.helpers import CONTRACT
 from tests.volume import synthetic_ledger, synthetic_run
 
@@ -73,3 +76,94 @@ def test_the_migration_counts_runs_imported_before_it(demo):
     migration.count_what_was_imported(state.apps, None)
     assert {run.run_id: (stored(run), run.summary) for run in Run.objects.all()} == expected
     assert Run.objects.filter(needs_attention=True).exists()
+
+
+def receipts_read_during(monkeypatch, action) -> list[str]:
+    """The receipt files the reader opened while ``action`` ran."""
+    from receipts.reader import checks
+
+    opened, read_regular = [], checks.read_regular
+
+    def spy(name, dir_fd, limit):
+        opened.append(name)
+        return read_regular(name, dir_fd, limit)
+
+    monkeypatch.setattr(checks, "read_regular", spy)
+    action()
+    monkeypatch.setattr(checks, "read_regular", read_regular)
+    return [name for name in opened if len(name) > 60]  # receipts are named by their 64-hex call_id
+
+
+def call_rows(run_id: str) -> list[tuple]:
+    fields = [f.name for f in Call._meta.fields if f.name not in ("id", "file_signature")]
+    return list(Call.objects.filter(run__run_id=run_id).order_by("call_id").values_list(*fields))
+
+
+def test_one_changed_receipt_is_the_only_one_read_again(tmp_path, db, monkeypatch):
+    run_dir = tmp_path / "active"
+    synthetic_run(run_dir, events=300, receipts=60, contract=CONTRACT)
+    importer.run_import(path=run_dir)
+    receipts = sorted((run_dir / "receipts").iterdir())
+    changed = receipts[7]
+    document = json.loads(changed.read_bytes())
+    replacement = changed.with_suffix(".tmp")
+    replacement.write_text(json.dumps({**document, "status": "unknown"}))
+    os.replace(replacement, changed)  # as the writer replaces a receipt
+
+    assert receipts_read_during(monkeypatch, lambda: importer.run_import(path=run_dir)) == [changed.name]
+    call = Call.objects.get(call_id=changed.stem)
+    assert (call.status, call.decision) == ("unknown", "confirm")
+    assert Call.objects.filter(run__run_id="active", args=None).count() == 0, "reused rows keep their bodies"
+
+    tampered = receipts[20]  # edited in place: same name and inode, a new mtime and ctime
+    tampered.write_text(tampered.read_text().replace("content", "CONTENT"))
+    assert receipts_read_during(monkeypatch, lambda: importer.run_import(path=run_dir)) == [tampered.name]
+    assert Call.objects.get(call_id=tampered.stem).verification == "mismatch"
+    # A receipt with findings of its own is read on every import, so its findings stay true.
+    os.utime(run_dir / "state.json")
+    assert receipts_read_during(monkeypatch, lambda: importer.run_import(path=run_dir)) == [tampered.name]
+
+    incremental = call_rows("active")
+    importer.run_import(path=run_dir, force=True)
+    assert call_rows("active") == incremental, "reading every file again changes no row"
+
+
+def test_a_new_contract_checks_every_receipt_again(tmp_path, db, monkeypatch):
+    run_dir = tmp_path / "recontracted"
+    synthetic_run(run_dir, events=100, receipts=20, contract=CONTRACT)
+    importer.run_import(path=run_dir)
+    (run_dir / "steer.json").write_text(json.dumps({"contract_sha256": "d" * 64}))
+    read = receipts_read_during(monkeypatch, lambda: importer.run_import(path=run_dir))
+    assert len(read) == 20
+    assert set(Call.objects.filter(run__run_id="recontracted").values_list("verification", flat=True)) == {"mismatch"}
+
+
+def test_a_watch_pass_over_unchanged_runs_makes_the_same_few_queries_however_many(tmp_path, db):
+    def unchanged_pass_queries(count: int) -> int:
+        for index in range(count):
+            run_dir = tmp_path / f"run-{index:03d}"
+            if not run_dir.exists():
+                synthetic_run(run_dir, events=10, receipts=1, contract=CONTRACT)
+        importer.root_import(root=tmp_path)
+        with CaptureQueriesContext(connection) as queries:
+            report = importer.root_import(root=tmp_path, report_unchanged=False)
+        assert report.runs == []
+        return len(queries)
+
+    assert unchanged_pass_queries(5) == unchanged_pass_queries(40) <= 6
+
+
+def test_findings_go_in_bulk_however_many_lines_are_broken(tmp_path, db):
+    def import_queries(broken: int) -> tuple[int, int]:
+        run_dir = tmp_path / f"broken-{broken}"
+        synthetic_run(run_dir, events=20, receipts=2, contract=CONTRACT)
+        with (run_dir / "events.jsonl").open("ab") as ledger:
+            ledger.write(b"".join(b"{broken line %d\n" % n for n in range(broken)))
+        with CaptureQueriesContext(connection) as queries:
+            importer.run_import(path=run_dir)
+        open_findings = Run.objects.get(run_id=run_dir.name).findings.filter(closed_at__isnull=True).count()
+        return len(queries), open_findings
+
+    few, many = import_queries(10), import_queries(1_000)
+    assert few[1] >= 10 and many[1] >= 1_000
+    assert few[0] == many[0]

@@ -25,6 +25,8 @@ class RunChecks:
         self.out = RunFiles(run_id=run_dir.name)
         self.receipt_shas: dict[str, str] = {}
         self.receipt_files: set[str] = set()
+        self.known: dict[str, Any] = {}  # call_id -> CallRecord read before (read_run_files says when)
+        self.known_contract = ""
 
     def mismatch(self, code: str, subject: str, detail: str, stored: str, recomputed: str, **values: str) -> None:
         """A finding that shows what the file says beside what it should say."""

@@ -15,7 +15,7 @@ from receipts import protocol
 from receipts.findings import storable_text
 from receipts.protocol import RUN_FOLDERS
 from receipts.reader.records import CallRecord, ConfirmationRecord, RunFiles, text, time_field
-from receipts.reader.safe_open import DEFAULT_LIMITS, Limits, Unsafe, _exists, open_dir
+from receipts.reader.safe_open import DEFAULT_LIMITS, Limits, Unsafe, _exists, open_dir, signature_of
 from receipts.reader.submissions import SubmissionChecks
 
 
@@ -32,6 +32,8 @@ class _RunReader(SubmissionChecks):
         try:
             self.read_state(run_fd)
             self.read_steer(run_fd)
+            if self.out.contract_sha256 != self.known_contract:
+                self.known = {}  # every identity check depends on the contract: check them all again
             for name in RUN_FOLDERS:
                 folders[name] = self.folder(run_fd, name)
             self.read_receipts(folders["receipts"])
@@ -87,6 +89,13 @@ class _RunReader(SubmissionChecks):
                 )
                 continue
             self.receipt_files.add(stem)
+            signature = signature_of(name, dir_fd)
+            known = self.known.get(stem)
+            if known is not None and signature and signature == known.file_signature:
+                self.receipt_shas[stem] = known.file_sha256
+                self.out.calls.append(known)
+                self.out.reused_calls.add(stem)
+                continue
             parsed = self.read_json(name, dir_fd, subject)
             if parsed is None:
                 continue
@@ -94,6 +103,7 @@ class _RunReader(SubmissionChecks):
             self.receipt_shas[stem] = file_sha
             call = self.receipt_record(receipt, stem, file_sha, subject)
             if call is not None:
+                call.file_signature = signature
                 self.out.calls.append(call)
 
     def receipt_record(self, receipt: Any, stem: str, file_sha: str, subject: str) -> CallRecord | None:
@@ -241,7 +251,21 @@ class _RunReader(SubmissionChecks):
 
 
 def read_run_files(
-    run_dir: Path, *, ledger_call_ids: set[str], limits: Limits = DEFAULT_LIMITS, now: dt.datetime | None = None
+    run_dir: Path,
+    *,
+    ledger_call_ids: set[str],
+    limits: Limits = DEFAULT_LIMITS,
+    now: dt.datetime | None = None,
+    known_receipts: dict[str, CallRecord] | None = None,
+    known_contract: str = "",
 ) -> RunFiles:
-    """Everything in a run directory but the ledger, checked against the ledger's call ids."""
-    return _RunReader(Path(run_dir), set(ledger_call_ids), limits, now or protocol.utc_now()).read()
+    """Everything in a run directory but the ledger, checked against the ledger's call ids.
+
+    ``known_receipts``: records of receipts read before (with their ``file_signature``),
+    made under ``known_contract``. A receipt whose signature has not changed is not read
+    again: its known record is used (and named in ``reused_calls``). Only records whose
+    file raised no finding of its own should be passed, since a reused file reports none.
+    """
+    reader = _RunReader(Path(run_dir), set(ledger_call_ids), limits, now or protocol.utc_now())
+    reader.known, reader.known_contract = dict(known_receipts or {}), known_contract
+    return reader.read()

@@ -38,6 +38,9 @@ class CallRecord:
     verification: str = ""
     decision: str = ""
     decision_reason: str = ""
+    # The file's size, mtime, ctime and inode when it was read (safe_open.signature_of): the
+    # next import reads it again only when these differ.
+    file_signature: str = ""
 
 
 @dataclasses.dataclass
@@ -86,6 +89,9 @@ class RunFiles:
     confirmations: list[ConfirmationRecord] = dataclasses.field(default_factory=list)
     findings: list[FindingRecord] = dataclasses.field(default_factory=list)
     next_stale_at: dt.datetime | None = None  # when a finding may appear with no file changing
+    # Receipts not read again (their signature had not changed): their records are the ones
+    # passed in as known, and carry no args, result or error.
+    reused_calls: set[str] = dataclasses.field(default_factory=set)
 
 
 def time_field(document: dict[str, Any], name: str) -> dt.datetime | None:

@@ -88,6 +88,22 @@ def read_regular(name: str, dir_fd: int, limit: int) -> bytes:
         os.close(fd)
 
 
+def signature_of(name: str, dir_fd: int) -> str:
+    """A regular file's size, mtime, ctime and inode, or "" for anything else.
+
+    ctime is in it because no program can set it back; the inode because the
+    writer replaces a file by renaming a new one over it. Taken before the file
+    is read, so a change made while it is read shows on the next import.
+    """
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return ""
+    if not stat.S_ISREG(info.st_mode):
+        return ""
+    return f"{info.st_size}.{info.st_mtime_ns}.{info.st_ctime_ns}.{info.st_ino}"
+
+
 def list_names(dir_fd: int) -> list[str]:
     """Entry names a reader considers: no dot names (temp files, writer internals), no ``.tmp``."""
     with os.scandir(dir_fd) as entries:

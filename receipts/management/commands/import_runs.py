@@ -39,6 +39,9 @@ class ProgressBar:
 
 class Command(BaseCommand):
     help = "Import every run directory under ROOT (or ROOT itself when it is one). Safe to run again and at once."
+    # The system checks take longer than importing an unchanged run; `manage.py check` and
+    # `migrate` make them, and a watcher that runs for days gains nothing from them.
+    requires_system_checks = ()
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -72,7 +75,7 @@ class Command(BaseCommand):
             while True:
                 time.sleep(options["interval"])
                 try:
-                    report = root_import(root=root, limits=limits, progress=progress)
+                    report = root_import(root=root, limits=limits, progress=progress, report_unchanged=False)
                 except DatabaseError as error:
                     # The database went away (a restart, a full disk): the watch goes on and tries again.
                     self.stderr.write(f"import pass failed, trying again in {options['interval']} s: {error}")

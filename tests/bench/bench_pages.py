@@ -1,0 +1,191 @@
+"""Page benchmark (run by hand: `make bench-pages`; not part of the suite).
+
+Builds once, under tests/bench/out/pages-world/, a runs root of 1,000 runs: one
+of 1,000,000 ledger events and 100,000 receipts, and 999 small ones of which
+every third has a receipt left `prepared` (a stale call in doubt, in the inbox)
+and every third has no steer.json (a schema finding). It imports the root into a
+fresh database, serves the dashboard with gunicorn (two sync workers, debug off,
+static files by whitenoise) on loopback, logs in, and drives every page with
+wrk for a few seconds each.
+
+Why wrk: a C load generator, event-driven, from Debian's packages; one thread
+keeps both workers busy while taking little of the second core from the server
+on a two-core machine, and it reports latency percentiles. It runs a closed
+loop with two connections, as many as there are workers, so a latency is a
+request's own time (queued behind none); a Python client would compete with
+the server for the CPU it measures.
+
+    python tests/bench/bench_pages.py [--postgres] [--seconds 5] [--small-runs 999]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.cookiejar
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_import import CONTRACT, OUT, PROJECT, build_run, fresh_database, manage
+
+WORLD = OUT / "pages-world"
+BIG = "big-run"
+USER, PASSWORD = "bench", "a-long-bench-password-1"
+
+
+def build_world(small_runs: int) -> Path:
+    sys.path.insert(0, str(PROJECT))
+    from tests.volume import synthetic_run
+
+    big = build_run(1_000_000, 100_000)
+    if not (WORLD / BIG).exists():
+        WORLD.mkdir(parents=True, exist_ok=True)
+        # Hard links: the big run's 100,000 receipts are not copied.
+        subprocess.run(["cp", "-al", str(big), str(WORLD / BIG)], check=True)
+    for index in range(small_runs):
+        run = WORLD / f"run-{index:04d}"
+        if run.exists():
+            continue
+        synthetic_run(run, events=30, receipts=3, contract=CONTRACT)
+        if index % 3 == 0:
+            receipt = sorted((run / "receipts").iterdir())[0]
+            document = json.loads(receipt.read_bytes())
+            receipt.write_text(json.dumps({**document, "status": "prepared"}))
+        if index % 3 == 1:
+            (run / "steer.json").unlink()
+    return WORLD
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def server_env(url: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DATABASE_URL": url,
+        "DATABASE_CONN_MAX_AGE": "60",
+        "DJANGO_DEBUG": "0",
+        "DJANGO_HTTPS": "0",
+        "DJANGO_SECRET_KEY": "bench-" + "k" * 50,
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+    }
+
+
+def login(base: str) -> str:
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    page = opener.open(base + "/accounts/login/").read().decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    form = urllib.parse.urlencode({"username": USER, "password": PASSWORD, "csrfmiddlewaretoken": token})
+    opener.open(urllib.request.Request(base + "/accounts/login/", data=form.encode(), headers={"Referer": base + "/"}))
+    cookies = {cookie.name: cookie.value for cookie in jar}
+    assert "sessionid" in cookies, "the bench user could not log in"
+    return "; ".join(f"{name}={value}" for name, value in cookies.items())
+
+
+def urls(base: str, cookie: str) -> dict[str, str]:
+    request = urllib.request.Request(f"{base}/runs/{BIG}/", headers={"Cookie": cookie})
+    page = urllib.request.urlopen(request).read().decode()
+    call = re.search(rf'href="/runs/{BIG}/calls/([0-9a-f]+)/"', page).group(1)
+    return {
+        "runs list": "/",
+        "runs needing attention": "/?attention=1",
+        "run, ledger first page": f"/runs/{BIG}/",
+        "run, ledger middle (seq 500,000)": f"/runs/{BIG}/?seq=500000",
+        "run, ledger last page": f"/runs/{BIG}/?page=last",
+        "run, filter type=receipt": f"/runs/{BIG}/?type=receipt",
+        "run, filter type=note, last page": f"/runs/{BIG}/?type=note&page=last",
+        "run, calls last page": f"/runs/{BIG}/?calls_page=last",
+        "call": f"/runs/{BIG}/calls/{call}/",
+        "recovery decisions": f"/runs/{BIG}/replay/",
+        "recovery decisions, last page": f"/runs/{BIG}/replay/?page=last",
+        "findings": "/findings/",
+        "stale": "/reservations/",
+        "search (run ids)": "/search/?q=run-00",
+        "search (call_id prefix)": f"/search/?q={call[:8]}",
+        "inbox": "/inbox/",
+        "audit": "/audit/",
+        "retention": "/retention/",
+    }
+
+
+def wrk(url: str, cookie: str, seconds: int) -> dict[str, float]:
+    completed = subprocess.run(
+        ["wrk", "-t1", "-c2", f"-d{seconds}s", "--latency", "-H", f"Cookie: {cookie}", url],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    out = completed.stdout
+    if "Non-2xx or 3xx responses" in out:
+        raise SystemExit(f"{url} answered with errors:\n{out}")
+
+    def ms(label: str) -> float:
+        value, unit = re.search(rf"^\s+{label}\s+([\d.]+)(us|ms|s)\s*$", out, re.M).groups()
+        return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    return {"p50_ms": ms("50%"), "p99_ms": ms("99%"), "rps": rate}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--postgres", action="store_true")
+    parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--small-runs", type=int, default=999)
+    options = parser.parse_args()
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is missing: apt-get install wrk")
+    world = build_world(options.small_runs)
+    label = "PostgreSQL" if options.postgres else "SQLite"
+    url = fresh_database(options.postgres, "bench_pages")
+    import_seconds, import_rss = manage(url, "import_runs", str(world))
+    env = server_env(url)
+    run = {"env": env, "cwd": PROJECT, "check": True}
+    subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"], **run)
+    create = f"from django.contrib.auth.models import User; User.objects.create_superuser('{USER}', '', '{PASSWORD}')"
+    subprocess.run([sys.executable, "manage.py", "shell", "-c", create], **run)
+    port = free_port()
+    gunicorn = Path(sys.executable).with_name("gunicorn")
+    server = subprocess.Popen(
+        [str(gunicorn), "evidence.wsgi", "--workers", "2", "--bind", f"127.0.0.1:{port}", "--log-level", "warning"],
+        env=env, cwd=PROJECT,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(base + "/healthz")
+                break
+            except OSError:
+                time.sleep(0.1)
+        cookie = login(base)
+        results = {}
+        for name, path in urls(base, cookie).items():
+            wrk(base + path, cookie, 1)  # warm both workers' caches
+            results[name] = wrk(base + path, cookie, options.seconds)
+            r = results[name]
+            print(f"{name:36} p50 {r['p50_ms']:7.2f} ms  p99 {r['p99_ms']:7.2f} ms  {r['rps']:7.1f} req/s", flush=True)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
+    print(f"\n{label}: import of the 1,000-run root {import_seconds:.1f} s, peak {import_rss:.0f} MiB")
+    print(f"| page | {label} p50 | p99 | req/s |\n|---|---|---|---|")
+    for name, r in results.items():
+        print(f"| {name} | {r['p50_ms']:.1f} ms | {r['p99_ms']:.1f} ms | {r['rps']:.0f} |")
+    print(json.dumps({"db": label, "import_s": import_seconds, "pages": results}))
+
+
+if __name__ == "__main__":
+    main()
