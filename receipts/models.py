@@ -96,6 +96,15 @@ class Run(models.Model):
         return protocol.utc_now() - self.last_event_at < LIVE_WINDOW
 
 
+def with_run(rows: models.QuerySet) -> models.QuerySet:
+    """Rows joined with their run, without the run's stored counts: JSON that would be
+    decoded once per row by a list that only shows the run's name."""
+    return rows.select_related("run").defer("run__summary", "run__event_type_counts")
+
+
+BODIES = ("args", "result", "error")  # a call's JSON bodies, which lists of calls never show
+
+
 class Call(models.Model):
     """One per call_id per run: every receipt, and every call_id the ledger names."""
 

@@ -41,10 +41,10 @@ def manage(url: str, *args: str, check: bool = False) -> subprocess.CompletedPro
 
 DUMP_SCRIPT = f"""
 import hashlib, json
-from receipts.models import Call, Confirmation, Event, Finding, Run, Submission
+from receipts.models import Call, Confirmation, Event, EventTally, Finding, Run, Submission
 skip = {{"id", "run_id", *{IMPORT_TIMESTAMPS!r}}}
 run_ids = dict(Run.objects.values_list("id", "run_id"))
-for model in (Run, Call, Submission, Event, Finding, Confirmation):
+for model in (Run, Call, Submission, Event, EventTally, Finding, Confirmation):
     names = [f.attname for f in model._meta.concrete_fields if f.attname not in skip]
     rows = sorted(
         json.dumps([run_ids.get(row[0])] + list(row[1:]), sort_keys=True, default=str)

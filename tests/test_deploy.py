@@ -1,0 +1,109 @@
+"""The deployment the README describes: its files name real commands, and on PostgreSQL
+importers and web workers run at once without losing or duplicating a row."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import threading
+from http import HTTPStatus
+
+import psycopg
+import pytest
+from django.core.management import get_commands
+from django.db import connection
+from django.test import Client
+
+from tests.helpers import CONTRACT, PROJECT
+from tests.subprocess_db import child_env, database_url_for_children, manage, manage_command, normalized_dump
+from tests.volume import synthetic_ledger, synthetic_run
+
+
+def deploy_commands() -> list[list[str]]:
+    """Every command line of the Procfile and of the systemd units' ExecStart."""
+    lines = [line.split(":", 1)[1] for line in (PROJECT / "Procfile").read_text().splitlines() if ":" in line]
+    for unit in sorted((PROJECT / "deploy").glob("*.service")):
+        lines += [line.split("=", 1)[1] for line in unit.read_text().splitlines() if line.startswith("ExecStart")]
+    commands = []
+    for line in lines:
+        for part in line.split("&&"):
+            commands.append(shlex.split(part.replace("${WEB_CONCURRENCY:-4}", "4").replace("${PORT:-8000}", "8000")))
+    return commands
+
+
+def test_the_procfile_and_the_units_name_commands_that_exist():
+    commands = deploy_commands()
+    assert len(commands) >= 5
+    management = set(get_commands())
+    for command in commands:
+        program = command[0].rsplit("/", 1)[-1]
+        if program.startswith("python"):
+            assert command[1].endswith("manage.py") and command[2] in management, command
+        else:
+            assert program == "gunicorn" and "evidence.wsgi" in command, command
+    assert any("--watch" in command for command in commands), "the importer runs as its own process"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_importers_and_web_requests_at_once_lose_and_duplicate_nothing(demo_root, tmp_path, django_user_model):
+    if connection.vendor != "postgresql":
+        pytest.skip("the scale-out database is PostgreSQL; make test-postgres runs this")
+    synthetic_ledger(demo_root / "clean-run", 40_000, start_seq=11)
+    second_root = tmp_path / "second-root"
+    for index in range(12):
+        synthetic_run(second_root / f"other-{index:02d}", events=300, receipts=20, contract=CONTRACT)
+    url = database_url_for_children(tmp_path)
+    user = django_user_model.objects.create_user("web", password="a-long-password-1")
+
+    failures: list[str] = []
+    pages_served = 0
+    stop = threading.Event()
+
+    def browse() -> None:
+        nonlocal pages_served
+        client = Client()
+        client.force_login(user)
+        paths = ["/", "/inbox/", "/findings/", "/retention/", "/runs/clean-run/", "/runs/other-03/"]
+        while not stop.is_set():
+            for path in paths:
+                status = client.get(path).status_code
+                if status not in (HTTPStatus.OK, HTTPStatus.NOT_FOUND):  # a run not imported yet is a 404
+                    failures.append(f"{path}: {status}")
+                pages_served += 1
+        connection.close()
+
+    browsers = [threading.Thread(target=browse) for _ in range(2)]
+    for thread in browsers:
+        thread.start()
+    # Each importer owns one root first, then takes the other's as well: both meet on every run.
+    importers = [
+        subprocess.Popen(
+            ["sh", "-c", " && ".join(shlex.join(manage_command("import_runs", str(root))) for root in roots)],
+            env=child_env(url),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for roots in ((demo_root, second_root), (second_root, demo_root))
+    ]
+    errors = [importer.communicate(timeout=600)[1] for importer in importers]
+    stop.set()
+    for thread in browsers:
+        thread.join(timeout=60)
+    assert [importer.returncode for importer in importers] == [0, 0], errors
+    assert failures == [] and pages_served > 12
+
+    clean = f"test_clean_{tmp_path.name[-20:]}".replace("-", "_").lower()
+    admin = psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True)
+    admin.execute(f"DROP DATABASE IF EXISTS {clean}")
+    admin.execute(f"CREATE DATABASE {clean}")
+    try:
+        clean_url = url.rsplit("/", 1)[0] + f"/{clean}"
+        manage(clean_url, "migrate", "-v", "0", check=True)
+        manage(clean_url, "import_runs", str(demo_root), check=True)
+        manage(clean_url, "import_runs", str(second_root), check=True)
+        together, alone = normalized_dump(url), normalized_dump(clean_url)
+    finally:
+        admin.execute(f"DROP DATABASE IF EXISTS {clean} WITH (FORCE)")
+        admin.close()
+    assert all(count == distinct for _, count, distinct, _ in (line.split() for line in together)), "no duplicates"
+    assert together == alone, "nothing lost: the same rows as one importer alone"
