@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 RUNS ?= var/runs
 ADDR ?= 127.0.0.1:8000
 
-.PHONY: install demo browser test test-postgres lint format bench bench-import bench-export clean
+.PHONY: install demo browser test test-postgres lint format bench bench-import bench-export bench-pages clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -68,6 +68,13 @@ bench-export: install
 bench-import: install
 	$(BIN)/python tests/bench/bench_import.py
 	$(BIN)/python tests/bench/bench_import.py --postgres
+
+# Every page under gunicorn (the deploy extra), driven by wrk (Debian's package), on both databases.
+bench-pages: install
+	$(BIN)/python -m pip install -q -e '.[test,deploy]'
+	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; $$SUDO apt-get install -y -qq wrk; }
+	$(BIN)/python tests/bench/bench_pages.py
+	$(BIN)/python tests/bench/bench_pages.py --postgres
 
 clean:
 	rm -rf $(VENV) var db.sqlite3*

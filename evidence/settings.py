@@ -71,6 +71,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
+    "django.contrib.humanize",  # intcomma: a million events reads as 1,000,000
     "django_htmx",
     "template_partials",
     "receipts",

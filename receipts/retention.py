@@ -55,21 +55,32 @@ class RunPlan:
     body_bytes: int  # what stripping the bodies would free in the database
 
 
-# What a plan reads of a run (the summary holds the counts).
-PLAN_FIELDS = (
-    "run_id", "state", "last_event_at", "archived", "bodies_stripped_at", "summary",
-    "legal_hold", "legal_hold_by", "legal_hold_reason", "legal_hold_since",
-)  # fmt: skip
+@dataclasses.dataclass
+class RunFacts:
+    """What a plan reads of a run (its summary holds the counts): a row, not a model
+    instance, because the retention page plans every run."""
+
+    run_id: str
+    state: str
+    last_event_at: dt.datetime | None
+    archived: bool
+    bodies_stripped_at: dt.datetime | None
+    summary: dict | None
+    legal_hold: bool
+    legal_hold_by: str
+    legal_hold_reason: str
+    legal_hold_since: dt.datetime | None
 
 
 def plan_runs(*, policy: RetentionPolicy, now: dt.datetime, runs=None) -> list[RunPlan]:
     """The plan of every run (or of ``runs``) from the counts stored at import: one query."""
     if runs is None:
-        runs = Run.objects.order_by("run_id").only(*PLAN_FIELDS)
+        names = [field.name for field in dataclasses.fields(RunFacts)]
+        runs = [RunFacts(*row) for row in Run.objects.order_by("run_id").values_list(*names)]
     return [_plan(run, policy, now, stats.RunSummary.of(run)) for run in runs]
 
 
-def _blockers(run: Run, policy: RetentionPolicy, in_doubt: int, codes: dict[str, int]) -> list[str]:
+def _blockers(run: Run | RunFacts, policy: RetentionPolicy, in_doubt: int, codes: dict[str, int]) -> list[str]:
     blockers = [f"a legal hold ({run.legal_hold_by}: {run.legal_hold_reason})"] if run.legal_hold else []
     if run.state.lower() not in policy.finished_states:
         blockers.append(f"unfinished (state {run.state or 'none'})")
@@ -85,7 +96,7 @@ def _blockers(run: Run, policy: RetentionPolicy, in_doubt: int, codes: dict[str,
     return blockers
 
 
-def _plan(run: Run, policy: RetentionPolicy, now: dt.datetime, summary: stats.RunSummary) -> RunPlan:
+def _plan(run: Run | RunFacts, policy: RetentionPolicy, now: dt.datetime, summary: stats.RunSummary) -> RunPlan:
     blockers = _blockers(run, policy, summary.unsettled, summary.findings_by_code)
     moments = (run.last_event_at, summary.last_decision_at, run.legal_hold_since)
     clock_from = max(filter(None, moments), default=None)

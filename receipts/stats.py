@@ -82,11 +82,10 @@ class RunSummary:
     last_decision_at: dt.datetime | None = None  # the latest confirmation or dashboard decision
 
     @classmethod
-    def of(cls, run: Run) -> RunSummary:
+    def of(cls, run: Any) -> RunSummary:
         """The summary stored on ``run`` (an empty one before its first import)."""
-        stored = dict(run.summary or {})
-        names = {field.name for field in dataclasses.fields(cls)}
-        summary = cls(**{name: value for name, value in stored.items() if name in names})
+        stored = run.summary or {}
+        summary = cls(**{name: value for name, value in stored.items() if name in SUMMARY_FIELDS})
         if isinstance(summary.last_decision_at, str):
             summary.last_decision_at = protocol.parse_time(summary.last_decision_at)
         return summary
@@ -127,6 +126,9 @@ class RunSummary:
         if self.in_doubt or self.stale_reservations or self.calls_by_status.get("unverified"):
             return "in doubt"
         return "ok"
+
+
+SUMMARY_FIELDS = frozenset(field.name for field in dataclasses.fields(RunSummary))
 
 
 def refresh_run_summary(run: Run, apps: Any = None) -> RunSummary:

@@ -6,7 +6,9 @@ and 100,000 receipts, then in the same run times:
 - the floor: a plain script that parses the same files with the standard
   `json` module and inserts the same rows (events and calls, the same
   columns) in one transaction, with `sqlite3` (or psycopg for PostgreSQL);
-- re-importing the unchanged run;
+- re-importing the unchanged run (the whole command);
+- re-importing it after one receipt was replaced, as the writer replaces one
+  (a new file renamed over it): only that file is read again;
 - peak memory of the import at a quarter and at the whole ledger (flat = streamed).
 
     python tests/bench/bench_import.py [--events N] [--receipts N] [--postgres]
@@ -110,6 +112,11 @@ def main() -> None:
     url = fresh_database(options.postgres, "bench_import")
     import_seconds, import_rss = manage(url, "import_runs", str(run))
     again_seconds, _ = manage(url, "import_runs", str(run))
+    receipt = min((run / "receipts").iterdir())
+    replacement = receipt.with_name(f".{receipt.name}.bench")
+    shutil.copyfile(receipt, replacement)
+    os.replace(replacement, receipt)  # the same bytes under a new inode: its signature changed
+    one_changed_seconds, _ = manage(url, "import_runs", str(run))
     url_quarter = fresh_database(options.postgres, "bench_quarter")
     _, quarter_rss = manage(url_quarter, "import_runs", str(quarter))
 
@@ -118,6 +125,7 @@ def main() -> None:
     ratio = import_seconds / floor_seconds
     print(f"  import_runs, fresh database:                 {import_seconds:7.1f} s  ({ratio:.2f}x the floor)")
     print(f"  import_runs again, run unchanged:            {again_seconds:7.2f} s")
+    print(f"  import_runs after one receipt changed:       {one_changed_seconds:7.2f} s")
     sizes = f"{options.events // 4:,} events, {import_rss:.0f} MiB at {options.events:,}"
     print(f"  peak memory: {quarter_rss:.0f} MiB at {sizes}")
     print(
@@ -127,6 +135,7 @@ def main() -> None:
                 "floor_s": floor_seconds,
                 "import_s": import_seconds,
                 "unchanged_s": again_seconds,
+                "one_receipt_changed_s": one_changed_seconds,
                 "rss_quarter_mib": quarter_rss,
                 "rss_full_mib": import_rss,
             }

@@ -2,8 +2,9 @@
 
 Builds once, under tests/bench/out/pages-world/, a runs root of 1,000 runs: one
 of 1,000,000 ledger events and 100,000 receipts, and 999 small ones of which
-every third has a receipt left `prepared` (a stale call in doubt, in the inbox)
-and every third has no steer.json (a schema finding). It imports the root into a
+every third has a receipt left `prepared` (a stale call in doubt, in the inbox),
+every third has no steer.json (a schema finding) and every third has a receipt
+no event names and one that is not JSON: 1,332 open findings in all. It imports the root into a
 fresh database, serves the dashboard with gunicorn (two sync workers, debug off,
 static files by whitenoise) on loopback, logs in, and drives every page with
 wrk for a few seconds each.
@@ -54,16 +55,45 @@ def build_world(small_runs: int) -> Path:
         subprocess.run(["cp", "-al", str(big), str(WORLD / BIG)], check=True)
     for index in range(small_runs):
         run = WORLD / f"run-{index:04d}"
-        if run.exists():
-            continue
-        synthetic_run(run, events=30, receipts=3, contract=CONTRACT)
-        if index % 3 == 0:
+        if not run.exists():
+            synthetic_run(run, events=30, receipts=3, contract=CONTRACT)
+            if index % 3 == 0:
+                receipt = sorted((run / "receipts").iterdir())[0]
+                document = json.loads(receipt.read_bytes())
+                receipt.write_text(json.dumps({**document, "status": "prepared"}))
+            if index % 3 == 1:
+                (run / "steer.json").unlink()
+        if index % 3 == 2 and not (run / "receipts" / "broken.json").exists():
             receipt = sorted((run / "receipts").iterdir())[0]
-            document = json.loads(receipt.read_bytes())
-            receipt.write_text(json.dumps({**document, "status": "prepared"}))
-        if index % 3 == 1:
-            (run / "steer.json").unlink()
+            (run / "receipts" / f"{'e' * 64}.json").write_bytes(receipt.read_bytes())  # named by no event
+            (run / "receipts" / "broken.json").write_text("{")
     return WORLD
+
+
+def watch_pass_seconds(url: str, world: Path) -> list[float]:
+    """Three passes of the watch (``root_import`` without reports) over the unchanged root."""
+    code = (
+        "import time; from pathlib import Path; from receipts.importer import root_import\n"
+        "for _ in range(3):\n"
+        "    started = time.perf_counter()\n"
+        f"    root_import(root=Path({str(world)!r}), report_unchanged=False)\n"
+        "    print(time.perf_counter() - started)"
+    )
+    completed = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-v", "0", "-c", code],
+        env={**os.environ, "DATABASE_URL": url, "DJANGO_DEBUG": "1"}, cwd=PROJECT, capture_output=True, text=True,
+        check=True,
+    )  # fmt: skip
+    return [float(line) for line in completed.stdout.split()]
+
+
+def open_findings(url: str) -> int:
+    code = "from receipts.models import Finding; print(Finding.objects.filter(closed_at=None).count())"
+    completed = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-v", "0", "-c", code],
+        env={**os.environ, "DATABASE_URL": url, "DJANGO_DEBUG": "1"}, cwd=PROJECT, capture_output=True, text=True,
+    )  # fmt: skip
+    return int(completed.stdout.strip())
 
 
 def free_port() -> int:
@@ -151,6 +181,7 @@ def main() -> None:
     label = "PostgreSQL" if options.postgres else "SQLite"
     url = fresh_database(options.postgres, "bench_pages")
     import_seconds, import_rss = manage(url, "import_runs", str(world))
+    watch_pass = watch_pass_seconds(url, world)
     env = server_env(url)
     run = {"env": env, "cwd": PROJECT, "check": True}
     subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"], **run)
@@ -180,11 +211,13 @@ def main() -> None:
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
-    print(f"\n{label}: import of the 1,000-run root {import_seconds:.1f} s, peak {import_rss:.0f} MiB")
+    passes = ", ".join(f"{seconds:.2f}" for seconds in watch_pass)
+    findings = f"{open_findings(url)} open findings; a watch pass over the unchanged root: {passes} s"
+    print(f"\n{label}: import of the 1,000-run root {import_seconds:.1f} s, peak {import_rss:.0f} MiB; {findings}")
     print(f"| page | {label} p50 | p99 | req/s |\n|---|---|---|---|")
     for name, r in results.items():
         print(f"| {name} | {r['p50_ms']:.1f} ms | {r['p99_ms']:.1f} ms | {r['rps']:.0f} |")
-    print(json.dumps({"db": label, "import_s": import_seconds, "pages": results}))
+    print(json.dumps({"db": label, "import_s": import_seconds, "watch_pass_s": watch_pass, "pages": results}))
 
 
 if __name__ == "__main__":
