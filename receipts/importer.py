@@ -49,7 +49,6 @@ Progress = Callable[[str, int, int], None]  # run_id, ledger bytes read, ledger 
 
 # Findings the reader makes again on every read from the records, reused or not.
 RECOMPUTED_EVERY_READ = ("stale_call", "orphan_receipt", "missing_receipt", "import_failed")
-BODY_FIELDS = ("args", "result", "error")  # what a reused receipt's record is read without
 
 
 @dataclasses.dataclass
@@ -262,8 +261,10 @@ def _cursor_of(run: Run) -> LedgerCursor:
     cursor = LedgerCursor(**{field: getattr(run, column) for column, field in CURSOR_COLUMNS})
     if run.ledger_offset:
         events = Event.objects.filter(run=run)
-        cursor.call_ids = set(events.exclude(call_id="").values_list("call_id", flat=True).distinct())
-        submissions = events.filter(type="submission").exclude(client_submission_id="").exclude(request_digest="")
+        # "> ''" rather than "<> ''": a range on the (run, call_id, seq) index skips the events
+        # that name no call (most of a long ledger) instead of reading past them.
+        cursor.call_ids = set(events.filter(call_id__gt="").values_list("call_id", flat=True).distinct())
+        submissions = events.filter(type="submission", client_submission_id__gt="").exclude(request_digest="")
         for submission_id, digest in submissions.order_by("seq").values_list("client_submission_id", "request_digest"):
             cursor.submission_digests.setdefault(submission_id, digest)
     return cursor
@@ -350,20 +351,45 @@ def _store_records(run: Run, model: type, records: Sequence[Any], key: str, kept
         existing.filter(**{f"{key}__in": gone[start : start + 500]}).delete()
 
 
+# What the reader and the recovery decisions read of a receipt they do not read again.
+KNOWN_FIELDS = (
+    "call_id", "file_signature", "file_sha256", "status", "error_kind", "queryable", "verification",
+    "decision", "decision_reason",
+)  # fmt: skip
+
+
 def _known_receipts(run: Run) -> dict[str, CallRecord]:
     """The records of the run's receipts as last imported, to hand the reader: a receipt whose
-    file has not changed since is not read again. Without their bodies (the reader does not need
-    them, and they are never written back). A receipt whose file had findings of its own is left
-    out, so that it is read, and its findings found, again."""
+    file has not changed since is not read again, nor written back.
+
+    Only what the reader's cross-checks and the recovery decisions read is loaded
+    (times only for calls in doubt, which the stale check reads): the rest of a
+    reused record is never used. A receipt whose file had findings of its own is
+    left out, so that it is read, and its findings found, again.
+    """
     reread = set(
         run.findings.filter(closed_at__isnull=True, call_id__gt="")
         .exclude(code__in=RECOMPUTED_EVERY_READ)
         .values_list("call_id", flat=True)
     )
-    names = [field.name for field in dataclasses.fields(CallRecord) if field.name not in BODY_FIELDS]
-    rows = Call.objects.filter(run=run, receipt_present=True).exclude(file_signature="").values_list(*names)
-    known = (CallRecord(**dict(zip(names, row, strict=True))) for row in rows.iterator(5000))
-    return {record.call_id: record for record in known if record.call_id not in reread}
+    calls = Call.objects.filter(run=run, receipt_present=True).exclude(file_signature="")
+    # A hundred thousand records: made from a dict of defaults, not through the dataclass's
+    # twenty-five-argument __init__, which costs more than the query that reads them.
+    defaults = vars(CallRecord(call_id=""))
+    known = {}
+    for row in calls.values_list(*KNOWN_FIELDS).iterator(10_000):
+        if row[0] not in reread:
+            record = object.__new__(CallRecord)
+            record.__dict__ = defaults | dict(zip(KNOWN_FIELDS, row, strict=True))
+            known[row[0]] = record
+    in_doubt = [call_id for call_id, record in known.items() if record.status in protocol.IN_DOUBT_STATUSES]
+    for start in range(0, len(in_doubt), 500):
+        times = calls.filter(call_id__in=in_doubt[start : start + 500]).values_list(
+            "call_id", "created_at", "updated_at"
+        )
+        for call_id, created_at, updated_at in times:
+            known[call_id].created_at, known[call_id].updated_at = created_at, updated_at
+    return known
 
 
 def _store_files(run: Run, files: RunFiles, decided_before: dict[str, tuple[str, str]]) -> None:
@@ -402,8 +428,14 @@ def run_import(
     force: bool = False,
     progress: Progress | None = None,
     batch_size: int = BATCH_EVENTS,
+    listing: Listing | None = None,
 ) -> RunReport:
     """Import one run directory (its name is the run_id).
+
+    ``listing``: the run's fingerprint and receipt signatures, when the caller has
+    just taken them (a run root's pass does), so that a hundred thousand files are
+    not listed twice. Taken before the lock, it can only be older than the files:
+    a change it misses makes the next fingerprint differ.
 
     Never raises for what is in the directory: a failure nobody foresaw rolls
     back the transaction it happened in, becomes an ``import_failed`` finding on
@@ -415,7 +447,8 @@ def run_import(
     with run_import_lock(run_id):
         run, _ = Run.objects.get_or_create(run_id=run_id, defaults={"path": str(path)})
         try:
-            return _import_run_locked(run, path, limits, now, force, progress, batch_size)
+            listing = listing or Listing.of(path)
+            return _import_run_locked(run, path, limits, now, force, progress, batch_size, listing)
         except Exception as error:  # noqa: BLE001 - one run's surprise must not stop the others
             detail = f"{type(error).__name__}: {error}"[:2000]
             with transaction.atomic():
@@ -436,8 +469,9 @@ def _import_run_locked(
     force: bool,
     progress: Progress | None,
     batch_size: int,
+    listing: Listing,
 ) -> RunReport:
-    fingerprint = run_fingerprint(path)
+    fingerprint = listing.fingerprint
     horizon_passed = run.next_stale_at is not None and now >= run.next_stale_at
     unchanged = run.fingerprint == fingerprint and run.path == str(path) and run.summary is not None
     if not force and unchanged and not horizon_passed:
@@ -451,6 +485,7 @@ def _import_run_locked(
         now=now,
         known_receipts=known,
         known_contract=run.contract_sha256,
+        listed_signatures=listing.receipt_signatures,
     )
     decided_before = {call_id: (known[call_id].decision, known[call_id].decision_reason) for call_id in known}
     apply_decisions(files)
@@ -466,7 +501,7 @@ def _import_run_locked(
             contract_sha256=files.contract_sha256,
             fingerprint=fingerprint,
             next_stale_at=files.next_stale_at,
-            event_count=Event.objects.filter(run=run).count(),
+            event_count=sum(run.event_type_counts.values()),  # counted batch by batch
             imported_at=now,
         )
         stats.refresh_run_summary(run)
@@ -492,6 +527,19 @@ def _claimed_elsewhere(path: Path, recorded: str | None) -> str | None:
 
 
 @dataclasses.dataclass
+class Listing:
+    """A run directory's fingerprint and its receipts' signatures, taken in one pass."""
+
+    fingerprint: str
+    receipt_signatures: dict[str, str]
+
+    @classmethod
+    def of(cls, path: Path) -> Listing:
+        signatures: dict[str, str] = {}
+        return cls(run_fingerprint(path, signatures), signatures)
+
+
+@dataclasses.dataclass
 class _Known:
     """What the last import recorded of a run: enough to tell that nothing changed."""
 
@@ -501,12 +549,12 @@ class _Known:
     archived: bool
     summarised: bool
 
-    def unchanged(self, path: Path, now: dt.datetime) -> bool:
+    def may_be_unchanged(self, path: Path, now: dt.datetime) -> bool:
+        """Whether only the files' fingerprint can tell: the same directory, summarised, and no
+        call or reservation due to turn stale."""
         if self.path != str(path) or not self.summarised:
             return False
-        if self.next_stale_at is not None and now >= self.next_stale_at:
-            return False
-        return run_fingerprint(path) == self.fingerprint
+        return self.next_stale_at is None or now < self.next_stale_at
 
 
 def root_import(
@@ -544,14 +592,19 @@ def root_import(
         if other is not None:
             detail = f"run_id {path.name} is already imported from {other}: this copy is not imported"
             root_problems.append(FindingRecord("duplicate_run_id", path.name, detail))
-        elif not force and recorded is not None and recorded.unchanged(path, now):
+        elif force or recorded is None or not recorded.may_be_unchanged(path, now):
+            changed.append((path, None))
+        elif (listing := Listing.of(path)).fingerprint == recorded.fingerprint:
             unchanged.append(path.name)
         else:
-            changed.append(path)
+            changed.append((path, listing))
     with transaction.atomic():
         seen = _store_findings(None, root_problems, now, root=root_key)
         _close_findings_not_seen(Finding.objects.filter(run__isnull=True, root=root_key), seen, now)
-    reports = [run_import(path=path, limits=limits, now=now, force=force, progress=progress) for path in changed]
+    reports = [
+        run_import(path=path, limits=limits, now=now, force=force, progress=progress, listing=listing)
+        for path, listing in changed
+    ]
     if report_unchanged:
         reports += [_report(run, changed=False) for run in Run.objects.filter(run_id__in=unchanged)]
         reports.sort(key=lambda report: report.run_id)

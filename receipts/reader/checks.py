@@ -27,6 +27,7 @@ class RunChecks:
         self.receipt_files: set[str] = set()
         self.known: dict[str, Any] = {}  # call_id -> CallRecord read before (read_run_files says when)
         self.known_contract = ""
+        self.listed_signatures: dict[str, str] = {}
 
     def mismatch(self, code: str, subject: str, detail: str, stored: str, recomputed: str, **values: str) -> None:
         """A finding that shows what the file says beside what it should say."""

@@ -8,12 +8,12 @@ import hashlib
 import os
 import stat
 from pathlib import Path
-from typing import Any
 
 from receipts import protocol
 from receipts.findings import FindingRecord, storable_text
 from receipts.protocol import LEDGER_NAME as LEDGER
 from receipts.protocol import RUN_FOLDERS
+from receipts.reader.safe_open import signature_from
 
 # --- the runs root ---------------------------------------------------------
 
@@ -80,8 +80,11 @@ def discover_runs(root: Path) -> Discovery:
 # --- fingerprint -----------------------------------------------------------
 
 
-def run_fingerprint(run_dir: Path) -> str:
+def run_fingerprint(run_dir: Path, receipt_signatures: dict[str, str] | None = None) -> str:
     """A digest of every relevant file's name and stat: equal means nothing changed.
+
+    ``receipt_signatures``, when given, is filled with each receipt file's signature
+    (``safe_open.signature_from``), so that the reader need not stat them again.
 
     ctime is in it because no program can set it back, so an edit that restores
     size and mtime still changes the fingerprint. Entries are taken in the
@@ -90,26 +93,33 @@ def run_fingerprint(run_dir: Path) -> str:
     """
     names: list[str] = []
     numbers = array.array("q")
-
-    def add(name: str, stat_of: Any) -> None:
+    missing = (-1, -1, -1, -1, -1)
+    for name in ("state.json", "steer.json", LEDGER, *RUN_FOLDERS):
         names.append(name)
         try:
-            info = stat_of()
+            info = os.lstat(run_dir / name)
         except OSError:
-            numbers.extend((-1, -1, -1, -1, -1))
-            return
+            numbers.extend(missing)
+            continue
         numbers.extend((info.st_mode, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino))
-
-    for name in ("state.json", "steer.json", LEDGER, *RUN_FOLDERS):
-        add(name, lambda name=name: os.lstat(run_dir / name))
     for folder in RUN_FOLDERS:
         names.append(f"{folder}/")
         try:
             entries = list(os.scandir(run_dir / folder))
         except OSError:
             continue
+        signatures = receipt_signatures if folder == "receipts" else None
+        # One loop, no call per file: a run can hold a hundred thousand receipts.
         for entry in entries:
-            add(entry.name, lambda entry=entry: entry.stat(follow_symlinks=False))
+            names.append(entry.name)
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                numbers.extend(missing)
+                continue
+            numbers.extend((info.st_mode, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino))
+            if signatures is not None:
+                signatures[entry.name] = signature_from(info)
     digest = hashlib.sha256("\0".join(names).encode("utf-8", "surrogateescape"))
     digest.update(numbers.tobytes())
     return digest.hexdigest()

@@ -89,7 +89,7 @@ class _RunReader(SubmissionChecks):
                 )
                 continue
             self.receipt_files.add(stem)
-            signature = signature_of(name, dir_fd)
+            signature = self.listed_signatures.get(name) or signature_of(name, dir_fd)
             known = self.known.get(stem)
             if known is not None and signature and signature == known.file_signature:
                 self.receipt_shas[stem] = known.file_sha256
@@ -258,6 +258,7 @@ def read_run_files(
     now: dt.datetime | None = None,
     known_receipts: dict[str, CallRecord] | None = None,
     known_contract: str = "",
+    listed_signatures: dict[str, str] | None = None,
 ) -> RunFiles:
     """Everything in a run directory but the ledger, checked against the ledger's call ids.
 
@@ -265,7 +266,10 @@ def read_run_files(
     made under ``known_contract``. A receipt whose signature has not changed is not read
     again: its known record is used (and named in ``reused_calls``). Only records whose
     file raised no finding of its own should be passed, since a reused file reports none.
+    ``listed_signatures``: the receipts' signatures as ``run_fingerprint`` just took them
+    (a file that changes after it is cannot be reused past the next import's fingerprint).
     """
     reader = _RunReader(Path(run_dir), set(ledger_call_ids), limits, now or protocol.utc_now())
     reader.known, reader.known_contract = dict(known_receipts or {}), known_contract
+    reader.listed_signatures = listed_signatures or {}
     return reader.read()

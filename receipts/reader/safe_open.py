@@ -99,6 +99,11 @@ def signature_of(name: str, dir_fd: int) -> str:
         info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
         return ""
+    return signature_from(info)
+
+
+def signature_from(info: os.stat_result) -> str:
+    """``signature_of`` from a stat already made (the run's fingerprint makes one of every file)."""
     if not stat.S_ISREG(info.st_mode):
         return ""
     return f"{info.st_size}.{info.st_mtime_ns}.{info.st_ctime_ns}.{info.st_ino}"
