@@ -19,6 +19,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from receipts.reader import (
     read_run_files,
     run_fingerprint,
 )
+from receipts.reader.safe_open import signature_from
 from receipts.recovery import decide
 from receipts.replay import apply_decisions
 
@@ -280,6 +282,9 @@ def _import_ledger(
     file_findings: list[FindingRecord] = []
     postgres = _is_postgres()
     ledger_size = _size(path / protocol.LEDGER_NAME)
+    signature = _ledger_signature(path)
+    if signature and signature == run.ledger_signature and not _ledger_has_file_findings(run):
+        return cursor, file_findings  # not a byte added or changed since it was read to its end
     for batch in read_ledger(path, cursor, limits, batch_size):
         with transaction.atomic():
             if batch.restarted:
@@ -314,7 +319,22 @@ def _import_ledger(
             Run.objects.filter(pk=run.pk).update(**{column: getattr(cursor, field) for column, field in CURSOR_COLUMNS})
         if progress is not None:
             progress(run.run_id, cursor.offset, ledger_size)
+    # Taken before the read: a line appended meanwhile changes it, and is read next time.
+    Run.objects.filter(pk=run.pk).update(ledger_signature=signature)
     return cursor, file_findings
+
+
+def _ledger_signature(path: Path) -> str:
+    try:
+        return signature_from(os.lstat(path / protocol.LEDGER_NAME))
+    except OSError:
+        return ""
+
+
+def _ledger_has_file_findings(run: Run) -> bool:
+    """A ledger that could not be read as a file (its finding is re-checked by reading it)."""
+    ledger_findings = run.findings.filter(closed_at__isnull=True, scope=FILES, subject__startswith=protocol.LEDGER_NAME)
+    return ledger_findings.exists()
 
 
 def _size(path: Path) -> int:

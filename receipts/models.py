@@ -52,6 +52,9 @@ class Run(models.Model):
     ledger_line_no = models.BigIntegerField(default=0)
     # Whether a line has carried prev_sha256: from then on a line without it breaks the chain.
     ledger_chained = models.BooleanField(default=False)
+    # The ledger's size, mtime, ctime and inode when it was last read to its end: the same
+    # again means no line was added or changed, and the ledger is not read (nor hashed).
+    ledger_signature = models.CharField(max_length=100, blank=True)
     fingerprint = models.CharField(max_length=64, blank=True)
     # The earliest moment a stale_* finding can appear with no file changing.
     next_stale_at = models.DateTimeField(null=True)

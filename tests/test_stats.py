@@ -167,3 +167,22 @@ def test_findings_go_in_bulk_however_many_lines_are_broken(tmp_path, db):
     few, many = import_queries(10), import_queries(1_000)
     assert few[1] >= 10 and many[1] >= 1_000
     assert few[0] == many[0]
+
+
+def test_an_unchanged_ledger_is_not_read_again_when_other_files_change(tmp_path, db, monkeypatch):
+    run_dir = tmp_path / "quiet-ledger"
+    synthetic_run(run_dir, events=200, receipts=10, contract=CONTRACT)
+    importer.run_import(path=run_dir)
+    reads, read_ledger = [], importer.read_ledger
+
+    def counting(*args, **kwargs):
+        reads.append(args[0])
+        return read_ledger(*args, **kwargs)
+
+    monkeypatch.setattr(importer, "read_ledger", counting)
+    os.utime(run_dir / "state.json")
+    importer.run_import(path=run_dir)
+    assert reads == [], "the ledger's size, times and inode are as they were: nothing to read"
+    synthetic_ledger(run_dir, 5, start_seq=201)
+    importer.run_import(path=run_dir)
+    assert len(reads) == 1 and Run.objects.get(run_id="quiet-ledger").event_count == 205

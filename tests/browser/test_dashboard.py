@@ -10,6 +10,8 @@ from playwright.sync_api import expect
 from receipts import durable, importer
 from receipts.models import Call
 from tests.browser.conftest import log_in, screenshot
+from tests.helpers import CONTRACT, import_as_seen_later
+from tests.volume import synthetic_run
 
 pytestmark = pytest.mark.browser
 
@@ -101,3 +103,30 @@ def test_dark_mode_and_keyboard(chromium, live_server, demo, django_user_model):
     expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
     screenshot(page, "runs-dark")
     context.close()
+
+
+def test_a_long_ledger_pages_by_key_in_place(page, demo):
+    synthetic_run(demo / "long-run", events=180, receipts=70, contract=CONTRACT)
+    import_as_seen_later(demo)
+    log_in(page)
+    page.goto("/runs/long-run/")
+    ledger = page.locator("#timeline")
+    assert ledger.locator("tbody tr").first.locator("td").first.inner_text() == "180"
+    ledger.get_by_role("link", name="Older →").click()
+    expect(ledger.locator("tbody tr").first.locator("td").first).to_have_text("130")
+    assert "page=after." in page.url, "the page's address is the cursor, so it can be shared and reloaded"
+    ledger.get_by_role("link", name="Oldest »").click()
+    expect(ledger.locator("tbody tr").last.locator("td").first).to_have_text("1")
+    expect(ledger.get_by_text("50 shown of 180")).to_be_visible()
+    page.get_by_label("From seq").fill("77")
+    page.get_by_label("From seq").press("Enter")
+    expect(ledger.locator("tbody tr").first.locator("td").first).to_have_text("77")
+    page.goto("/runs/long-run/?calls_page=last#calls")
+    calls = page.get_by_role("navigation", name="Call pages")
+    # The last page is the last fifty; walking back, the first page holds what is left.
+    expect(calls.get_by_text("50 shown of 70")).to_be_visible()
+    calls.get_by_role("link", name="← Previous").click()
+    calls = page.get_by_role("navigation", name="Call pages")
+    expect(calls.get_by_text("20 shown of 70")).to_be_visible()
+    expect(calls.get_by_role("link", name="← Previous")).to_have_count(0)
+    screenshot(page, "run-paged")
