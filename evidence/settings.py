@@ -119,9 +119,11 @@ DATABASES = {
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets readers run beside the importer; IMMEDIATE takes the write lock
-    # at BEGIN, so two writers queue on busy_timeout instead of deadlocking.
+    # at BEGIN, so two writers queue on busy_timeout instead of deadlocking. A
+    # 64 MiB page cache (the default is 2) keeps a million-row import's index
+    # pages in memory; it is allocated only as pages are read.
     DATABASES["default"]["OPTIONS"] = {
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536;",
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,
     }

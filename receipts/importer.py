@@ -21,15 +21,17 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import DateTimeField
 
 from receipts import durable, protocol, stats
 from receipts.durable import json_file
 from receipts.findings import FILES, LEDGER, FindingRecord, storable_text
-from receipts.models import Call, Confirmation, Event, Finding, Run, Submission
+from receipts.models import Call, Confirmation, Event, Finding, JSONTextField, Run, Submission
 from receipts.reader import (
     BATCH_EVENTS,
     DEFAULT_LIMITS,
@@ -102,7 +104,9 @@ def _time(value: dt.datetime | None, postgres: bool) -> Any:
     without its per-value connection lookups."""
     if value is None or postgres:
         return value
-    return str((value if value.tzinfo is dt.UTC else value.astimezone(dt.UTC)).replace(tzinfo=None))
+    if value.tzinfo is not dt.UTC:
+        value = value.astimezone(dt.UTC)
+    return value.isoformat(" ")[:-6]  # the naive value's str(), without making the naive value: "+00:00" off
 
 
 def bulk_upsert(
@@ -355,15 +359,20 @@ def _store_records(run: Run, model: type, records: Sequence[Any], key: str, kept
     if records:
         postgres = _is_postgres()
         names = [field.name for field in dataclasses.fields(records[0])]
+        # Each column's conversion is chosen once from the model's field, not guessed per value:
+        # a hundred thousand receipts have twenty-seven columns each.
+        fields = {field.name: field for field in model._meta.concrete_fields}
+        pairs = [
+            (name, _json if isinstance(fields[name], JSONTextField)
+             else partial(_time, postgres=postgres) if isinstance(fields[name], DateTimeField) else None)
+            for name in names
+        ]  # fmt: skip
 
-        def column(value: Any) -> Any:
-            if isinstance(value, dict | list):
-                return _json(value)
-            if isinstance(value, dt.datetime):
-                return _time(value, postgres)
-            return value
+        def row(record: Any) -> tuple:
+            values = vars(record)
+            return (run.pk, *[values[name] if how is None else how(values[name]) for name, how in pairs])
 
-        rows = ((run.pk, *(column(getattr(record, name)) for name in names)) for record in records)
+        rows = map(row, records)
         bulk_upsert(model, ("run_id", *names), rows, conflict=("run_id", key), update=True)
     existing = model.objects.filter(run=run)
     gone = sorted(set(existing.values_list(key, flat=True)) - present)

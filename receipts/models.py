@@ -215,7 +215,7 @@ class Event(models.Model):
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="event_unique_per_run")]
         indexes = [
             models.Index(fields=["run", "type", "seq"]),
-            models.Index(fields=["run", "call_id", "seq"]),
+            models.Index(fields=["run", "call_id", "seq"], name="event_call_idx"),
             # Submission events by id, and legacy ones (no id). Partial: the other events, nearly
             # all of a long ledger, cost it nothing on import. Queries name the type, as it does.
             models.Index(

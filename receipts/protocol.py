@@ -433,22 +433,36 @@ def load_json_strict(data: bytes) -> Any:
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ValueError("load_json_strict takes bytes")
-    data = bytes(data)
-    if data.startswith(b"\xef\xbb\xbf"):
-        raise ValueError("byte order mark")
     try:
-        text = data.decode("utf-8")
+        text = bytes(data).decode("utf-8")
     except UnicodeDecodeError as error:
         raise ValueError(f"invalid UTF-8 at byte {error.start}") from None
+    return load_json_text(text)
+
+
+_JSON_SPACE = " \t\n\r"
+
+
+def load_json_text(text: str) -> Any:
+    """``load_json_strict`` for a document already decoded from UTF-8 (the ledger decodes
+    each line once, and keeps the text)."""
+    if text.startswith("\ufeff"):
+        raise ValueError("byte order mark")
+    # raw_decode, and the whitespace around the value checked here: what JSONDecoder.decode
+    # does, without its two regular-expression calls (a million ledger lines make each count).
+    start = len(text) - len(text.lstrip(_JSON_SPACE)) if text[:1] in (" ", "\t", "\n", "\r") else 0
     try:
-        value = _DECODER.decode(text)
+        value, end = _DECODER.raw_decode(text, start)
     except RecursionError:
         raise ValueError("nesting too deep") from None
     except json.JSONDecodeError as error:
         raise ValueError(f"invalid JSON: {error.msg} at line {error.lineno} column {error.colno}") from None
+    if end != len(text) and text[end:].strip(_JSON_SPACE):
+        error = json.JSONDecodeError("Extra data", text, end)
+        raise ValueError(f"invalid JSON: {error.msg} at line {error.lineno} column {error.colno}")
     # Valid UTF-8 cannot carry a surrogate, so only a \u escape can make one; and
-    # nesting deeper than the limit needs more brackets than the limit. Most
-    # documents have neither, and skip the walk.
-    if "\\u" in text or text.count("[") + text.count("{") > MAX_JSON_DEPTH:
+    # nesting deeper than the limit needs more brackets than the limit (so more
+    # characters). Most documents have neither, and skip the walk.
+    if "\\u" in text or (len(text) > MAX_JSON_DEPTH and text.count("[") + text.count("{") > MAX_JSON_DEPTH):
         _check_tree(value)
     return value

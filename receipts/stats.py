@@ -32,8 +32,12 @@ from receipts.models import EventTally, Run
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
+MINUTE = dt.timedelta(minutes=1)
+
+
 def minute_of(moment: dt.datetime) -> int:
-    return (moment - EPOCH) // dt.timedelta(minutes=1)
+    """Minutes since the epoch, floored: one call per event of an import."""
+    return (moment - EPOCH) // MINUTE
 
 
 def count_batch(run: Run, events: Iterable[Any], *, restarted: bool) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import hashlib
 from pathlib import Path
@@ -80,12 +79,9 @@ class RunChecks:
 
     def storable(self, record: Any, subject: str) -> None:
         """Replace U+0000 in the record's text fields (the database cannot hold it), with a finding."""
-        changed = []
-        for field in dataclasses.fields(record):
-            value = getattr(record, field.name)
-            if isinstance(value, str) and "\x00" in value:
-                setattr(record, field.name, storable_text(value))
-                changed.append(field.name)
+        changed = [name for name, value in vars(record).items() if type(value) is str and "\x00" in value]
+        for name in changed:
+            setattr(record, name, storable_text(getattr(record, name)))
         if changed:
             self.finding(
                 "unstorable_value",

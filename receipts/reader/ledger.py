@@ -21,7 +21,9 @@ from receipts.findings import STICKY, FindingRecord, storable_text
 from receipts.protocol import LEDGER_NAME as LEDGER
 from receipts.reader.safe_open import DEFAULT_LIMITS, Limits, Unsafe, open_dir, open_regular
 
-BATCH_EVENTS = 20_000
+# Events stored and committed together with the cursor after them: fewer commits, and at
+# most this many events (about 30 MiB) held at once.
+BATCH_EVENTS = 50_000
 
 # --- the ledger ------------------------------------------------------------
 
@@ -202,7 +204,12 @@ def _take_line(body: bytes, cursor: LedgerCursor, events: list[EventRecord], fin
     previous_line_sha = cursor.last_line_sha256
     cursor.last_line_sha256 = line_sha = hashlib.sha256(body).hexdigest()
     try:
-        event = protocol.load_json_strict(body)
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        findings.append(_ledger_finding("invalid_json", line_no, f"invalid UTF-8 at byte {error.start}"))
+        return
+    try:
+        event = protocol.load_json_text(text)
     except ValueError as error:
         findings.append(_ledger_finding("invalid_json", line_no, str(error)))
         return
@@ -289,7 +296,7 @@ def _take_line(body: bytes, cursor: LedgerCursor, events: list[EventRecord], fin
             disposition,
             request_digest,
             line_sha,
-            body.decode("utf-8"),
+            text,
         )
     )
 

@@ -18,7 +18,6 @@ from pathlib import Path
 MAX_JSON_BYTES = 16 * 1024 * 1024
 MAX_LINE_BYTES = 1024 * 1024
 DEFAULT_STALE_AFTER = dt.timedelta(minutes=15)
-BATCH_EVENTS = 20_000
 
 
 @dataclasses.dataclass(frozen=True)
