@@ -5,10 +5,11 @@ from __future__ import annotations
 from django.http import HttpRequest
 
 from receipts.inbox import inbox_total
+from receipts.roles import BROWSE
 
 
 def inbox(request: HttpRequest) -> dict[str, int]:
-    """How many items wait in the inbox (only for a person who is logged in)."""
-    if not request.user.is_authenticated:
+    """How many items wait in the inbox (only for a person who may browse)."""
+    if not request.user.has_perm(BROWSE):
         return {}
     return {"inbox_count": inbox_total()}

@@ -2,6 +2,7 @@
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required
 from django.urls import path
 
 from evidence import views
@@ -10,7 +11,8 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # A person with no role must still be able to log out.
+    path("accounts/logout/", login_not_required(auth_views.LogoutView.as_view()), name="logout"),
     path("", views.runs, name="runs"),
     path("search/", views.search, name="search"),
     path("findings/", views.findings, name="findings"),

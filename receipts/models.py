@@ -81,6 +81,7 @@ class Run(models.Model):
         ordering = ["run_id"]
         indexes = [models.Index(fields=["state"]), models.Index(fields=["last_event_at"])]
         permissions = [
+            ("browse", "Can browse runs, calls, findings, the inbox, the audit and retention"),
             ("export_evidence", "Can download a run's redacted evidence"),
             ("set_legal_hold", "Can set or lift a legal hold on a run"),
         ]

@@ -10,7 +10,7 @@ import pytest
 
 from receipts import runtime
 from receipts.demo import write_demo_runs
-from tests.helpers import CONTRACT, data_path, import_as_seen_later
+from tests.helpers import CONTRACT, data_path, import_as_seen_later, join
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def demo(demo_root, db) -> Path:
 
 @pytest.fixture
 def user(django_user_model):
-    return django_user_model.objects.create_user("alice", password="a-long-password-1")
+    return join(django_user_model.objects.create_user("alice", password="a-long-password-1"), "viewer")
 
 
 @pytest.fixture

@@ -43,15 +43,15 @@ def first_call_of(run_id: str):
     return Call.objects.filter(run__run_id=run_id).order_by("call_id").first()
 
 
-def join_confirmers(user) -> None:
-    """Put ``user`` in the "confirmers" group.
+def join(user, *roles: str):
+    """Give ``user`` these roles (receipts/roles.py); returns the user.
 
-    A data migration makes the group, but a transactional test's flush empties every
-    table, and only permissions are made again after it: the group is made here if
-    it is gone (``test_settle`` checks the migration itself).
+    The data migration makes the groups, but a transactional test's flush empties
+    every table, and only permissions are made again after it: ``ensure_roles``
+    makes the groups again if they are gone (``test_roles`` checks the migration).
     """
-    from django.contrib.auth.models import Group, Permission
+    from receipts.roles import ensure_roles
 
-    group, _ = Group.objects.get_or_create(name="confirmers")
-    group.permissions.add(Permission.objects.get(codename="confirm_call", content_type__app_label="receipts"))
-    user.groups.add(group)
+    groups = ensure_roles()
+    user.groups.add(*(groups[role] for role in roles))
+    return user

@@ -14,7 +14,7 @@ from django.core.management import get_commands
 from django.db import connection
 from django.test import Client
 
-from tests.helpers import CONTRACT, PROJECT
+from tests.helpers import CONTRACT, PROJECT, join
 from tests.subprocess_db import child_env, database_url_for_children, manage, manage_command, normalized_dump
 from tests.volume import synthetic_ledger, synthetic_run
 
@@ -53,7 +53,7 @@ def test_two_importers_and_web_requests_at_once_lose_and_duplicate_nothing(demo_
     for index in range(12):
         synthetic_run(second_root / f"other-{index:02d}", events=300, receipts=20, contract=CONTRACT)
     url = database_url_for_children(tmp_path)
-    user = django_user_model.objects.create_user("web", password="a-long-password-1")
+    user = join(django_user_model.objects.create_user("web", password="a-long-password-1"), "viewer")
 
     failures: list[str] = []
     pages_served = 0

@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from receipts import inbox
 from receipts.models import Call
-from tests.helpers import content, first_call_of, join_confirmers
+from tests.helpers import content, first_call_of, join
 
 pytestmark = pytest.mark.django_db
 
@@ -75,7 +75,7 @@ def test_the_home_page_starts_with_the_inbox(logged_in, demo):
 
 
 def test_settling_an_item_takes_it_out_of_the_inbox(client, demo, user):
-    join_confirmers(user)
+    join(user, "confirmer")
     client.force_login(user)
     call = first_call_of("send-message-killed")
     form = {

@@ -18,7 +18,7 @@ from django.urls import reverse
 
 from receipts import importer, protocol, runtime, settle
 from receipts.models import Call, Finding, HumanDecision
-from tests.helpers import content, first_call_of, join_confirmers
+from tests.helpers import content, first_call_of, join
 from tests.ledger import events_of
 
 pytestmark = pytest.mark.django_db
@@ -30,7 +30,7 @@ RUN = "send-message-killed"
 def confirmer(django_user_model):
     """A person in the "confirmers" group."""
     user = django_user_model.objects.create_user("carol", password="a-long-password-1")
-    join_confirmers(user)
+    join(user, "confirmer")
     return user
 
 

@@ -14,7 +14,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from tests.helpers import PROJECT
+from tests.helpers import PROJECT, join
 
 
 @pytest.mark.django_db
@@ -29,13 +29,13 @@ def test_the_runs_page_needs_a_login(client, django_user_model):
     response = client.get("/")
     assert response.status_code == HTTPStatus.FOUND
     assert response["Location"].startswith("/accounts/login/")
-    client.force_login(django_user_model.objects.create_user("alice"))
+    client.force_login(join(django_user_model.objects.create_user("alice"), "viewer"))
     assert client.get("/").status_code == HTTPStatus.OK
 
 
 @pytest.mark.django_db
 def test_the_login_page_logs_a_person_in(client, django_user_model):
-    django_user_model.objects.create_user("alice", password="a-long-password-1")
+    join(django_user_model.objects.create_user("alice", password="a-long-password-1"), "viewer")
     page = client.get("/accounts/login/")
     assert page.status_code == HTTPStatus.OK and b'for="id_username"' in page.content
     response = client.post("/accounts/login/", {"username": "alice", "password": "a-long-password-1"})
@@ -87,7 +87,7 @@ def test_debugging_is_off_and_https_on_unless_asked_for():
 
 @pytest.mark.django_db
 def test_a_missing_page_is_the_branded_404(client, django_user_model):
-    client.force_login(django_user_model.objects.create_user("alice"))
+    client.force_login(join(django_user_model.objects.create_user("alice"), "viewer"))
     response = client.get("/runs/no-such-run/")
     assert response.status_code == HTTPStatus.NOT_FOUND
     page = response.content.decode()
@@ -96,7 +96,7 @@ def test_a_missing_page_is_the_branded_404(client, django_user_model):
 
 @pytest.mark.django_db
 def test_a_server_error_is_the_branded_500_without_a_traceback(client, django_user_model):
-    client.force_login(django_user_model.objects.create_user("alice"))
+    client.force_login(join(django_user_model.objects.create_user("alice"), "viewer"))
     client.raise_request_exception = False
     with connection.cursor() as cursor:  # a real failure: the table the page reads is gone
         cursor.execute("DROP TABLE receipts_finding")

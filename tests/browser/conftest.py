@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import sync_playwright
 
-from tests.helpers import import_as_seen_later
+from tests.helpers import import_as_seen_later, join
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
@@ -44,7 +44,7 @@ def demo(demo_root, transactional_db) -> Path:
 
 @pytest.fixture
 def page(chromium, live_server, demo, django_user_model):
-    django_user_model.objects.create_user("alice", password=PASSWORD)
+    join(django_user_model.objects.create_user("alice", password=PASSWORD), "viewer")
     context = chromium.new_context(viewport={"width": 1400, "height": 900}, base_url=live_server.url)
     context.set_default_timeout(10_000)
     page = context.new_page()

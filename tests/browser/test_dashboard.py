@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 from receipts import durable, importer
 from receipts.models import Call
 from tests.browser.conftest import log_in, screenshot
-from tests.helpers import CONTRACT, import_as_seen_later
+from tests.helpers import CONTRACT, import_as_seen_later, join
 from tests.volume import synthetic_run
 
 pytestmark = pytest.mark.browser
@@ -91,7 +91,7 @@ def test_every_page_renders(page, url, name, heading):
 
 
 def test_dark_mode_and_keyboard(chromium, live_server, demo, django_user_model):
-    django_user_model.objects.create_user("alice", password="a-long-password-1")
+    join(django_user_model.objects.create_user("alice", password="a-long-password-1"), "viewer")
     context = chromium.new_context(
         color_scheme="dark", base_url=live_server.url, viewport={"width": 1400, "height": 900}
     )

@@ -9,13 +9,13 @@ from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
 from tests.browser.conftest import log_in, screenshot
-from tests.helpers import join_confirmers
+from tests.helpers import join
 
 pytestmark = pytest.mark.browser
 
 
 def test_an_operator_settles_every_call_in_the_inbox_and_sees_each_leave(page, demo):
-    join_confirmers(User.objects.get(username="alice"))
+    join(User.objects.get(username="alice"), "confirmer")
     log_in(page)
     page.get_by_role("navigation", name="Main").get_by_role("link", name=re.compile("Inbox")).click()
     expect(page.get_by_role("heading", name="Inbox: what needs a person")).to_be_visible()

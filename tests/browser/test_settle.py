@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 from receipts.demo import run_writer
 from receipts.models import Call, HumanDecision
 from tests.browser.conftest import log_in, screenshot
-from tests.helpers import join_confirmers
+from tests.helpers import join
 
 pytestmark = pytest.mark.browser
 
@@ -20,7 +20,7 @@ MESSAGE = {"to": "customer@example.com", "body": "Your refund of 40 EUR is on it
 
 
 def test_a_person_settles_a_killed_message_and_the_resume_sends_nothing_twice(page, demo):
-    join_confirmers(User.objects.get(username="alice"))
+    join(User.objects.get(username="alice"), "confirmer")
     run_dir = demo / "send-message-killed"
     call = Call.objects.get(run__run_id="send-message-killed")
     log_in(page)
@@ -54,7 +54,7 @@ def test_a_person_settles_a_killed_message_and_the_resume_sends_nothing_twice(pa
 
 
 def test_a_person_who_mistypes_the_call_id_is_told_and_nothing_is_recorded(page, demo):
-    join_confirmers(User.objects.get(username="alice"))
+    join(User.objects.get(username="alice"), "confirmer")
     call = Call.objects.get(run__run_id="send-message-killed")
     log_in(page)
     page.goto(f"/runs/send-message-killed/calls/{call.call_id}/")

@@ -6,6 +6,7 @@ import pytest
 
 from receipts.models import Call
 from tests.browser.conftest import PASSWORD, screenshot
+from tests.helpers import join
 
 pytestmark = pytest.mark.browser
 
@@ -34,7 +35,7 @@ def pages() -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_every_page_fits_the_width_of_the_screen(chromium, live_server, demo, django_user_model, width):
-    django_user_model.objects.create_user("alice", password=PASSWORD)
+    join(django_user_model.objects.create_user("alice", password=PASSWORD), "viewer")
     context = chromium.new_context(viewport={"width": width, "height": 900}, base_url=live_server.url)
     page = context.new_page()
     page.goto("/accounts/login/")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import secrets
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group, Permission
 from django.core.management.base import BaseCommand
+
+from receipts.roles import ensure_roles
 
 
 class Command(BaseCommand):
@@ -22,7 +23,6 @@ class Command(BaseCommand):
         user.set_password(password)
         user.is_staff = True
         user.save()
-        # The demo person may settle calls: the data migration made the group.
-        user.groups.add(*Group.objects.filter(name="confirmers"))
-        user.user_permissions.add(*Permission.objects.filter(codename="export_evidence"))
+        # The demo person holds every role, to try every page and act.
+        user.groups.add(*ensure_roles().values())
         self.stdout.write(f"Log in at {url} as {username} / {password}")

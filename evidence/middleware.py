@@ -1,0 +1,33 @@
+"""Every page needs a role: logging in is not enough to browse (receipts/roles.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+
+from receipts.roles import BROWSE
+
+
+class RoleRequiredMiddleware:
+    """After Django's LoginRequiredMiddleware: a logged-in person without a role (no
+    ``receipts.browse``) gets 403 on every page of the dashboard. Views marked
+    ``login_not_required`` (the login page, the health check) stay public, and the
+    admin site keeps its own rule (staff, and each model's permissions)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_view(self, request: HttpRequest, view_func: Callable, view_args: Any, view_kwargs: Any) -> None:
+        if not getattr(view_func, "login_required", True) or not request.user.is_authenticated:
+            return None  # public, or LoginRequiredMiddleware has sent the person to log in
+        if request.resolver_match and request.resolver_match.app_name == "admin":
+            return None
+        if not request.user.has_perm(BROWSE):
+            raise PermissionDenied("this login has no role on the dashboard: ask an admin for one")
+        return None

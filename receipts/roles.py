@@ -1,0 +1,43 @@
+"""Who may do what: four roles, each a group of permissions. One table, read by the data
+migration that makes the groups, by `demo_login`, and by the tests.
+
+Every role browses. The others add one kind of act each, so that a person is
+given exactly what they do (least privilege): settling a call, exporting evidence,
+or administering (legal holds, users). A person may hold several roles.
+Retention is applied by `manage.py apply_retention` on the server, not from a page.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+BROWSE = "receipts.browse"
+ROLES: dict[str, tuple[str, ...]] = {
+    "viewer": (BROWSE,),
+    "confirmer": (BROWSE, "receipts.confirm_call"),
+    "exporter": (BROWSE, "receipts.export_evidence"),
+    "admin": (
+        BROWSE,
+        "receipts.set_legal_hold",
+        "auth.view_user", "auth.add_user", "auth.change_user", "auth.delete_user", "auth.view_group",
+    ),
+}  # fmt: skip
+
+
+def ensure_roles(apps: Any = None) -> dict[str, Any]:
+    """Make the four groups with exactly their permissions (again, if a test's flush emptied
+    them); ``apps``: a migration's historical models."""
+    if apps is None:
+        from django.contrib.auth.models import Group, Permission
+    else:
+        Group, Permission = apps.get_model("auth", "Group"), apps.get_model("auth", "Permission")  # noqa: N806
+    groups = {}
+    for role, names in ROLES.items():
+        group, _ = Group.objects.get_or_create(name=role)
+        wanted = []
+        for name in names:
+            app_label, codename = name.split(".")
+            wanted.append(Permission.objects.get(content_type__app_label=app_label, codename=codename))
+        group.permissions.set(wanted)
+        groups[role] = group
+    return groups

@@ -1,0 +1,148 @@
+"""Who may do what: every URL and every action, as anonymous, as a login with no role,
+and as each role (receipts/roles.py). Nothing unauthorised succeeds."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable
+from http import HTTPStatus
+
+import pytest
+from django.contrib.auth.models import Group, Permission
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
+
+from receipts.models import Call, HumanDecision, Run
+from receipts.roles import ROLES
+from tests.helpers import first_call_of, join
+
+OK, REDIRECT, SEE_OTHER = HTTPStatus.OK, HTTPStatus.FOUND, HTTPStatus.SEE_OTHER
+FORBIDDEN, NOT_ALLOWED = HTTPStatus.FORBIDDEN, HTTPStatus.METHOD_NOT_ALLOWED
+WHO = ("anonymous", "no role", *ROLES)
+
+
+@dataclasses.dataclass
+class Act:
+    name: str  # the URL name it exercises
+    method: str
+    url: Callable[[], str]
+    allowed: tuple[str, ...]  # who may; "every role" is spelled out
+    data: Callable[[], dict] = dict
+    success: int = OK  # what an allowed person gets
+    public: bool = False  # no login needed
+
+
+def in_doubt() -> Call:
+    return first_call_of("send-message-killed")
+
+
+EVERY_ROLE = tuple(ROLES)
+ACTS = [
+    Act("healthz", "get", lambda: "/healthz", WHO, public=True),
+    Act("login", "get", lambda: reverse("login"), WHO, public=True),
+    Act("runs", "get", lambda: reverse("runs"), EVERY_ROLE),
+    Act("search", "get", lambda: reverse("search") + "?q=e", EVERY_ROLE),
+    Act("findings", "get", lambda: reverse("findings"), EVERY_ROLE),
+    Act("reservations", "get", lambda: reverse("reservations"), EVERY_ROLE),
+    Act("run", "get", lambda: reverse("run", args=["clean-run"]), EVERY_ROLE),
+    Act("replay", "get", lambda: reverse("replay", args=["clean-run"]), EVERY_ROLE),
+    Act("call", "get", lambda: reverse("call", args=["send-message-killed", in_doubt().call_id]), EVERY_ROLE),
+    Act("audit", "get", lambda: reverse("audit"), EVERY_ROLE),
+    Act("inbox", "get", lambda: reverse("inbox"), EVERY_ROLE),
+    Act("retention", "get", lambda: reverse("retention"), EVERY_ROLE),
+    Act("run_evidence", "get", lambda: reverse("run_evidence", args=["clean-run"]), ("exporter",)),
+    Act("legal_hold", "get", lambda: reverse("legal_hold", args=["clean-run"]), ()),
+    Act(
+        "legal_hold", "post", lambda: reverse("legal_hold", args=["clean-run"]), ("admin",),
+        data=lambda: {"hold": "set", "reason": "a court asked"}, success=SEE_OTHER,
+    ),
+    Act("confirm", "get", lambda: reverse("confirm", args=["send-message-killed", in_doubt().call_id]), ()),
+    Act(
+        "confirm", "post", lambda: reverse("confirm", args=["send-message-killed", in_doubt().call_id]),
+        ("confirmer",), success=SEE_OTHER,
+        data=lambda: {"resolution": "committed", "reason": "the mail log shows it",
+                      "confirm_call_id": in_doubt().call_id[:12], "receipt_sha256": in_doubt().file_sha256},
+    ),
+    Act("admin:index", "get", lambda: reverse("admin:index"), ("admin",)),
+    Act("admin:auth_user_changelist", "get", lambda: reverse("admin:auth_user_changelist"), ("admin",)),
+    Act("logout", "post", lambda: reverse("logout"), WHO, success=REDIRECT, public=True),
+]  # fmt: skip
+
+
+def denied(who: str, act: Act) -> set[int]:
+    """What a person who may not do ``act`` gets: the login page, a refusal, or (for a
+    method the URL never takes) 405. Never a success."""
+    if who == "anonymous":
+        return {REDIRECT}  # to the login page (the dashboard's or the admin's)
+    if act.name.startswith("admin:"):
+        return {REDIRECT}  # the admin site sends a person who is not its staff to its own login
+    if who == "no role":
+        return {FORBIDDEN}
+    return {FORBIDDEN, NOT_ALLOWED}
+
+
+def test_every_url_is_in_the_table():
+    """A new URL must say who may use it before it can land."""
+    names = set()
+
+    def walk(patterns, namespace: str = "") -> None:
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver):
+                if pattern.namespace == "admin":
+                    continue  # the admin site: its index and the user list stand for it below
+                walk(pattern.url_patterns, pattern.namespace or namespace)
+            elif isinstance(pattern, URLPattern) and pattern.name:
+                names.add(pattern.name)
+
+    walk(get_resolver().url_patterns)
+    assert names == {act.name for act in ACTS if not act.name.startswith("admin:")}
+
+
+@pytest.mark.parametrize("who", WHO)
+def test_nothing_unauthorised_succeeds(who, demo, client, django_user_model):
+    if who != "anonymous":
+        user = django_user_model.objects.create_user("someone", password="a-long-password-1")
+        if who != "no role":
+            join(user, who)
+            user.is_staff = who == "admin"  # the admin site also asks for staff
+            user.save()
+        client.force_login(user)
+    for act in ACTS:
+        response = getattr(client, act.method)(act.url(), act.data())
+        may = who in act.allowed
+        expected = {act.success} if may else denied(who, act)
+        assert response.status_code in expected, (who, act.name, act.method, response.status_code)
+        if act.name == "logout":
+            continue
+        if not may and act.method == "post":
+            assert not Run.objects.filter(legal_hold=True).exists() or who == "admin"
+            assert not HumanDecision.objects.exists() or who == "confirmer"
+    if who == "admin":
+        assert Run.objects.get(run_id="clean-run").legal_hold
+    if who == "confirmer":
+        assert HumanDecision.objects.get().actor == "someone"
+
+
+def test_a_person_without_a_role_sees_no_count_of_anything(demo, client, django_user_model):
+    client.force_login(django_user_model.objects.create_user("nobody"))
+    response = client.get(reverse("runs"))
+    assert response.status_code == FORBIDDEN
+    assert b'class="count"' not in response.content
+
+
+def test_the_data_migration_makes_the_four_roles_and_keeps_the_old_confirmers(django_user_model):
+    migration = importlib.import_module("receipts.migrations.0014_roles")
+    Group.objects.filter(name__in=[*ROLES, "confirmers"]).delete()
+    old = Group.objects.create(name="confirmers")
+    carol = django_user_model.objects.create_user("carol")
+    carol.groups.add(old)
+    state = MigrationExecutor(connection).loader.project_state(("receipts", "0014_roles"))
+    migration.make_roles(state.apps, None)
+    for role, permissions in ROLES.items():
+        held = {f"{p.content_type.app_label}.{p.codename}" for p in Permission.objects.filter(group__name=role)}
+        assert held == set(permissions), role
+    assert not Group.objects.filter(name="confirmers").exists()
+    carol = django_user_model.objects.get(username="carol")
+    assert carol.has_perm("receipts.confirm_call") and carol.has_perm("receipts.browse")
