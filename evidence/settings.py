@@ -3,17 +3,19 @@
 Variables (documented in the README): DATABASE_URL, DATABASE_CONN_MAX_AGE,
 DJANGO_DEBUG, DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS, DJANGO_HTTPS,
 EVIDENCE_RUNS_ROOT, EVIDENCE_ARCHIVE_ROOT, EVIDENCE_READ_ONLY, EVIDENCE_STRIP_AFTER_DAYS,
-EVIDENCE_ARCHIVE_AFTER_DAYS, EVIDENCE_FINISHED_STATES. Parsers are strict: a malformed
+EVIDENCE_ARCHIVE_AFTER_DAYS, EVIDENCE_FINISHED_STATES, EVIDENCE_PROXY_COUNT. Parsers are strict: a malformed
 value stops start-up. What is unset is what a deployment needs: debugging off,
 HTTPS on.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -34,6 +36,13 @@ def env_int(name: str, default: int) -> int:
     value = os.environ.get(name, str(default))
     if not value.isdigit() or int(value) < 1:
         raise ImproperlyConfigured(f"{name} must be a whole number of days from 1, not {value!r}")
+    return int(value)
+
+
+def env_count(name: str, default: int) -> int:
+    value = os.environ.get(name, str(default))
+    if not value.isdigit():
+        raise ImproperlyConfigured(f"{name} must be a whole number from 0, not {value!r}")
     return int(value)
 
 
@@ -74,6 +83,7 @@ INSTALLED_APPS = [
     "django.contrib.humanize",  # intcomma: a million events reads as 1,000,000
     "django_htmx",
     "template_partials",
+    "axes",
     "receipts",
     "evidence",
 ]
@@ -89,6 +99,9 @@ MIDDLEWARE = [
     "evidence.middleware.RoleRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into its lockout page.
+    "axes.middleware.AxesMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
@@ -135,6 +148,31 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Argon2 first: new and changed passwords are hashed with it, older hashes still verify.
+PASSWORD_HASHERS = [
+    "django.contrib.auth.hashers.Argon2PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2SHA1PasswordHasher",
+    "django.contrib.auth.hashers.ScryptPasswordHasher",
+]
+
+# Login throttling (django-axes): five failed logins for one user name from one address
+# lock that pair out for 15 minutes (429 and a page that says so); a success resets it.
+# Behind a reverse proxy every request comes from the proxy's address: set
+# EVIDENCE_PROXY_COUNT to the number of proxies in front, and the address is read from
+# X-Forwarded-For (which those proxies must set, and clients must not be able to reach
+# the server around them).
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = dt.timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+PROXY_COUNT = env_count("EVIDENCE_PROXY_COUNT", 0)
+if PROXY_COUNT:
+    AXES_IPWARE_PROXY_COUNT = PROXY_COUNT
+    AXES_IPWARE_META_PRECEDENCE_ORDER = ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR")
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "runs"
 LOGOUT_REDIRECT_URL = "login"
@@ -172,6 +210,30 @@ if HTTPS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
+
+# Hardened pages: no inline script or style and no eval anywhere (htmx is served from our
+# static files, its own styles and eval turned off in base.html), no framing, no referrer
+# beyond this site, and cookies that scripts cannot read.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
+X_FRAME_OPTIONS = "DENY"
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = True  # forms carry the token; htmx reads it from the page, not the cookie
+SESSION_COOKIE_SAMESITE = CSRF_COOKIE_SAMESITE = "Lax"
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"  # no cookie of its own
 
 LOGGING = {
     "version": 1,

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.urls import reverse
 
 from tests.helpers import PROJECT, join
 
@@ -54,7 +55,8 @@ def test_demo_login_prints_a_working_login_at_the_address_served(client):
     call_command("demo_login", "--url", "http://127.0.0.1:8765/", stdout=out)
     assert out.getvalue().startswith("Log in at http://127.0.0.1:8765/ as ")
     username, password = out.getvalue().split(" as ")[1].strip().split(" / ")
-    assert client.login(username=username, password=password)
+    response = client.post(reverse("login"), {"username": username, "password": password})
+    assert response.status_code == 302 and client.get(reverse("runs")).status_code == 200
 
 
 def settings_of(**env: str) -> dict:
@@ -128,7 +130,7 @@ def test_check_deploy_is_clean_in_production_settings():
         check=False,
     )
     assert completed.returncode == 0, completed.stderr
-    assert "no issues" in completed.stdout
+    assert "no issues (0 silenced)" in completed.stdout, completed.stdout
 
 
 @pytest.mark.parametrize(
@@ -179,3 +181,25 @@ def test_manage_py_names_a_missing_setting_in_one_line():
     )
     assert completed.returncode == 1
     assert completed.stderr == "error: DJANGO_SECRET_KEY must be set when DJANGO_DEBUG=0\n"
+
+
+def test_five_failed_logins_lock_that_name_out_from_that_address(client, django_user_model):
+    join(django_user_model.objects.create_user("mallory-target", password="the-right-password-1"), "viewer")
+    guesses = [client.post(reverse("login"), {"username": "mallory-target", "password": "a-guess"}) for _ in range(5)]
+    assert [response.status_code for response in guesses] == [200, 200, 200, 200, 429]  # the fifth locks
+    locked = client.post(reverse("login"), {"username": "mallory-target", "password": "the-right-password-1"})
+    assert locked.status_code == 429 and b"Too many failed logins" in locked.content
+    assert client.get(reverse("runs")).status_code == 302, "not logged in"
+    other = client.post(reverse("login"), {"username": "mallory-target", "password": "the-right-password-1"},
+                        REMOTE_ADDR="192.0.2.9")  # fmt: skip
+    assert other.status_code == 302, "the same name from another address is not locked"
+
+
+def test_production_hashes_passwords_with_argon2():
+    code = (
+        "import django; django.setup(); from django.contrib.auth.hashers import make_password; "
+        "print(make_password('a-long-password-1'))"
+    )
+    env = settings_env(DJANGO_SETTINGS_MODULE="evidence.settings", DJANGO_DEBUG="0", DJANGO_SECRET_KEY="k" * 50)
+    completed = subprocess.run([sys.executable, "-c", code], cwd=PROJECT, env=env, capture_output=True, text=True)
+    assert completed.stdout.startswith("argon2$argon2id$"), completed.stderr

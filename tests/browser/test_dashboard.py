@@ -130,3 +130,35 @@ def test_a_long_ledger_pages_by_key_in_place(page, demo):
     expect(calls.get_by_text("20 shown of 70")).to_be_visible()
     expect(calls.get_by_role("link", name="← Previous")).to_have_count(0)
     screenshot(page, "run-paged")
+
+
+def test_no_page_breaks_the_content_security_policy(page, demo):
+    """Chromium reports every inline script or style, and every eval, that the policy refuses."""
+    refused = []
+    page.on(
+        "console", lambda message: refused.append(message.text) if "Content Security Policy" in message.text else None
+    )
+    log_in(page)
+    call = Call.objects.filter(run__run_id="send-message-killed").first()
+    paths = ["/", "/inbox/", "/findings/", "/reservations/", "/audit/", "/retention/", "/runs/clean-run/",
+             "/runs/clean-run/replay/", f"/runs/send-message-killed/calls/{call.call_id}/", "/search/?q=e"]  # fmt: skip
+    for path in paths:
+        page.goto(path)
+        page.wait_for_load_state("networkidle")
+    page.goto("/runs/clean-run/")
+    page.get_by_label("Event type").select_option("receipt")  # an htmx swap
+    expect(page.locator("#timeline tbody tr").first).to_contain_text("receipt")
+    assert refused == []
+
+
+def test_a_hidden_tab_does_not_poll(page, demo):
+    log_in(page)
+    page.goto("/runs/send-message-killed/")
+    polls = []
+    page.on("request", lambda request: polls.append(request.url) if "send-message-killed" in request.url else None)
+    page.wait_for_timeout(3500)
+    assert polls, "a live run's page polls while its tab is visible"
+    page.evaluate("Object.defineProperty(document, 'visibilityState', {get: () => 'hidden'})")
+    polls.clear()
+    page.wait_for_timeout(7000)
+    assert polls == [], "static/js/dashboard.js cancels the polls of a hidden tab"
