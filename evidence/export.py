@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -23,8 +24,10 @@ from django.template.loader import render_to_string
 from evidence.redaction import Policy, clear, fields
 from evidence.verify import FORMAT, SECTIONS, whole_digest
 from receipts import protocol, selectors
-from receipts.models import Call, Confirmation, Event, Finding, Run, Submission
+from receipts.models import AuditEntry, Call, Confirmation, Event, Finding, Run, Submission
 from receipts.protocol import EVENT_FACT_FIELDS, redacted
+
+log = logging.getLogger("callproof.export")
 
 CONFLICT_REASONS = {
     "request_digest_differs",
@@ -45,8 +48,11 @@ class ExportResult:
     counts: dict[str, int]
 
 
-def export_run(*, run: Run, out: Path, policy: Policy) -> ExportResult:
-    """Write ``out/evidence.json`` and ``out/index.html`` for ``run``, redacted under ``policy``."""
+def export_run(*, run: Run, out: Path, policy: Policy, actor: str = "export_evidence", user=None) -> ExportResult:
+    """Write ``out/evidence.json`` and ``out/index.html`` for ``run``, redacted under ``policy``.
+
+    Every export is audited (who, when), beside holds and retention, and logged.
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     digests: dict[str, str] = {}
@@ -69,6 +75,10 @@ def export_run(*, run: Run, out: Path, policy: Policy) -> ExportResult:
         page = _write_page(out, run, policy, manifest, counts)
         manifest["page_sha256"] = protocol.sha256_hex(page)
         stream.write(b',"manifest":' + protocol.canonical_json(manifest) + b"}\n")
+    AuditEntry.objects.create(
+        run=run, action=AuditEntry.EVIDENCE_EXPORTED, actor=actor, user=user, at=protocol.utc_now()
+    )
+    log.info("evidence exported", extra={"event": "evidence_exported", "run_id": run.run_id, "actor": actor})
     return ExportResult(out, manifest, counts)
 
 

@@ -3,7 +3,8 @@
 Variables (documented in the README): DATABASE_URL, DATABASE_CONN_MAX_AGE,
 DJANGO_DEBUG, DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS, DJANGO_HTTPS,
 EVIDENCE_RUNS_ROOT, EVIDENCE_ARCHIVE_ROOT, EVIDENCE_READ_ONLY, EVIDENCE_STRIP_AFTER_DAYS,
-EVIDENCE_ARCHIVE_AFTER_DAYS, EVIDENCE_FINISHED_STATES, EVIDENCE_PROXY_COUNT. Parsers are strict: a malformed
+EVIDENCE_ARCHIVE_AFTER_DAYS, EVIDENCE_FINISHED_STATES, EVIDENCE_PROXY_COUNT,
+EVIDENCE_METRICS_TOKEN. Parsers are strict: a malformed
 value stops start-up. What is unset is what a deployment needs: debugging off,
 HTTPS on.
 """
@@ -69,6 +70,9 @@ EVIDENCE_ARCHIVE_ROOT = env_path("EVIDENCE_ARCHIVE_ROOT", BASE_DIR / "var" / "ar
 RETENTION_STRIP_AFTER_DAYS = env_int("EVIDENCE_STRIP_AFTER_DAYS", 30)
 RETENTION_ARCHIVE_AFTER_DAYS = env_int("EVIDENCE_ARCHIVE_AFTER_DAYS", 365)
 RETENTION_FINISHED_STATES = env_list("EVIDENCE_FINISHED_STATES", "finished,succeeded,failed,cancelled")
+# /metrics answers a request with "Authorization: Bearer <this>", or, when it is unset,
+# only a request made on this machine (README, "Operations").
+EVIDENCE_METRICS_TOKEN = os.environ.get("EVIDENCE_METRICS_TOKEN", "")
 # A deployment that only browses: no write action is shown or accepted.
 EVIDENCE_READ_ONLY = env_bool("EVIDENCE_READ_ONLY", "0")
 
@@ -235,9 +239,13 @@ CSRF_COOKIE_HTTPONLY = True  # forms carry the token; htmx reads it from the pag
 SESSION_COOKIE_SAMESITE = CSRF_COOKIE_SAMESITE = "Lax"
 MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"  # no cookie of its own
 
+# One JSON object a line (evidence/logs.py): what the importer, settlements, exports and
+# retention do, at INFO, each with its run_id and call_id; everything else from WARNING.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"json": {"()": "evidence.logs.JsonFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
     "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {"callproof": {"handlers": ["console"], "level": "INFO", "propagate": False}},
 }

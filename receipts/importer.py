@@ -19,6 +19,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
@@ -48,6 +49,8 @@ from receipts.reader import (
 from receipts.reader.safe_open import signature_from
 from receipts.recovery import decide
 from receipts.replay import apply_decisions
+
+log = logging.getLogger("callproof.importer")
 
 Progress = Callable[[str, int, int], None]  # run_id, ledger bytes read, ledger size
 
@@ -477,7 +480,7 @@ def run_import(
         run, _ = Run.objects.get_or_create(run_id=run_id, defaults={"path": str(path)})
         try:
             listing = listing or Listing.of(path)
-            return _import_run_locked(run, path, limits, now, force, progress, batch_size, listing)
+            report = _import_run_locked(run, path, limits, now, force, progress, batch_size, listing)
         except Exception as error:  # noqa: BLE001 - one run's surprise must not stop the others
             detail = f"{type(error).__name__}: {error}"[:2000]
             with transaction.atomic():
@@ -487,7 +490,15 @@ def run_import(
             run.refresh_from_db()
             report = _report(run, changed=True)
             report.failed = True
+            log.error("run import failed", extra={"event": "import_failed", "run_id": run_id, "detail": detail})
             return report
+        if report.changed:
+            log.info(
+                "run imported",
+                extra={"event": "run_imported", "run_id": run_id, "events": report.events, "calls": report.calls,
+                       "open_findings": len(report.findings)},
+            )  # fmt: skip
+        return report
 
 
 def _import_run_locked(

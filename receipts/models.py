@@ -338,13 +338,15 @@ class HumanDecision(models.Model):
 
 
 class AuditEntry(models.Model):
-    """Every retention action and legal hold, beside the people's decisions (HumanDecision).
+    """Every retention action, legal hold and evidence export, beside the people's decisions
+    (HumanDecision).
 
     Written once, never edited or deleted; the admin shows it read-only.
     """
 
     LEGAL_HOLD_SET, LEGAL_HOLD_LIFTED = "legal_hold_set", "legal_hold_lifted"
     BODIES_STRIPPED, RUN_ARCHIVED = "bodies_stripped", "run_archived"
+    EVIDENCE_EXPORTED = "evidence_exported"
 
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="audit_entries")
     action = models.CharField(max_length=32)

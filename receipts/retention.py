@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
+import logging
 from pathlib import Path
 
 from django.conf import settings
@@ -23,6 +24,8 @@ from django.conf import settings
 from receipts import protocol, stats
 from receipts.findings import DIGEST_CODES
 from receipts.models import AuditEntry, Call, Run
+
+log = logging.getLogger("callproof.retention")
 
 KEEP, STRIP_BODIES, ARCHIVE = "keep", "strip_bodies", "archive"
 ACTIONS = (KEEP, STRIP_BODIES, ARCHIVE)
@@ -143,14 +146,16 @@ def set_legal_hold(*, run: Run, user, hold: bool, reason: str, now: dt.datetime)
             legal_hold_since=now,  # lifting restarts the clock too: someone looked at the run
         )
         action = AuditEntry.LEGAL_HOLD_SET if hold else AuditEntry.LEGAL_HOLD_LIFTED
+        log.info(action.replace("_", " "), extra={"event": action, "run_id": run.run_id, "actor": user.get_username()})
         return AuditEntry.objects.create(
             run=run, action=action, actor=user.get_username(), user=user, at=now, reason=reason.strip()
         )
 
 
 def audit(*, run: Run, action: str, now: dt.datetime, reason: str) -> None:
-    """An entry for what a command did, beside what people did."""
+    """An entry for what a command did, beside what people did; and a log line."""
     AuditEntry.objects.create(run=run, action=action, actor="apply_retention", at=now, reason=reason)
+    log.info(action.replace("_", " "), extra={"event": action, "run_id": run.run_id, "reason": reason})
 
 
 def sweep_writer_locks(run: Run) -> int:

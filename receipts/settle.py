@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 from http import HTTPStatus
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from django.db import IntegrityError, transaction
 from receipts import importer, protocol, runtime
 from receipts.durable import read_json_file
 from receipts.models import Call, HumanDecision, Run
+
+log = logging.getLogger("callproof.settle")
 
 
 class SettleError(Exception):
@@ -107,6 +110,11 @@ def settle_call(
             raise SettleError(HTTPStatus.CONFLICT, _already_decided(existing), existing=existing) from None
         document = _write_back(run, call, decision)
         importer.record_confirmation(run=run, call=call, document=document, now=now)
+    log.info(
+        "call settled",
+        extra={"event": "call_settled", "run_id": run.run_id, "call_id": call.call_id,
+               "resolution": decision.resolution, "actor": decision.actor},
+    )  # fmt: skip
     return Settlement(decision, True)
 
 

@@ -41,6 +41,7 @@ def in_doubt() -> Call:
 EVERY_ROLE = tuple(ROLES)
 ACTS = [
     Act("healthz", "get", lambda: "/healthz", WHO, public=True),
+    Act("metrics", "get", lambda: "/metrics", WHO, public=True),  # its own guard: this machine, or a token
     Act("login", "get", lambda: reverse("login"), WHO, public=True),
     Act("runs", "get", lambda: reverse("runs"), EVERY_ROLE),
     Act("search", "get", lambda: reverse("search") + "?q=e", EVERY_ROLE),

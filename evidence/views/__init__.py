@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_not_required
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, JsonResponse
 from django.views.decorators.http import require_GET
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from evidence.metrics import DashboardCollector, may_scrape
 from evidence.views.audit import audit
 from evidence.views.calls import call, confirm, replay
 from evidence.views.findings import findings, reservations
@@ -23,6 +26,20 @@ def healthz(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"status": "ok"})
 
 
+_REGISTRY = CollectorRegistry()  # no auto-describe: it would query the database at import
+_REGISTRY.register(DashboardCollector())
+
+
+@login_not_required  # Prometheus has no login: a token, or this machine only (metrics.may_scrape)
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    if not may_scrape(request):
+        return HttpResponseForbidden(
+            "metrics need the token, or a request from this machine\n", content_type="text/plain"
+        )
+    return HttpResponse(generate_latest(_REGISTRY), content_type=CONTENT_TYPE_PLAIN_0_0_4)
+
+
 __all__ = [
     "audit",
     "call",
@@ -31,6 +48,7 @@ __all__ = [
     "healthz",
     "inbox_page",
     "legal_hold",
+    "metrics",
     "replay",
     "reservations",
     "retention_page",

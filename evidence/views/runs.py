@@ -145,7 +145,7 @@ def run_evidence(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     """The run's redacted evidence as a zip (evidence.json and index.html), made on request."""
     run = get_run_or_404(run_id)
     with tempfile.TemporaryDirectory() as folder:
-        export_run(run=run, out=Path(folder), policy=Policy())
+        export_run(run=run, out=Path(folder), policy=Policy(), actor=request.user.get_username(), user=request.user)
         archive = io.BytesIO()
         with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bundle:
             for name in ("evidence.json", "index.html"):

@@ -1,0 +1,101 @@
+"""``/metrics``: what an operator graphs and alerts on, in Prometheus' text format.
+
+Every value is read from the database when Prometheus scrapes, through a
+collector (prometheus_client, the maintained client library): gunicorn's workers
+share nothing but the database, so counters kept in one worker's memory would be
+a guess. Each scrape is a handful of index-backed queries and one row per run
+that is not finished.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from collections.abc import Iterator
+
+from django.conf import settings
+from django.db.models import Count, Max, Q
+from django.http import HttpRequest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from receipts import protocol
+from receipts.findings import DIGEST_CODES
+from receipts.models import AuditEntry, Call, Confirmation, Finding, HumanDecision, Run
+
+
+def may_scrape(request: HttpRequest) -> bool:
+    """With ``EVIDENCE_METRICS_TOKEN`` set, ``Authorization: Bearer <token>``; without it,
+    only a request made on this machine, straight to the server (a request a proxy passed
+    on carries ``X-Forwarded-For`` and is refused, though it too comes from loopback)."""
+    token = settings.EVIDENCE_METRICS_TOKEN
+    if token:
+        given = request.headers.get("Authorization", "")
+        return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+    if "X-Forwarded-For" in request.headers:
+        return False
+    try:
+        return ipaddress.ip_address(request.META.get("REMOTE_ADDR", "")).is_loopback
+    except ValueError:
+        return False
+
+
+def _seconds(moment) -> float:
+    return moment.timestamp() if moment is not None else float("nan")
+
+
+class DashboardCollector(Collector):
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        unsettled = Call.objects.filter(receipt_present=True, decision__in=protocol.UNSETTLED_DECISIONS)
+        in_doubt = GaugeMetricFamily(
+            "callproof_calls_in_doubt", "Calls written prepared or unknown that no one has settled"
+        )
+        in_doubt.add_metric([], unsettled.filter(status__in=protocol.IN_DOUBT_STATUSES).count())
+        yield in_doubt
+
+        by_code = dict(
+            Finding.objects.filter(closed_at__isnull=True).values_list("code").annotate(n=Count("id")).order_by()
+        )
+        stale = GaugeMetricFamily("callproof_stale_reservations", "Task reservations past the stale age")
+        stale.add_metric([], by_code.get("stale_reservation", 0))
+        yield stale
+        findings = GaugeMetricFamily("callproof_open_findings", "Open findings, by code", labels=["code", "digest"])
+        for code, count in sorted(by_code.items()):
+            findings.add_metric([code, "true" if code in DIGEST_CODES else "false"], count)
+        yield findings
+
+        last = Run.objects.aggregate(at=Max("imported_at"))["at"]
+        last_import = GaugeMetricFamily(
+            "callproof_last_import_timestamp_seconds", "When the importer last stored a change, Unix time"
+        )
+        last_import.add_metric([], _seconds(last))
+        yield last_import
+        lag = GaugeMetricFamily(
+            "callproof_run_import_lag_seconds",
+            "For each run that is not finished: how long ago it was last imported (a growing value is an "
+            "importer falling behind, or a run that stopped writing)",
+            labels=["run_id"],
+        )
+        now = protocol.utc_now()
+        finished = Q(state__in=protocol.FINISHED_STATES) | Q(archived=True)
+        for run_id, imported_at in Run.objects.exclude(finished).values_list("run_id", "imported_at"):
+            lag.add_metric([run_id], (now - imported_at).total_seconds() if imported_at else float("nan"))
+        yield lag
+
+        confirmations = CounterMetricFamily(
+            "callproof_confirmations", "Calls settled by a person, by where they settled it", labels=["via"]
+        )
+        confirmations.add_metric(["dashboard"], HumanDecision.objects.count())
+        confirmations.add_metric(["file"], Confirmation.objects.filter(valid=True).count())
+        yield confirmations
+        actions = dict(AuditEntry.objects.values_list("action").annotate(n=Count("id")).order_by())
+        exports = CounterMetricFamily("callproof_evidence_exports", "Redacted evidence exported")
+        exports.add_metric([], actions.get(AuditEntry.EVIDENCE_EXPORTED, 0))
+        yield exports
+        retention = CounterMetricFamily(
+            "callproof_retention_actions", "Retention actions and legal holds, by action", labels=["action"]
+        )
+        for action in (AuditEntry.BODIES_STRIPPED, AuditEntry.RUN_ARCHIVED, AuditEntry.LEGAL_HOLD_SET,
+                       AuditEntry.LEGAL_HOLD_LIFTED):  # fmt: skip
+            retention.add_metric([action], actions.get(action, 0))
+        yield retention
