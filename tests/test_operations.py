@@ -78,3 +78,22 @@ def test_imports_settlements_and_retention_log_one_json_object_a_line(demo_root,
     assert {line["run_id"] for line in imported} == set(Run.objects.values_list("run_id", flat=True))
     assert all({"time", "level", "logger", "message", "run_id", "call_id"} <= set(line) for line in lines)
     assert all(line["call_id"] is None and line["events"] >= 0 for line in imported)
+
+
+def test_a_settlement_and_a_legal_hold_log_their_run_and_call(demo, client, django_user_model, caplog):
+    from evidence.logs import JsonFormatter
+
+    person = join(django_user_model.objects.create_user("carol"), "confirmer", "admin")
+    client.force_login(person)
+    call = first_call_of("send-message-killed")
+    form = {"resolution": "rejected", "reason": "no line carries it", "confirm_call_id": call.call_id[:12],
+            "receipt_sha256": call.file_sha256}  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="callproof"):
+        client.post(f"/runs/send-message-killed/calls/{call.call_id}/confirm/", form)
+        client.post("/runs/clean-run/hold/", {"hold": "set", "reason": "a court asked"})
+    lines = [json.loads(JsonFormatter().format(record)) for record in caplog.records]
+    settled = next(line for line in lines if line["event"] == "call_settled")
+    assert (settled["run_id"], settled["call_id"], settled["resolution"], settled["actor"]) == (
+        "send-message-killed", call.call_id, "rejected", "carol")  # fmt: skip
+    held = next(line for line in lines if line["event"] == "legal_hold_set")
+    assert (held["run_id"], held["call_id"]) == ("clean-run", None)
