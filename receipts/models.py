@@ -361,3 +361,17 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor}: {self.action} {self.run_id}"
+
+
+class ApiToken(models.Model):
+    """A token for the JSON API (``manage.py api_token``): only its SHA-256 is kept, so a
+    database that leaks leaks no token. It acts as its user, with that user's roles."""
+
+    user = models.ForeignKey("auth.User", on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)  # what it is for, to find it again
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField()
+    last_used_at = models.DateTimeField(null=True)
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.name}"

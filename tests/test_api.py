@@ -1,0 +1,80 @@
+"""The read-only JSON API: the same reads as the pages, paged by key, for a session or a token
+that may browse, described by OpenAPI."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from receipts.models import ApiToken, Call, Finding, Run
+from tests.helpers import CONTRACT, import_as_seen_later, join
+from tests.volume import synthetic_run
+
+ENDPOINTS = ["/api/runs", "/api/runs/clean-run", "/api/runs/clean-run/calls", "/api/findings",
+             "/api/reservations", "/api/inbox", "/api/audit"]  # fmt: skip
+
+
+def token_for(user, name: str = "script") -> str:
+    out = StringIO()
+    call_command("api_token", user.username, "--name", name, stdout=out)
+    return out.getvalue().strip()
+
+
+@pytest.mark.parametrize("who", ["anonymous", "no role", "viewer", "viewer by token", "bad token", "no role by token"])
+def test_every_endpoint_answers_only_a_login_that_may_browse(who, demo, client, django_user_model):
+    headers = {}
+    user = django_user_model.objects.create_user("someone")
+    if who.startswith("viewer"):
+        join(user, "viewer")
+    if who.endswith("by token"):
+        headers["HTTP_AUTHORIZATION"] = f"Bearer {token_for(user)}"
+    elif who == "bad token":
+        headers["HTTP_AUTHORIZATION"] = "Bearer cp_not-a-token"
+    elif who != "anonymous":
+        client.force_login(user)
+    expected = {"anonymous": 401, "bad token": 401, "no role": 403, "no role by token": 403}.get(who, 200)
+    for url in ENDPOINTS:
+        response = client.get(url, **headers)
+        assert response.status_code == expected, (who, url, response.status_code)
+        assert response["Content-Type"] == "application/json; charset=utf-8"
+
+
+def test_tokens_are_kept_as_digests_and_can_be_revoked(db, django_user_model, client):
+    user = join(django_user_model.objects.create_user("bot"), "viewer")
+    token = token_for(user, "nightly")
+    assert token.startswith("cp_") and not ApiToken.objects.filter(digest__contains=token[3:]).exists()
+    assert client.get("/api/runs", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 200
+    call_command("api_token", "bot", "--name", "nightly", "--revoke", stdout=StringIO())
+    assert client.get("/api/runs", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 401
+
+
+def test_lists_page_by_key_to_the_end_and_agree_with_the_rows(demo_root, db, client, django_user_model):
+    synthetic_run(demo_root / "many-calls", events=300, receipts=120, contract=CONTRACT)
+    import_as_seen_later(demo_root)
+    client.force_login(join(django_user_model.objects.create_user("reader"), "viewer"))
+    seen, url = [], "/api/runs/many-calls/calls?limit=50"
+    while url:
+        body = client.get(url).json()
+        assert body["total"] == 120
+        seen += [item["call_id"] for item in body["items"]]
+        url = f"/api/runs/many-calls/calls?limit=50&cursor={body['next']}" if body["next"] else None
+    assert seen == list(
+        Call.objects.filter(run__run_id="many-calls").order_by("call_id").values_list("call_id", flat=True)
+    )
+    runs = client.get("/api/runs?limit=200").json()["items"]
+    assert [run["run_id"] for run in runs] == sorted(Run.objects.values_list("run_id", flat=True))
+    findings = client.get("/api/findings?limit=200").json()["items"]
+    assert len(findings) == Finding.objects.filter(closed_at__isnull=True).count()
+    assert client.get("/api/runs?limit=0").status_code == 400
+    assert client.get("/api/runs?cursor=after.0.bm9wZQ").status_code == 400
+
+
+def test_the_openapi_description_names_every_endpoint(db, client, django_user_model):
+    client.force_login(join(django_user_model.objects.create_user("reader"), "viewer"))
+    description = client.get("/api/openapi.json").json()
+    paths = set(description["paths"])
+    assert {"/api/runs", "/api/runs/{run_id}", "/api/runs/{run_id}/calls", "/api/findings", "/api/reservations",
+            "/api/inbox", "/api/audit"} <= paths  # fmt: skip
+    assert all(set(item) == {"get"} for item in description["paths"].values()), "read-only"
