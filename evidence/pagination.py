@@ -116,9 +116,6 @@ class CursorPage:
             links += [("next", self.older_url), ("last", self.last_url)]
         return links
 
-    def __iter__(self) -> Any:
-        return iter(self.object_list)
-
 
 def cursor_page(
     request: HttpRequest,

@@ -433,11 +433,15 @@ def load_json_strict(data: bytes) -> Any:
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ValueError("load_json_strict takes bytes")
+    return load_json_text(decode_utf8(data))
+
+
+def decode_utf8(data: bytes) -> str:
+    """The text of ``data``, or ``ValueError`` naming the first byte that is not UTF-8."""
     try:
-        text = bytes(data).decode("utf-8")
+        return str(data, "utf-8")  # bytes, bytearray or memoryview, without a copy
     except UnicodeDecodeError as error:
         raise ValueError(f"invalid UTF-8 at byte {error.start}") from None
-    return load_json_text(text)
 
 
 _JSON_SPACE = " \t\n\r"

@@ -204,11 +204,7 @@ def _take_line(body: bytes, cursor: LedgerCursor, events: list[EventRecord], fin
     previous_line_sha = cursor.last_line_sha256
     cursor.last_line_sha256 = line_sha = hashlib.sha256(body).hexdigest()
     try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as error:
-        findings.append(_ledger_finding("invalid_json", line_no, f"invalid UTF-8 at byte {error.start}"))
-        return
-    try:
+        text = protocol.decode_utf8(body)  # decoded once: the event keeps the text
         event = protocol.load_json_text(text)
     except ValueError as error:
         findings.append(_ledger_finding("invalid_json", line_no, str(error)))
