@@ -288,8 +288,12 @@ def _import_ledger(
     cursor = _cursor_of(run)
     file_findings: list[FindingRecord] = []
     postgres = _is_postgres()
-    ledger_size = _size(path / protocol.LEDGER_NAME)
-    signature = _ledger_signature(path)
+    try:
+        ledger = os.lstat(path / protocol.LEDGER_NAME)
+    except OSError:
+        ledger = None
+    ledger_size = ledger.st_size if ledger else 0
+    signature = signature_from(ledger) if ledger else ""
     if signature and signature == run.ledger_signature and not _ledger_has_file_findings(run):
         return cursor, file_findings  # not a byte added or changed since it was read to its end
     for batch in read_ledger(path, cursor, limits, batch_size):
@@ -331,24 +335,10 @@ def _import_ledger(
     return cursor, file_findings
 
 
-def _ledger_signature(path: Path) -> str:
-    try:
-        return signature_from(os.lstat(path / protocol.LEDGER_NAME))
-    except OSError:
-        return ""
-
-
 def _ledger_has_file_findings(run: Run) -> bool:
     """A ledger that could not be read as a file (its finding is re-checked by reading it)."""
     ledger_findings = run.findings.filter(closed_at__isnull=True, scope=FILES, subject__startswith=protocol.LEDGER_NAME)
     return ledger_findings.exists()
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.lstat().st_size
-    except OSError:
-        return 0
 
 
 # --- everything else -------------------------------------------------------
@@ -511,10 +501,7 @@ def _import_run_locked(
     batch_size: int,
     listing: Listing,
 ) -> RunReport:
-    fingerprint = listing.fingerprint
-    horizon_passed = run.next_stale_at is not None and now >= run.next_stale_at
-    unchanged = run.fingerprint == fingerprint and run.path == str(path) and run.summary is not None
-    if not force and unchanged and not horizon_passed:
+    if not force and _Known.of(run).unchanged(path, now, listing):
         return _report(run, changed=False)
     cursor, ledger_file_findings = _import_ledger(run, path, limits, now, progress, batch_size)
     known = {} if force else _known_receipts(run)
@@ -539,7 +526,7 @@ def _import_run_locked(
             state=files.state,
             attempts=files.attempts,
             contract_sha256=files.contract_sha256,
-            fingerprint=fingerprint,
+            fingerprint=listing.fingerprint,
             next_stale_at=files.next_stale_at,
             event_count=sum(run.event_type_counts.values()),  # counted batch by batch
             imported_at=now,
@@ -589,12 +576,20 @@ class _Known:
     archived: bool
     summarised: bool
 
+    @classmethod
+    def of(cls, run: Run) -> _Known:
+        return cls(run.path, run.fingerprint, run.next_stale_at, run.archived, run.summary is not None)
+
     def may_be_unchanged(self, path: Path, now: dt.datetime) -> bool:
         """Whether only the files' fingerprint can tell: the same directory, summarised, and no
         call or reservation due to turn stale."""
         if self.path != str(path) or not self.summarised:
             return False
         return self.next_stale_at is None or now < self.next_stale_at
+
+    def unchanged(self, path: Path, now: dt.datetime, listing: Listing) -> bool:
+        """Nothing to read: the one rule, for a root's pass and for the import under the lock."""
+        return self.may_be_unchanged(path, now) and listing.fingerprint == self.fingerprint
 
 
 def root_import(
@@ -634,7 +629,7 @@ def root_import(
             root_problems.append(FindingRecord("duplicate_run_id", path.name, detail))
         elif force or recorded is None or not recorded.may_be_unchanged(path, now):
             changed.append((path, None))
-        elif (listing := Listing.of(path)).fingerprint == recorded.fingerprint:
+        elif recorded.unchanged(path, now, listing := Listing.of(path)):
             unchanged.append(path.name)
         else:
             changed.append((path, listing))
