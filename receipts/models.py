@@ -108,9 +108,6 @@ def with_run(rows: models.QuerySet) -> models.QuerySet:
     return rows.select_related("run").defer("run__summary", "run__event_type_counts")
 
 
-BODIES = ("args", "result", "error")  # a call's JSON bodies, which lists of calls never show
-
-
 class Call(models.Model):
     """One per call_id per run: every receipt, and every call_id the ledger names."""
 
