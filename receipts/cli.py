@@ -1,8 +1,10 @@
 """``python -m receipts``: the writer's command line (no Django needed).
 
 JSON results go to standard output, errors to standard error. Exit codes:
-0 success (created, reused, committed), 1 bad input or I/O error,
-2 usage, 3 conflict or rejected, 4 the call awaits a person's confirmation.
+0 success (created, reused, committed), 1 bad input or I/O error (nothing
+was done), 2 usage, 3 conflict or rejected, 4 a person must decide (a call in
+doubt, or a new attempt refused while calls are in doubt), 5 the effect is
+done but recording it is incomplete: do not retry it as a new request.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 from receipts import protocol, runtime
 from receipts.replay import replay_run
 
-EXIT_OK, EXIT_ERROR, EXIT_CONFLICT, EXIT_AWAITING = 0, 1, 3, 4
+EXIT_OK, EXIT_ERROR, EXIT_CONFLICT, EXIT_AWAITING, EXIT_DONE_UNRECORDED = 0, 1, 3, 4, 5
 
 
 def _print(document: Any) -> None:
@@ -30,8 +32,13 @@ def _read_request(source: str) -> Any:
 
 
 def cmd_init(options: argparse.Namespace) -> int:
-    runtime.run_init(Path(options.run_dir), contract_sha256=options.contract_sha256, attempts=options.attempts)
-    _print({"run_dir": str(options.run_dir), "contract_sha256": options.contract_sha256})
+    runtime.run_init(
+        Path(options.run_dir),
+        contract_sha256=options.contract_sha256,
+        attempts=options.attempts,
+        identity=options.identity,
+    )
+    _print({"run_dir": str(options.run_dir), "contract_sha256": options.contract_sha256, "identity": options.identity})
     return EXIT_OK
 
 
@@ -49,7 +56,13 @@ def cmd_call(options: argparse.Namespace) -> int:
     if not isinstance(args, dict):
         raise ValueError("--args must be a JSON object")
     executor = runtime.Executor(Path(options.run_dir))
-    outcome = executor.call(options.tool, args, attempt=options.attempt, identity=options.identity)
+    outcome = executor.call(
+        options.tool,
+        args,
+        attempt=options.attempt,
+        identity=options.identity,
+        override_unsettled=options.override_unsettled,
+    )
     _print(outcome.as_dict())
     # Only a verified commit is success: "committed" with needs set is a receipt a person must look at.
     if outcome.needs:
@@ -87,8 +100,27 @@ def cmd_confirm(options: argparse.Namespace) -> int:
 
 
 def cmd_state(options: argparse.Namespace) -> int:
-    runtime.run_set_state(Path(options.run_dir), state=options.name, attempts=options.attempts)
+    try:
+        runtime.run_set_state(
+            Path(options.run_dir),
+            state=options.name,
+            attempts=options.attempts,
+            override_unsettled=options.override_unsettled,
+        )
+    except runtime.UnsettledCalls as refused:
+        _print({"refused": str(refused), "call_ids": refused.call_ids})
+        sys.stderr.write(f"refused: {refused}\n")
+        return EXIT_AWAITING
     _print({"state": options.name, "attempts": options.attempts})
+    return EXIT_OK
+
+
+def cmd_sweep(options: argparse.Namespace) -> int:
+    run_dir = Path(options.run_dir)
+    temps = runtime.sweep_temp_files(run_dir, older_than=options.older_than_minutes * 60)
+    locks = runtime.sweep_locks(run_dir)
+    _print({"temp_files": [str(path.relative_to(run_dir)) for path in temps],
+            "locks": [str(path.relative_to(run_dir)) for path in locks]})  # fmt: skip
     return EXIT_OK
 
 
@@ -99,11 +131,18 @@ def cmd_demo(options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+OVERRIDE_HELP = (
+    "go on although calls of an earlier attempt are in doubt (they may be made again under new call_ids); "
+    "the reason and the calls go to the ledger"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m receipts",
         description="The Callproof writer: run directories, idempotent task creation, receipts around tool calls.",
-        epilog="Exit codes: 0 done, 1 error, 2 usage, 3 conflict or rejected, 4 awaits a person's confirmation.",
+        epilog="Exit codes: 0 done, 1 error (nothing done), 2 usage, 3 conflict or rejected, 4 a person must "
+        "decide, 5 done but recording it is incomplete (do not retry as new).",
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -111,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("run_dir")
     init.add_argument("--contract-sha256", required=True)
     init.add_argument("--attempts", type=int, default=1)
+    init.add_argument(
+        "--identity",
+        choices=protocol.IDENTITIES,
+        default=protocol.IDENTITY_V2,
+        help="the run's call_id formula, fixed for its life; call-id-v1 only to match a runtime written to the seed",
+    )
     init.set_defaults(handler=cmd_init)
 
     task = commands.add_parser("write-task", help="create a task, at most once per submission id")
@@ -129,9 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument(
         "--identity",
         choices=protocol.IDENTITIES,
-        default=protocol.IDENTITY_V2,
-        help="call_id formula; call-id-v1 only to match ids of a runtime written to the seed article",
+        default=None,
+        help="the call_id formula the caller expects: refused unless it is the run's (fixed at init)",
     )
+    call.add_argument("--override-unsettled", metavar="REASON", default=None, help=OVERRIDE_HELP)
     call.set_defaults(handler=cmd_call)
 
     replay = commands.add_parser("replay", help="recovery decisions, with no side effect")
@@ -154,7 +200,15 @@ def build_parser() -> argparse.ArgumentParser:
     state.add_argument("run_dir")
     state.add_argument("name")
     state.add_argument("--attempts", type=int, required=True)
+    state.add_argument("--override-unsettled", metavar="REASON", default=None, help=OVERRIDE_HELP)
     state.set_defaults(handler=cmd_state)
+
+    sweep = commands.add_parser(
+        "sweep", help="remove temp files dead writers left, and lock files nobody holds (what a run no longer needs)"
+    )
+    sweep.add_argument("run_dir")
+    sweep.add_argument("--older-than-minutes", type=float, default=60, help="temp files younger than this stay")
+    sweep.set_defaults(handler=cmd_sweep)
 
     demo = commands.add_parser("demo", help="write the demo run directories under ROOT")
     demo.add_argument("root")
@@ -170,6 +224,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     try:
         return options.handler(options)
+    except runtime.RecordingIncomplete as incomplete:
+        outcome = incomplete.outcome
+        _print(outcome.as_dict())
+        sys.stderr.write(
+            f"done, recording incomplete: the effect happened but {incomplete.cause}; do not retry it as a new "
+            "request (the same call or submission again completes the record)\n"
+        )
+        return EXIT_DONE_UNRECORDED
     except (ValueError, OSError) as error:
         sys.stderr.write(f"error: {error}\n")
         return EXIT_ERROR

@@ -105,7 +105,7 @@ def _send_message_killed(run_dir: Path) -> None:
     message = json.dumps({"to": "customer@example.com", "body": "Your refund of 40 EUR is on its way"})
     run_writer(*args, "--args", message, RECEIPTS_FAILPOINT="after_effect")
     run_writer(*args, "--args", message)  # resumes: not queryable, so it waits for a person
-    runtime.run_set_state(run_dir, state="retrying", attempts=1)
+    # No "retrying": a new attempt waits until a person settles the message in doubt.
 
 
 def _write_file_killed(run_dir: Path) -> None:
@@ -116,7 +116,7 @@ def _write_file_killed(run_dir: Path) -> None:
         json.dumps({"path": "config.toml", "content": "retries = 3\n"}),
         RECEIPTS_FAILPOINT="after_effect",
     )
-    runtime.run_set_state(run_dir, state="retrying", attempts=1)
+    # No "retrying": the call in doubt is resumed (and queried) at this attempt first.
 
 
 def _stale_reservation(run_dir: Path) -> None:

@@ -15,12 +15,14 @@ import itertools
 import json
 import os
 import re
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from receipts.protocol import (
     LEDGER_NAME,
+    WRITER_DIR,
     ZERO_HASH,
     canonical_json,
     format_time,
@@ -28,6 +30,30 @@ from receipts.protocol import (
     sha256_hex,
     utc_now,
 )
+
+
+class RecordingIncomplete(Exception):  # noqa: N818 - an outcome: the effect is done
+    """The effect is done, but the writer could not record all of it.
+
+    ``outcome`` is what the caller would have been told (a ``CallOutcome`` or a
+    ``TaskResult``). The caller must not run the effect again as a new request:
+    the same call (or submission) again completes the record instead.
+    """
+
+    def __init__(self, outcome: Any, cause: BaseException) -> None:
+        super().__init__(f"done, but recording it is incomplete: {cause}")
+        self.outcome = outcome
+        self.cause = cause
+
+
+@contextlib.contextmanager
+def recording(outcome: Any) -> Iterator[None]:
+    """The effect behind ``outcome`` is done: a failure to record it now raises
+    ``RecordingIncomplete`` (exit 5), never an error that reads as "nothing happened"."""
+    try:
+        yield
+    except (OSError, ValueError) as error:
+        raise RecordingIncomplete(outcome, error) from error
 
 
 def failpoint(name: str) -> None:
@@ -164,14 +190,119 @@ def remove_temp_files(path: Path) -> list[Path]:
     return removed
 
 
-@contextlib.contextmanager
-def exclusive_lock(lock_path: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on ``lock_path``, held for the block."""
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+# A writer holds its temp file for the milliseconds of one write: one this old was left by a
+# process that died (a kill between the temp file and its rename or link), never one at work.
+TEMP_SWEEP_AGE_SECONDS = 3600
+
+
+def is_old(path: Path, older_than: float = TEMP_SWEEP_AGE_SECONDS) -> bool:
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        return time.time() - os.lstat(path).st_mtime > older_than
+    except FileNotFoundError:
+        return False
+
+
+def remove_old_temp_files(path: Path, older_than: float = TEMP_SWEEP_AGE_SECONDS) -> list[Path]:
+    """Remove the temp files beside ``path`` that a dead writer left (older than ``older_than``)."""
+    removed = []
+    for temp in temp_files_of(path):
+        if is_old(temp, older_than):
+            with contextlib.suppress(FileNotFoundError):
+                temp.unlink()
+                removed.append(temp)
+    return removed
+
+
+def sweep_temp_files(run_dir: Path, older_than: float = TEMP_SWEEP_AGE_SECONDS) -> list[Path]:
+    """Remove the temp files dead writers left in a run (older than ``older_than``); returns them.
+
+    ``submissions/``, ``tasks/``, ``confirmations/``, ``.writer/`` and the whole
+    of ``workspace/`` (no symlink followed). Temp receipts stay: a complete one
+    may prove a commit, and the next call for it settles that under its lock.
+    """
+    run_dir = Path(run_dir)
+    removed: list[Path] = []
+    with exclusive_lock(run_dir / WRITER_DIR / "sweep.lock"):
+        for folder in ("submissions", "tasks", "confirmations", WRITER_DIR, "workspace"):
+            top = run_dir / folder
+            if top.is_symlink() or not top.is_dir():
+                continue
+            for directory, _, names in os.walk(top):  # os.walk follows no symlinked directory
+                for name in names:
+                    path = Path(directory, name)
+                    if name.startswith(".") and name.endswith(".tmp") and is_old(path, older_than):
+                        with contextlib.suppress(FileNotFoundError):
+                            path.unlink()
+                            removed.append(path)
+    return removed
+
+
+def sweep_locks(run_dir: Path) -> list[Path]:
+    """Remove the writer's lock files that nobody holds and that keep no note; returns them.
+
+    Each is removed only while this process holds it (``remove_lock_if_free``),
+    so a writer at work keeps its lock, and a writer that waited on a removed
+    file takes the new one (``exclusive_lock`` re-checks).
+    """
+    removed = []
+    for lock in sorted(Path(run_dir, WRITER_DIR).glob("*.lock")):
+        if remove_lock_if_free(lock):
+            removed.append(lock)
+    return removed
+
+
+@contextlib.contextmanager
+def exclusive_lock(lock_path: Path) -> Iterator[int]:
+    """An exclusive ``flock`` on ``lock_path``, held for the block; yields the lock file's fd.
+
+    A lock is a file, and a file can be unlinked and made again while a
+    process waits on the old one: it would then hold a lock nobody else can
+    see. So after the ``flock`` the lock must still be the file at the path
+    (same inode); if not, it is taken again on the file that is there now.
+    """
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if _still_the_file(fd, lock_path):
+                break
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _still_the_file(fd: int, path: Path) -> bool:
+    try:
+        at_path = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (at_path.st_dev, at_path.st_ino) == (held.st_dev, held.st_ino)
+
+
+def remove_lock_if_free(lock_path: Path) -> bool:
+    """Unlink a lock file only while holding its lock, and only when nobody holds it (or waits
+    with work recorded in it: a lock file that is not empty keeps a note for the next writer)."""
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        if not _still_the_file(fd, lock_path) or os.fstat(fd).st_size:
+            return False
+        # Unlinked while held: a writer waiting on this file re-checks and takes the new one.
+        os.unlink(lock_path)
+        return True
     finally:
         os.close(fd)
 
@@ -221,17 +352,21 @@ def _last_seq(lines: Iterator[bytes]) -> int:
     return 0
 
 
-def read_events(run_dir: Path) -> Iterator[dict[str, Any]]:
+def read_events(run_dir: Path, from_offset: int = 0) -> Iterator[dict[str, Any]]:
     """The ledger's valid events in order, streamed; bad lines and a torn tail are passed over.
 
     For the writer's rare recovery checks. The reader (``receipts.reader``) is
-    the one that reports what is wrong with a ledger.
+    the one that reports what is wrong with a ledger. ``from_offset``: start at
+    the line that holds that byte (an event appended after the ledger was that
+    long starts there or later, since only a torn tail is ever cut).
     """
     try:
         stream = open(Path(run_dir) / LEDGER_NAME, "rb")  # noqa: SIM115 - closed below, a generator
     except FileNotFoundError:
         return
     with stream:
+        if from_offset > 0:
+            stream.seek(_last_newline_end(stream.fileno(), min(from_offset, os.fstat(stream.fileno()).st_size)))
         for line in stream:
             if not line.endswith(b"\n"):
                 return

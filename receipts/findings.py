@@ -27,6 +27,9 @@ CODES: dict[str, tuple[str, str]] = {
     "identity_unverifiable": (WARNING, "not enough fields to recompute the call_id"),
     "contract_mismatch": (ERROR, "receipt's contract_sha256 differs from steer.json"),
     "input_digest_mismatch": (ERROR, "input_sha256 differs from the args' digest"),
+    "output_digest_mismatch": (ERROR, "a committed receipt's output_sha256 differs from its result's digest"),
+    "committed_event_missing": (ERROR, "a committed receipt whose commit no ledger event records"),
+    "effect_not_shown": (ERROR, "a commit the writer refused to reuse: its target did not show the result"),
     "invalid_status": (ERROR, "status outside prepared, committed, rejected, unknown"),
     "legacy_status": (WARNING, "legacy status 'failed': retryable or permanent is unknown"),
     "missing_receipt": (ERROR, "the ledger names a call_id with no receipt file"),
@@ -50,6 +53,7 @@ CODES: dict[str, tuple[str, str]] = {
 DIGEST_CODES = (
     "identity_mismatch",
     "input_digest_mismatch",
+    "output_digest_mismatch",
     "contract_mismatch",
     "submission_digest_mismatch",
     "task_digest_mismatch",

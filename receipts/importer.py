@@ -55,7 +55,15 @@ log = logging.getLogger("callproof.importer")
 Progress = Callable[[str, int, int], None]  # run_id, ledger bytes read, ledger size
 
 # Findings the reader makes again on every read from the records, reused or not.
-RECOMPUTED_EVERY_READ = ("stale_call", "orphan_receipt", "missing_receipt", "import_failed")
+# Findings the reader makes again for receipts it does not read again (from the ledger and the clock).
+RECOMPUTED_EVERY_READ = (
+    "stale_call",
+    "orphan_receipt",
+    "missing_receipt",
+    "committed_event_missing",
+    "effect_not_shown",
+    "import_failed",
+)
 
 
 @dataclasses.dataclass
@@ -250,6 +258,7 @@ EVENT_COLUMNS = (
     "request_digest",
     "line_sha256",
     "payload",
+    "status",
 )
 
 
@@ -273,6 +282,14 @@ def _cursor_of(run: Run) -> LedgerCursor:
         # "> ''" rather than "<> ''": a range on the (run, call_id, seq) index skips the events
         # that name no call (most of a long ledger) instead of reading past them.
         cursor.call_ids = set(events.filter(call_id__gt="").values_list("call_id", flat=True).distinct())
+        commits = events.filter(type="receipt", status="committed")
+        cursor.committed_call_ids = set(commits.values_list("call_id", flat=True))
+        reuses = events.filter(type__in=("reuse_refused", "call_reused"), call_id__gt="").order_by("seq")
+        for event_type, call_id in reuses.values_list("type", "call_id"):
+            if event_type == "reuse_refused":
+                cursor.disputed_call_ids.add(call_id)
+            else:
+                cursor.disputed_call_ids.discard(call_id)
         submissions = events.filter(type="submission", client_submission_id__gt="").exclude(request_digest="")
         for submission_id, digest in submissions.order_by("seq").values_list("client_submission_id", "request_digest"):
             cursor.submission_digests.setdefault(submission_id, digest)
@@ -317,6 +334,7 @@ def _import_ledger(
                         e.request_digest or "",
                         e.line_sha256,
                         e.payload,
+                        e.status,
                     )
                     for e in batch.events
                 ),
@@ -375,7 +393,7 @@ def _store_records(run: Run, model: type, records: Sequence[Any], key: str, kept
 
 # What the reader and the recovery decisions read of a receipt they do not read again.
 KNOWN_FIELDS = (
-    "call_id", "file_signature", "file_sha256", "status", "error_kind", "queryable", "verification",
+    "call_id", "file_signature", "file_sha256", "status", "tool", "error_kind", "queryable", "verification",
     "decision", "decision_reason",
 )  # fmt: skip
 
@@ -414,14 +432,22 @@ def _known_receipts(run: Run) -> dict[str, CallRecord]:
     return known
 
 
-def _store_files(run: Run, files: RunFiles, decided_before: dict[str, tuple[str, str]]) -> None:
-    # A reused record is written back only when its decision changed (a confirmation came).
+def _judgement(call: CallRecord) -> tuple[str, str, str, bool]:
+    """What may change for a receipt that is not read again: the ledger or a confirmation judge it anew."""
+    return call.verification, call.decision, call.decision_reason, call.queryable
+
+
+def _store_files(run: Run, files: RunFiles, judged_before: dict[str, tuple[str, str, str, bool]]) -> None:
+    # A reused record is written back only when its judgement changed (a confirmation, a refused reuse).
     kept = frozenset(files.reused_calls)
     _store_records(run, Call, files.calls, "call_id", kept)
     for call in files.calls:
-        if call.call_id in kept and decided_before.get(call.call_id) != (call.decision, call.decision_reason):
+        if call.call_id in kept and judged_before.get(call.call_id) != _judgement(call):
             Call.objects.filter(run=run, call_id=call.call_id).update(
-                decision=call.decision, decision_reason=call.decision_reason
+                verification=call.verification,
+                decision=call.decision,
+                decision_reason=call.decision_reason,
+                queryable=call.queryable,
             )
     _store_records(run, Submission, files.submissions, "client_submission_id")
     _store_records(run, Confirmation, files.confirmations, "call_id")
@@ -507,17 +533,17 @@ def _import_run_locked(
     known = {} if force else _known_receipts(run)
     files = read_run_files(
         path,
-        ledger_call_ids=cursor.call_ids,
+        ledger=cursor,
         limits=limits,
         now=now,
         known_receipts=known,
         known_contract=run.contract_sha256,
         listed_signatures=listing.receipt_signatures,
     )
-    decided_before = {call_id: (known[call_id].decision, known[call_id].decision_reason) for call_id in known}
+    judged_before = {call_id: _judgement(record) for call_id, record in known.items()}
     apply_decisions(files)
     with transaction.atomic():
-        _store_files(run, files, decided_before)
+        _store_files(run, files, judged_before)
         seen = _store_findings(run, ledger_file_findings + files.findings, now)
         # Ledger findings were stored batch by batch; re-check only what this pass re-checked.
         _close_findings_not_seen(run.findings.filter(scope=FILES), seen, now)

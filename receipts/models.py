@@ -207,6 +207,9 @@ class Event(models.Model):
     request_digest = models.CharField(max_length=64, blank=True)
     line_sha256 = models.CharField(max_length=64)
     payload = JSONTextField()  # the line's own JSON text
+    # A receipt event's status (null for other events): which calls the ledger records as committed.
+    # Nullable so that adding it to a table of millions of events is an ALTER, not a copy (SQLite).
+    status = models.CharField(max_length=16, null=True)  # noqa: DJ001
 
     class Meta:
         ordering = ["run", "seq"]

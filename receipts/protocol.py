@@ -39,9 +39,11 @@ REQUEST_FIELDS = (
 # stack them, decisions most urgent first.
 RECEIPT_STATUSES = ("committed", "prepared", "unknown", "rejected")
 IN_DOUBT_STATUSES = ("prepared", "unknown")  # a person (or a query) must settle these
-# What the pages show instead of a receipt's status when it fails its identity check:
-# whatever the receipt says, it proves nothing, and is never shown as committed.
-SHOWN_FOR_VERDICT = {"mismatch": "tampered", "unverifiable": "unverified"}
+# What the pages show instead of a receipt's status when it fails its check: whatever the
+# receipt says, it proves nothing, and is never shown as committed. "disputed" is a
+# committed receipt that passes its check but whose target the writer found without
+# its effect (the ledger's ``reuse_refused``).
+SHOWN_FOR_VERDICT = {"mismatch": "tampered", "unverifiable": "unverified", "disputed": "disputed"}
 LEGACY_STATUS = "failed"
 DECISIONS = ("confirm", "query", "retry", "stop", "reuse")
 UNSETTLED_DECISIONS = ("confirm", "query")  # a call with another decision is settled, or needs nobody
@@ -69,6 +71,9 @@ EVENT_FACT_FIELDS = {
     "confirmation_id",
     "receipt_sha256",
     "recovered",
+    "reason",
+    "call_ids",
+    "action",
 }
 # The seed's rule: tools run only while the run may still act. A run starts in
 # "running" at attempt 1; "retrying" means the next attempt is due.
@@ -140,13 +145,19 @@ def make_call_id(
 
 # --- the identity check ----------------------------------------------------
 
-VERIFIED, MISMATCH, UNVERIFIABLE = "verified", "mismatch", "unverifiable"
-_MISMATCH_CODES = ("receipt_name_mismatch", "contract_mismatch", "input_digest_mismatch", "identity_mismatch")
+VERIFIED, MISMATCH, UNVERIFIABLE, DISPUTED = "verified", "mismatch", "unverifiable", "disputed"
+_MISMATCH_CODES = (
+    "receipt_name_mismatch",
+    "contract_mismatch",
+    "input_digest_mismatch",
+    "identity_mismatch",
+    "output_digest_mismatch",
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class IdentityCheck:
-    """Whether a receipt is the call it claims to be, and why not."""
+    """Whether a receipt is the call it claims to be (and, committed, the outcome it claims), and why not."""
 
     verdict: str  # verified, mismatch, unverifiable
     recomputed_call_id: str  # "" when an input is missing
@@ -169,7 +180,10 @@ def check_receipt_identity(receipt: Mapping[str, Any], *, call_id: str, contract
     recomputed from the receipt's own formula, contract, attempt, tool, tool
     version and args. Any difference, or a contract other than the run's, or an
     ``input_sha256`` other than the args' digest, is a mismatch; a missing
-    input makes the receipt unverifiable. Only a verified receipt may be reused.
+    input makes the receipt unverifiable. A committed receipt must also carry
+    its outcome: a ``result`` and an ``output_sha256`` that is its digest
+    (missing: unverifiable; another digest: a mismatch), since a status edited
+    to ``committed`` would otherwise pass. Only a verified receipt may be reused.
     """
     problems: list[tuple[str, str, str, str]] = []
     declared = receipt.get("call_id")
@@ -228,6 +242,8 @@ def check_receipt_identity(receipt: Mapping[str, Any], *, call_id: str, contract
                     recomputed,
                 )
             )
+    if receipt.get("status") == "committed":
+        problems.extend(_outcome_problems(receipt))
     if any(code in _MISMATCH_CODES for code, _, _, _ in problems):
         verdict = MISMATCH
     elif problems:
@@ -237,19 +253,41 @@ def check_receipt_identity(receipt: Mapping[str, Any], *, call_id: str, contract
     return IdentityCheck(verdict, recomputed, inputs, tuple(problems))
 
 
+def _outcome_problems(receipt: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    """A committed receipt's outcome against its digest."""
+    stored = receipt.get("output_sha256")
+    if "result" not in receipt or not isinstance(stored, str):
+        return [("identity_unverifiable", "committed without a result and its output_sha256", "", "")]
+    recomputed = input_sha256(receipt["result"])
+    if stored == recomputed:
+        return []
+    return [("output_digest_mismatch", "output_sha256 is not the digest of result", _clip(stored), recomputed)]
+
+
 def _clip(value: Any, limit: int = 200) -> str:
     return (value if isinstance(value, str) else json.dumps(value, default=str))[:limit]
 
 
 def normalise_text(value: Any) -> Any:
-    """Every string in ``value``, keys included: line ends to ``\\n``, then Unicode NFC."""
+    """Every string in ``value``, keys included: line ends to ``\\n``, then Unicode NFC.
+
+    ``ValueError`` when two keys of one object become the same key: merging them
+    would keep one value and drop the other, so a different request could pass
+    for the same one (and the same one, reordered, for another).
+    """
     # Line ends first, then NFC: the order the spec fixes.
     if isinstance(value, str):
         return unicodedata.normalize("NFC", value.replace("\r\n", "\n").replace("\r", "\n"))
     if isinstance(value, list):
         return [normalise_text(item) for item in value]
     if isinstance(value, dict):
-        return {normalise_text(key): normalise_text(item) for key, item in value.items()}
+        normalised: dict[str, Any] = {}
+        for key, item in value.items():
+            name = normalise_text(key)
+            if name in normalised:
+                raise ValueError(f"two keys are the same key after normalising (NFC, line ends): {_clip(name, 80)!r}")
+            normalised[name] = normalise_text(item)
+        return normalised
     return value
 
 

@@ -30,9 +30,11 @@ def decide(
 
     ``confirmation`` is the resolution of a valid human confirmation
     (``committed`` or ``rejected``), or ``None``. ``verification`` is the
-    verdict of ``protocol.check_receipt_identity``: a receipt that does not pass
-    it (altered, misfiled, or missing an input) proves nothing, so a person
-    decides, as the writer does. A person's decision, bound to the exact receipt
+    verdict of ``protocol.check_receipt_identity`` (or ``disputed``, from the
+    ledger): a receipt that does not pass it (altered, misfiled, missing an
+    input, or a commit its target did not show) proves nothing, so a person
+    decides, as the writer does. ``queryable`` is what the tool's adapter
+    declares, never what a receipt file claims. A person's decision, bound to the exact receipt
     bytes they saw, is followed whatever the receipt says.
     """
     if status is not None and confirmation == "committed":
@@ -41,6 +43,8 @@ def decide(
         return Decision("retry", f"{status}, confirmed not done by a person: retry under the next attempt")
     if status is not None and verification == protocol.MISMATCH:
         return Decision("confirm", "the receipt does not pass its identity check (altered?): a person must decide")
+    if status is not None and verification == protocol.DISPUTED:
+        return Decision("confirm", "committed, but its target did not show the result: the writer refused to reuse it")
     if status is not None and verification != protocol.VERIFIED:
         return Decision("confirm", "the receipt's identity cannot be checked (an input is missing): a person decides")
     if status == "committed":

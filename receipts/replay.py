@@ -7,17 +7,28 @@ the importer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from receipts.reader import RunFiles, read_run
 from receipts.recovery import decide
+from receipts.tools import BUILTIN_ADAPTERS, tool_can_query
 
 
-def apply_decisions(files: RunFiles) -> None:
-    """Set each call's decision and reason from its receipt and confirmation."""
+def apply_decisions(files: RunFiles, adapters: Mapping[str, Any] | None = None) -> None:
+    """Set each call's decision and reason from its receipt and confirmation.
+
+    Whether a call can be queried is what its tool's adapter declares
+    (``adapters``, the built-ins by default: a tool not among them cannot),
+    never the receipt's ``queryable``: a file edited to say true would have
+    replay promise a query that the writer, with its adapter, never makes.
+    The record's ``queryable`` is set to that capability.
+    """
+    adapters = BUILTIN_ADAPTERS if adapters is None else adapters
     resolutions = {c.call_id: c.resolution for c in files.confirmations if c.valid}
     for call in files.calls:
+        call.queryable = tool_can_query(adapters, call.tool)
         decision = decide(
             status=call.status if call.receipt_present else None,
             error_kind=call.error_kind or None,
@@ -28,10 +39,10 @@ def apply_decisions(files: RunFiles) -> None:
         call.decision, call.decision_reason = decision.decision, decision.reason
 
 
-def replay_run(run_dir: Path) -> dict[str, Any]:
+def replay_run(run_dir: Path, adapters: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Decisions for every receipt and every call_id the ledger names, read with no side effect."""
     files, _ = read_run(Path(run_dir), keep_events=False)
-    apply_decisions(files)
+    apply_decisions(files, adapters)
     return {
         "run_id": files.run_id,
         "decisions": [

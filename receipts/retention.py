@@ -21,7 +21,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from receipts import protocol, stats
+from receipts import durable, protocol, stats
 from receipts.findings import DIGEST_CODES
 from receipts.models import AuditEntry, Call, Run
 
@@ -159,12 +159,11 @@ def audit(*, run: Run, action: str, now: dt.datetime, reason: str) -> None:
 
 
 def sweep_writer_locks(run: Run) -> int:
-    """Remove the writer's lock files of a finished run (it writes nothing more); the counter stays."""
-    removed = 0
-    for lock in Path(run.path, protocol.WRITER_DIR).glob("*.lock"):
-        lock.unlink(missing_ok=True)
-        removed += 1
-    return removed
+    """Remove the writer's lock files of a finished run that nobody holds, and the temp files dead
+    writers left; the counter stays. Through the writer, which takes each lock before it unlinks it."""
+    run_dir = Path(run.path)
+    temps = durable.sweep_temp_files(run_dir)  # first: it takes (and leaves) the sweep's own lock
+    return len(durable.sweep_locks(run_dir)) + len(temps)
 
 
 # --- applying the plan -------------------------------------------------------

@@ -1,37 +1,63 @@
-"""The writer: run directories and tool calls through receipts.
+"""The writer: tool calls through receipts, and a person's decision about a call in doubt.
 
 Standard library only. A call's receipt is written ``prepared`` before the
 effect and ``committed``, ``rejected`` or ``unknown`` after it; a committed
 call is never executed twice, and nothing is called committed that the writer
-cannot prove. Task creation (``receipts.tasks``) and the tools
-(``receipts.tools``) are re-exported here, as the interface docs name them.
+cannot prove. A committed receipt is reused only with its evidence: it passes
+its check (identity and outcome digest) and, where the adapter can look, the
+target still shows that result. Run directories (``receipts.runs``), task
+creation (``receipts.tasks``) and the tools (``receipts.tools``) are
+re-exported here, as the interface docs name them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from receipts import protocol
 from receipts.durable import (
+    RecordingIncomplete,
     append_event,
     exclusive_lock,
     failpoint,
     fsync_directory,
     json_file,
+    read_events,
     read_json_file,
+    recording,
     remove_temp_files,
+    sweep_locks,
+    sweep_temp_files,
     temp_files_of,
+    write_all,
     write_durable,
 )
-from receipts.protocol import CALLABLE_STATES, IDENTITY_V2, WRITER_DIR, format_time, sha256_hex, utc_now
+from receipts.protocol import WRITER_DIR, format_time, sha256_hex, utc_now
+from receipts.recovery import Decision, decide
+from receipts.runs import (
+    MAX_ATTEMPTS,
+    UnsettledCalls,
+    next_attempt,
+    require_override,
+    run_contract,
+    run_identity,
+    run_init,
+    run_set_state,
+    run_state,
+    unsettled_calls,
+)
 from receipts.tasks import TaskResult, write_task
 from receipts.tools import (
     BUILTIN_ADAPTERS,
+    NOT_DONE,
+    PRESENT,
     Adapter,
     OutcomeUnknown,
     Rejected,
@@ -42,14 +68,17 @@ from receipts.tools import (
 
 __all__ = [
     "BUILTIN_ADAPTERS",
+    "NOT_DONE",
     "Adapter",
     "CallOutcome",
     "ConfirmationRefused",
     "Executor",
     "OutcomeUnknown",
+    "RecordingIncomplete",
     "Rejected",
     "SendMessage",
     "TaskResult",
+    "UnsettledCalls",
     "WriteFile",
     "call_in_doubt",
     "confirm_call",
@@ -57,76 +86,21 @@ __all__ = [
     "read_confirmation",
     "read_receipt",
     "run_contract",
+    "run_identity",
     "run_init",
     "run_set_state",
     "run_state",
+    "sweep_locks",
+    "sweep_temp_files",
+    "unsettled_calls",
     "write_task",
 ]
-
-# --- run directories -------------------------------------------------------
-
-
-def run_init(run_dir: Path, *, contract_sha256: str, attempts: int = 1, state: str = "running") -> None:
-    """Create a run directory: state.json, steer.json and an empty ledger."""
-    if not protocol.HEX64_RE.fullmatch(contract_sha256):
-        raise ValueError("contract_sha256 must be 64 lowercase hex digits")
-    run_dir = Path(run_dir)
-    if not protocol.valid_run_id(run_dir.name):
-        raise ValueError(f"{run_dir.name!r} is not a valid run_id")
-    if (run_dir / "steer.json").exists():
-        raise FileExistsError(f"{run_dir} is already a run directory")
-    for folder in protocol.RUN_FOLDERS:
-        (run_dir / folder).mkdir(parents=True, exist_ok=True)
-    now = format_time(utc_now())
-    write_durable(run_dir / "steer.json", json_file({"contract_sha256": contract_sha256, "created_at": now}))
-    (run_dir / protocol.LEDGER_NAME).touch()
-    run_set_state(run_dir, state=state, attempts=attempts)
-
-
-def run_set_state(run_dir: Path, *, state: str, attempts: int) -> None:
-    now = format_time(utc_now())
-    write_durable(Path(run_dir) / "state.json", json_file({"name": state, "attempts": attempts, "updated_at": now}))
-    append_event(run_dir, "state", {"state": state, "attempts": attempts})
-
-
-def run_contract(run_dir: Path) -> str:
-    steer = read_json_file(Path(run_dir) / "steer.json")
-    contract = steer.get("contract_sha256") if isinstance(steer, dict) else None
-    if not isinstance(contract, str) or not protocol.HEX64_RE.fullmatch(contract):
-        raise ValueError(f"{run_dir}/steer.json has no contract_sha256 of 64 lowercase hex digits")
-    return contract
-
-
-def run_state(run_dir: Path) -> tuple[str, int]:
-    """The run's state name and attempt count from state.json; ``ValueError`` when unreadable."""
-    state = read_json_file(Path(run_dir) / "state.json")
-    name = state.get("name") if isinstance(state, dict) else None
-    attempts = state.get("attempts") if isinstance(state, dict) else None
-    if not isinstance(name, str) or not protocol.is_whole_number(attempts):
-        raise ValueError(f"{run_dir}/state.json needs a string name and a whole number of attempts")
-    return name, attempts
-
-
-def next_attempt(run_dir: Path) -> int:
-    """The attempt a tool call belongs to now; ``ValueError`` when the state refuses calls.
-
-    ``attempts`` while running; ``attempts + 1`` while retrying (the attempt
-    that failed is behind us).
-    """
-    name, attempts = run_state(run_dir)
-    if name not in CALLABLE_STATES:
-        allowed = " or ".join(CALLABLE_STATES)
-        raise ValueError(f"the run is {name[:64]!r}: tool calls are refused (only {allowed} allow them)")
-    attempt = attempts + 1 if name == "retrying" else attempts
-    if not 1 <= attempt <= protocol.MAX_INT:
-        raise ValueError(f"state.json gives attempt {attempt}: attempts start at 1")
-    return attempt
 
 
 @dataclasses.dataclass(frozen=True)
 class CallOutcome:
     call_id: str
-    status: str
+    status: str | None  # None: the call was refused before it had a receipt
     reused: bool
     result: dict[str, Any] | None
     error: dict[str, Any] | None = None
@@ -156,6 +130,24 @@ def _new_receipt(adapter: Adapter, contract: str, attempt: int, args: dict[str, 
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class _Held:
+    """One call under its lock: where its receipt lives, and the lock file that keeps its note.
+
+    Before a receipt is put in place the writer notes in the lock file which
+    status it is installing and how long the ledger was; the note is cleared
+    once the receipt's event is appended. A kill in between leaves the note,
+    and the next call for the same call_id appends the lost event (``recovered``).
+    """
+
+    lock_fd: int
+    path: Path
+
+    @property
+    def call_id(self) -> str:
+        return self.path.stem
+
+
 class Executor:
     """Runs tool calls through receipts: a committed call is never executed twice."""
 
@@ -168,168 +160,343 @@ class Executor:
             raise ValueError(f"adapters registered under another name than their own: {', '.join(misnamed)}")
 
     def call(
-        self, tool: str, args: Mapping[str, Any], *, attempt: int | None = None, identity: str = IDENTITY_V2
+        self,
+        tool: str,
+        args: Mapping[str, Any],
+        *,
+        attempt: int | None = None,
+        identity: str | None = None,
+        override_unsettled: str | None = None,
     ) -> CallOutcome:
         """Run one tool call through its receipt.
 
         ``attempt`` defaults to the run's (``next_attempt``); a run whose state
         refuses calls raises ``ValueError``, as does a record file the writer
-        cannot read. ``identity`` is the call_id formula (``call-id-v1`` only for
-        ids that must match a runtime written to the seed article).
+        cannot read. ``identity``, when given, must be the run's formula (fixed
+        at init). A new call whose intent is still in doubt at an earlier
+        attempt is not run (``needs`` a confirmation) unless
+        ``override_unsettled`` gives the reason, which goes to the ledger.
         """
         adapter = self.adapters.get(tool)
         if adapter is None:
             raise ValueError(f"unknown tool {tool!r}; known: {', '.join(sorted(self.adapters))}")
-        if identity not in protocol.IDENTITIES:
-            raise ValueError(f"unknown identity formula {identity!r}; known: {', '.join(protocol.IDENTITIES)}")
+        formula = run_identity(self.run_dir)
+        if identity is not None and identity != formula:
+            raise ValueError(
+                f"the run's call_id formula is {formula}, fixed at init: a call under {identity!r} is refused"
+            )
         default_attempt = next_attempt(self.run_dir)
         attempt = default_attempt if attempt is None else attempt
-        if not protocol.is_whole_number(attempt, minimum=1):
-            raise ValueError("attempt must be a whole number from 1")
+        if not protocol.is_whole_number(attempt, minimum=1) or attempt > MAX_ATTEMPTS:
+            raise ValueError(f"attempt must be a whole number from 1 to {MAX_ATTEMPTS}")
         contract = run_contract(self.run_dir)
         try:
             normalised = adapter.normalise(copy.deepcopy(dict(args)))
         except Rejected as rejection:
             normalised = copy.deepcopy(dict(args))
-            return self._reject_unnormalisable(adapter, normalised, attempt, contract, identity, rejection)
+            return self._reject_unnormalisable(adapter, normalised, attempt, contract, formula, rejection)
         # The id is fixed from a private copy before the adapter sees the args,
         # so an adapter that mutates its input cannot move the identity.
-        receipt = _new_receipt(adapter, contract, attempt, copy.deepcopy(normalised), identity)
-        receipt_path = self.run_dir / "receipts" / f"{receipt['call_id']}.json"
-        with exclusive_lock(self.run_dir / WRITER_DIR / f"call-{receipt['call_id']}.lock"):
-            existing = read_receipt(receipt_path)
+        receipt = _new_receipt(adapter, contract, attempt, copy.deepcopy(normalised), formula)
+        with self._lock(receipt["call_id"]) as held:
+            existing = read_receipt(held.path)
             if existing is not None:
-                recovered = self._finish_crashed_commit(existing, receipt_path, contract)
+                recovered = self._finish_crashed_commit(existing, held, contract)
                 if recovered is not None:
                     return recovered
-            remove_temp_files(receipt_path)
+            remove_temp_files(held.path)
             if existing is not None:
-                return self._resume(adapter, existing, receipt_path, contract)
-            return self._execute(adapter, receipt, receipt_path)
+                return self._resume(adapter, existing, held, contract)
+            try:
+                self._check_earlier_attempts(adapter, receipt, contract, override_unsettled)
+            except UnsettledCalls as unsettled:
+                error = {"kind": "unsettled", "message": str(unsettled), "call_ids": unsettled.call_ids}
+                return CallOutcome(receipt["call_id"], None, False, None, error, "confirmation")
+            return self._execute(adapter, receipt, held)
 
-    def _write_receipt(self, receipt: dict[str, Any], path: Path, before_replace: Any = None) -> None:
+    @contextlib.contextmanager
+    def _lock(self, call_id: str) -> Any:
+        path = self.run_dir / "receipts" / f"{call_id}.json"
+        with exclusive_lock(self.run_dir / WRITER_DIR / f"call-{call_id}.lock") as lock_fd:
+            held = _Held(lock_fd, path)
+            self._recover_lost_event(held)
+            yield held
+
+    # --- receipts and their events ----------------------------------------------
+
+    def _write_receipt(self, receipt: dict[str, Any], held: _Held, before_replace: Any = None) -> None:
         now = format_time(utc_now())
         receipt.setdefault("created_at", now)
         receipt["updated_at"] = now
-        write_durable(path, json_file(receipt), before_replace)
-        self._receipt_event(receipt)
+        data = json_file(receipt)
+        self._install(held, receipt, lambda: write_durable(held.path, data, before_replace))
+
+    def _install(self, held: _Held, receipt: dict[str, Any], put_in_place: Callable[[], None], **extra: Any) -> None:
+        """Put a receipt in place and append its event, with the note that lets a kill in between be repaired."""
+        ledger_size = _size(self.run_dir / protocol.LEDGER_NAME)
+        _write_note(held.lock_fd, {"receipt": receipt["status"], "ledger_size": ledger_size})
+        put_in_place()
+        if receipt["status"] == "committed":
+            failpoint("after_commit_rename")
+        self._receipt_event(receipt, **extra)
+        os.ftruncate(held.lock_fd, 0)
 
     def _receipt_event(self, receipt: dict[str, Any], **extra: Any) -> None:
         fields = {key: receipt[key] for key in ("call_id", "tool", "attempt", "status")}
         append_event(self.run_dir, "receipt", fields | extra)
 
-    def _finish_crashed_commit(self, existing: dict[str, Any], path: Path, contract: str) -> CallOutcome | None:
+    def _recover_lost_event(self, held: _Held) -> None:
+        """Append the receipt event a kill kept out of the ledger (the lock file's note says which)."""
+        note = _read_note(held.lock_fd)
+        if note is None:
+            return
+        status, ledger_size = note
+        try:
+            current = read_receipt(held.path)
+        except ValueError:
+            current = None
+        if current is not None and current["status"] == status and not self._has_event(held, status, ledger_size):
+            self._receipt_event(current, recovered=True)
+        os.ftruncate(held.lock_fd, 0)
+
+    def _has_event(self, held: _Held, status: str, from_offset: int) -> bool:
+        return any(
+            event.get("type") == "receipt" and event.get("call_id") == held.call_id and event.get("status") == status
+            for event in read_events(self.run_dir, from_offset)
+        )
+
+    def _finish_crashed_commit(self, existing: dict[str, Any], held: _Held, contract: str) -> CallOutcome | None:
         """Complete the rename a crash interrupted, when its temp receipt proves the commit.
 
         The temp file was fsynced before the rename was due, so a complete one
-        that says committed, for this very call, is the outcome: the effect
-        happened and must not happen again. Anything less proves nothing and is
-        removed by the caller.
+        that says committed, for this very call, with its outcome digest, is the
+        outcome: the effect happened and must not happen again. Anything less
+        proves nothing and is removed by the caller.
         """
-        if existing.get("status") not in protocol.IN_DOUBT_STATUSES:
+        if existing["status"] not in protocol.IN_DOUBT_STATUSES:
             return None
-        call_id = path.stem
+        call_id = held.call_id
         if not protocol.check_receipt_identity(existing, call_id=call_id, contract_sha256=contract).verified:
             return None
-        for temp in reversed(temp_files_of(path)):
+        for temp in reversed(temp_files_of(held.path)):
             try:
                 candidate = protocol.load_json_strict(temp.read_bytes())
             except (OSError, ValueError):
                 continue
             if not isinstance(candidate, dict) or candidate.get("status") != "committed":
                 continue
+            # The check covers the outcome too: a committed receipt carries its result's digest.
             if not protocol.check_receipt_identity(candidate, call_id=call_id, contract_sha256=contract).verified:
                 continue
-            if candidate.get("output_sha256") != protocol.input_sha256(candidate.get("result")):
-                continue
-            os.replace(temp, path)
-            fsync_directory(path.parent)
-            self._receipt_event(candidate, recovered=True)
-            return CallOutcome(call_id, "committed", True, candidate.get("result"))
+            outcome = CallOutcome(call_id, "committed", True, candidate.get("result"))
+
+            def rename(temp: Path = temp) -> None:
+                os.replace(temp, held.path)
+                fsync_directory(held.path.parent)
+
+            with recording(outcome):
+                self._install(held, candidate, rename, recovered=True)
+            return outcome
         return None
 
-    def _execute(self, adapter: Adapter, receipt: dict[str, Any], path: Path) -> CallOutcome:
-        receipt["status"] = "prepared"
-        self._write_receipt(receipt, path)
-        failpoint("after_prepared")
-        return self._run_effect(adapter, receipt, path)
+    # --- running a call -----------------------------------------------------------
 
-    def _run_effect(self, adapter: Adapter, receipt: dict[str, Any], path: Path) -> CallOutcome:
+    def _check_earlier_attempts(
+        self, adapter: Adapter, receipt: dict[str, Any], contract: str, override: str | None
+    ) -> None:
+        """The same intent still in doubt at an earlier attempt: running it now could make it twice."""
+        attempt = receipt["attempt"]
+        unsettled = []
+        for earlier in range(1, attempt):
+            call_id = protocol.make_call_id(
+                contract, earlier, adapter.name, receipt["args"], adapter.version, receipt["identity"]
+            )
+            decision = self._decision_of(adapter, call_id, contract)
+            if decision is not None and decision.decision in protocol.UNSETTLED_DECISIONS:
+                unsettled.append(call_id)
+        if unsettled:
+            action = f"call {receipt['call_id']} ({adapter.name}) at attempt {attempt}"
+            require_override(self.run_dir, unsettled, override, action, f"attempt {attempt}")
+
+    def _decision_of(self, adapter: Adapter, call_id: str, contract: str) -> Decision | None:
+        """Replay's decision for one receipt, from its file alone (``None``: there is no receipt)."""
+        try:
+            data = (self.run_dir / "receipts" / f"{call_id}.json").read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            receipt = protocol.load_json_strict(data)
+        except ValueError:
+            receipt = None
+        if not isinstance(receipt, dict):
+            return decide(status="", verification=protocol.UNVERIFIABLE)
+        confirmation = read_confirmation(self.run_dir, call_id, data)
+        error = receipt.get("error")
+        return decide(
+            status=str(receipt.get("status")),
+            error_kind=str(error.get("kind")) if isinstance(error, dict) else None,
+            queryable=adapter_can_query(adapter),
+            confirmation=confirmation["resolution"] if confirmation else None,
+            verification=protocol.check_receipt_identity(receipt, call_id=call_id, contract_sha256=contract).verdict,
+        )
+
+    def _execute(self, adapter: Adapter, receipt: dict[str, Any], held: _Held) -> CallOutcome:
+        receipt["status"] = "prepared"
+        self._write_receipt(receipt, held)
+        failpoint("after_prepared")
+        return self._run_effect(adapter, receipt, held)
+
+    def _run_effect(self, adapter: Adapter, receipt: dict[str, Any], held: _Held) -> CallOutcome:
         try:
             result = adapter.execute(self.run_dir, copy.deepcopy(receipt["args"]), receipt["call_id"])
         except Rejected as rejection:
-            return self._finish_rejected(receipt, path, rejection)
+            return self._finish_rejected(receipt, held, rejection)
         except OutcomeUnknown as unknown:
-            return self._finish_unknown(receipt, path, str(unknown))
+            return self._finish_unknown(receipt, held, str(unknown))
         except Exception as error:  # noqa: BLE001 - any surprise after sending is an unknown outcome
-            return self._finish_unknown(receipt, path, f"{type(error).__name__}: {error}")
+            return self._finish_unknown(receipt, held, f"{type(error).__name__}: {error}")
         failpoint("after_effect")
-        return self._commit(receipt, path, result)
+        return self._commit(receipt, held, result, reused=False)
 
-    def _commit(self, receipt: dict[str, Any], path: Path, result: dict[str, Any]) -> CallOutcome:
+    def _commit(self, receipt: dict[str, Any], held: _Held, result: dict[str, Any], *, reused: bool) -> CallOutcome:
+        """Record a done effect. ``reused``: nothing ran now (a query found the effect already there)."""
         receipt.update(status="committed", result=result, output_sha256=protocol.input_sha256(result))
         receipt.pop("error", None)
-        self._write_receipt(receipt, path, lambda: failpoint("after_temp_receipt"))
-        return CallOutcome(receipt["call_id"], "committed", False, result)
+        outcome = CallOutcome(receipt["call_id"], "committed", reused, result)
+        with recording(outcome):
+            self._write_receipt(receipt, held, lambda: failpoint("after_temp_receipt"))
+        return outcome
 
-    def _finish_rejected(self, receipt: dict[str, Any], path: Path, rejection: Rejected) -> CallOutcome:
+    def _finish_rejected(self, receipt: dict[str, Any], held: _Held, rejection: Rejected) -> CallOutcome:
         error = {"kind": rejection.kind, "message": str(rejection)}
         receipt.update(status="rejected", error=error)
-        self._write_receipt(receipt, path)
+        self._write_receipt(receipt, held)
         return CallOutcome(receipt["call_id"], "rejected", False, None, error)
 
-    def _finish_unknown(self, receipt: dict[str, Any], path: Path, message: str) -> CallOutcome:
+    def _finish_unknown(self, receipt: dict[str, Any], held: _Held, message: str) -> CallOutcome:
         receipt.update(status="unknown", error={"kind": "unknown", "message": message})
-        self._write_receipt(receipt, path)
+        self._write_receipt(receipt, held)
         return self._awaiting(receipt)
 
-    def _awaiting(self, receipt: dict[str, Any]) -> CallOutcome:
-        return CallOutcome(receipt["call_id"], receipt["status"], False, None, receipt.get("error"), "confirmation")
+    def _awaiting(self, receipt: dict[str, Any], message: str | None = None, *, call_id: str = "") -> CallOutcome:
+        """A person must decide. ``call_id``: the call asked for, when the receipt may claim another."""
+        error = {"kind": "unknown", "message": message} if message else receipt.get("error")
+        return CallOutcome(call_id or receipt["call_id"], receipt["status"], False, None, error, "confirmation")
 
     def _reject_unnormalisable(
         self, adapter: Adapter, args: dict[str, Any], attempt: int, contract: str, identity: str, rejection: Rejected
     ) -> CallOutcome:
         # Args the schema refuses still get a receipt, so the refusal is on record.
         receipt = _new_receipt(adapter, contract, attempt, args, identity)
-        path = self.run_dir / "receipts" / f"{receipt['call_id']}.json"
-        with exclusive_lock(self.run_dir / WRITER_DIR / f"call-{receipt['call_id']}.lock"):
-            existing = read_receipt(path)
+        with self._lock(receipt["call_id"]) as held:
+            existing = read_receipt(held.path)
             if existing is not None:
-                return self._resume(adapter, existing, path, contract)
-            return self._finish_rejected(receipt, path, rejection)
+                return self._resume(adapter, existing, held, contract)
+            return self._finish_rejected(receipt, held, rejection)
 
-    def _resume(self, adapter: Adapter, receipt: dict[str, Any], path: Path, contract: str) -> CallOutcome:
-        call_id, status = path.stem, receipt["status"]
+    # --- a receipt that is already there -------------------------------------------
+
+    def _resume(self, adapter: Adapter, receipt: dict[str, Any], held: _Held, contract: str) -> CallOutcome:
+        call_id, status = held.call_id, receipt["status"]
         # A person's decision about exactly these receipt bytes comes first, whatever they say.
-        confirmation = read_confirmation(self.run_dir, call_id, path.read_bytes())
+        confirmation = read_confirmation(self.run_dir, call_id, held.path.read_bytes())
         if confirmation is not None:
             if confirmation["resolution"] == "committed":
-                append_event(self.run_dir, "call_reused", {"call_id": call_id})
-                return CallOutcome(call_id, "committed", True, {"confirmation_id": confirmation["confirmation_id"]})
+                return self._reused(call_id, {"confirmation_id": confirmation["confirmation_id"]})
             error = {"kind": "retryable", "message": f"confirmed not done: {confirmation['reason']}"}
             return CallOutcome(call_id, "rejected", False, None, error)
         check = protocol.check_receipt_identity(receipt, call_id=call_id, contract_sha256=contract)
         if not check.verified:
-            # The file at this call's path does not prove it holds this call: altered,
-            # misfiled or incomplete. Reusing it could skip an effect that never
-            # happened; re-running could repeat one. A person decides.
-            error = {"kind": "unknown", "message": f"the receipt does not pass its identity check: {check.summary()}"}
-            return CallOutcome(call_id, status, False, None, error, "confirmation")
+            # The file at this call's path does not prove it holds this call (or the outcome it
+            # claims): altered, misfiled or incomplete. Reusing it could skip an effect that
+            # never happened; re-running could repeat one. A person decides.
+            message = f"the receipt does not pass its identity check: {check.summary()}"
+            return self._awaiting(receipt, message, call_id=call_id)
         if status == "committed":
-            append_event(self.run_dir, "call_reused", {"call_id": call_id})
-            return CallOutcome(call_id, "committed", True, receipt.get("result"))
+            problem = commit_problem(self.run_dir, adapter, receipt)
+            if problem is not None:
+                append_event(self.run_dir, "reuse_refused", {"call_id": call_id, "reason": problem})
+                return self._awaiting(receipt, problem)
+            return self._reused(call_id, receipt.get("result"))
         if status == "rejected":
             # Not executed at this attempt; a retry goes under the next attempt.
             return CallOutcome(call_id, "rejected", False, None, receipt.get("error"))
         if status not in protocol.IN_DOUBT_STATUSES:
             raise ValueError(f"receipt {call_id} has status {status[:32]!r}: a person has to look")
         if adapter_can_query(adapter):
-            found = adapter.query(self.run_dir, copy.deepcopy(receipt["args"]))
-            if found is not None:
-                return self._commit(receipt, path, found)
-            # The target says the effect is absent, so running it now is safe.
-            return self._run_effect(adapter, receipt, path)
+            return self._resume_by_query(adapter, receipt, held)
         return self._awaiting(receipt)
+
+    def _reused(self, call_id: str, result: dict[str, Any] | None) -> CallOutcome:
+        outcome = CallOutcome(call_id, "committed", True, result)
+        with recording(outcome):
+            append_event(self.run_dir, "call_reused", {"call_id": call_id})
+        return outcome
+
+    def _resume_by_query(self, adapter: Adapter, receipt: dict[str, Any], held: _Held) -> CallOutcome:
+        """Ask the target: only "it happened" or "it did not" moves the call; anything else waits for a person."""
+        try:
+            answer = adapter.query(self.run_dir, copy.deepcopy(receipt["args"]), receipt["call_id"])  # type: ignore[attr-defined]
+        except OutcomeUnknown as unknown:
+            return self._awaiting(receipt, f"the target cannot tell whether it happened: {unknown}")
+        except Exception as error:  # noqa: BLE001 - a query that fails tells nothing either way
+            return self._awaiting(receipt, f"the query failed, so nobody knows: {type(error).__name__}: {error}")
+        if answer is NOT_DONE:
+            # Positive evidence that the effect is absent: running it now makes it once.
+            return self._run_effect(adapter, receipt, held)
+        if isinstance(answer, dict):
+            return self._commit(receipt, held, answer, reused=True)
+        return self._awaiting(receipt, f"the query gave no answer the writer can act on: {type(answer).__name__}")
+
+
+def commit_problem(run_dir: Path, adapter: Any, receipt: Mapping[str, Any]) -> str | None:
+    """Why the target does not back a committed receipt (that passes its check), or ``None`` when it does.
+
+    Only an adapter with ``evidence`` can look; for one without, the receipt's
+    own check is all the evidence there is.
+    """
+    evidence = getattr(adapter, "evidence", None)
+    if evidence is None:
+        return None
+    args, result = copy.deepcopy(receipt.get("args")), copy.deepcopy(receipt.get("result"))
+    try:
+        found = evidence(Path(run_dir), args, receipt["call_id"], result=result)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return f"the target could not be read to check the commit: {type(error).__name__}: {error}"
+    if getattr(found, "verdict", None) == PRESENT:
+        return None
+    facts = "; ".join(getattr(found, "facts", ())) or "no facts"
+    return f"the target does not show this committed result ({facts}): a person decides"
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _write_note(fd: int, note: dict[str, Any]) -> None:
+    # Durable before the receipt is put in place: a machine that stops right after the rename
+    # must still find the note, or the lost event would never come back.
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    write_all(fd, json.dumps(note).encode())
+    os.fsync(fd)
+
+
+def _read_note(fd: int) -> tuple[str, int] | None:
+    data = os.pread(fd, 4096, 0)
+    if not data:
+        return None
+    try:
+        note = json.loads(data)
+    except ValueError:
+        return None
+    status, size = (note.get("receipt"), note.get("ledger_size")) if isinstance(note, dict) else (None, None)
+    if status not in protocol.RECEIPT_STATUSES or not protocol.is_whole_number(size):
+        return None
+    return status, size
 
 
 def read_receipt(path: Path) -> dict[str, Any] | None:
@@ -446,8 +613,11 @@ def confirm_call(
         return document, True
 
 
-def call_in_doubt(run_dir: Path, call_id: str, receipt_bytes: bytes) -> bool:
-    """Prepared, unknown, or a receipt that does not prove it is this call: a person may settle it."""
+def call_in_doubt(
+    run_dir: Path, call_id: str, receipt_bytes: bytes, adapters: Mapping[str, Any] = BUILTIN_ADAPTERS
+) -> bool:
+    """Prepared, unknown, a receipt that does not prove it is this call, or a commit its target
+    does not show (the writer would not reuse it): a person may settle it."""
     try:
         receipt = protocol.load_json_strict(receipt_bytes)
     except ValueError:
@@ -455,4 +625,7 @@ def call_in_doubt(run_dir: Path, call_id: str, receipt_bytes: bytes) -> bool:
     if not isinstance(receipt, dict):
         return True
     check = protocol.check_receipt_identity(receipt, call_id=call_id, contract_sha256=run_contract(run_dir))
-    return receipt.get("status") in protocol.IN_DOUBT_STATUSES or not check.verified
+    if receipt.get("status") in protocol.IN_DOUBT_STATUSES or not check.verified:
+        return True
+    adapter = adapters.get(receipt.get("tool")) if isinstance(receipt.get("tool"), str) else None
+    return receipt.get("status") == "committed" and commit_problem(run_dir, adapter, receipt) is not None

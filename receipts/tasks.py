@@ -20,9 +20,12 @@ from receipts.durable import (
     json_file,
     read_events,
     read_json_file,
+    recording,
+    remove_old_temp_files,
     write_durable,
 )
 from receipts.protocol import DIGEST_SCHEMA, WRITER_DIR, format_time, sha256_hex, utc_now
+from receipts.runs import next_attempt
 
 TASK_NUMBER_LOCK = "task-number.lock"
 TASK_COUNTER = "task-counter"
@@ -80,11 +83,14 @@ def write_task(run_dir: Path, request: Mapping[str, Any], client_submission_id: 
     The three-phase contract of RUN_DIRECTORY.md: reserved -> task_created ->
     committed, each persisted before the next step, under a per-submission
     lock. Returns the disposition (created, reused, conflict); one
-    ``submission`` event is appended per call.
+    ``submission`` event is appended per call. The run's state must allow
+    work (as for tool calls: ``ValueError`` otherwise). When the task exists
+    but what records it cannot be written, ``RecordingIncomplete`` says so.
     """
     run_dir = Path(run_dir)
     if not isinstance(request, Mapping):
         raise ValueError("request must be a JSON object")
+    next_attempt(run_dir)  # the same gate as a tool call: a finished run creates nothing
     digest = protocol.request_digest(request)
     if client_submission_id is None:
         return _write_legacy_task(run_dir, request, digest)
@@ -99,11 +105,16 @@ def write_task(run_dir: Path, request: Mapping[str, Any], client_submission_id: 
     # say which event recorded its creation (see _record_creation_event).
     with exclusive_lock(run_dir / WRITER_DIR / f"submission-{key}.lock"):
         result = _write_task_locked(run_dir, request, client_submission_id, record_path, digest)
-        if result.disposition == "reused":
-            _recover_creation_event(run_dir, record_path, client_submission_id)
-        event = _submission_event(run_dir, result, client_submission_id, digest)
-        if result.disposition == "created":
-            _note_creation_event(record_path, event["seq"])
+        if result.disposition == "conflict":
+            _submission_event(run_dir, result, client_submission_id, digest)
+            return result
+        # The task exists: from here a failure is a record left incomplete, never "nothing happened".
+        with recording(result):
+            if result.disposition == "reused":
+                _recover_creation_event(run_dir, record_path, client_submission_id)
+            event = _submission_event(run_dir, result, client_submission_id, digest)
+            if result.disposition == "created":
+                _note_creation_event(record_path, event["seq"])
     return result
 
 
@@ -157,7 +168,8 @@ def _write_legacy_task(run_dir: Path, request: Mapping[str, Any], digest: str) -
     task_path = f"tasks/{task_id}.md"
     create_durable(run_dir / task_path, protocol.render_task(task_id, request, None))
     result = TaskResult("created", True, task_id, task_path, legacy=True)
-    _submission_event(run_dir, result, None, digest)
+    with recording(result):
+        _submission_event(run_dir, result, None, digest)
     return result
 
 
@@ -217,8 +229,10 @@ def _write_task_locked(
         return TaskResult("conflict", False, task_id, task_path, reason="record_invalid")
     task_file = run_dir / task_path
 
+    created = TaskResult("created", True, task_id, task_path)
     if record["state"] == "reserved":
         content = protocol.render_task(task_id, record["request"], client_submission_id)
+        remove_old_temp_files(task_file)  # a kill between a temp task file and its link left these
         try:
             create_durable(task_file, content)
         except FileExistsError:
@@ -227,7 +241,8 @@ def _write_task_locked(
             # Our own file from a call that died after creating it: adopt it.
         failpoint("after_task_file")
         record.update(state="task_created", task_sha256=sha256_hex(content), updated_at=format_time(utc_now()))
-        write_durable(record_path, json_file(record))
+        with recording(created):
+            write_durable(record_path, json_file(record))
         failpoint("after_task_created")
 
     try:
@@ -247,6 +262,7 @@ def _write_task_locked(
             "created_at": now,
         },
     )
-    write_durable(record_path, json_file(record))
+    with recording(created):
+        write_durable(record_path, json_file(record))
     failpoint("after_commit")
-    return TaskResult("created", True, task_id, task_path)
+    return created

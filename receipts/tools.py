@@ -2,19 +2,48 @@
 
 Standard library only. An adapter normalises its args (before the call_id is
 computed from them), executes with the call_id as the target's idempotency key,
-and may ``query`` the target for an outcome in doubt.
+and may ``query`` the target for an outcome in doubt and show a person (or the
+writer, before it reuses a commit) what the target holds: ``evidence``. Both
+read the target as a reader does: no symlink followed, nothing outside the run
+opened, nothing changed.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import posixpath
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from receipts.durable import ShortWriteError, exclusive_lock, write_all, write_durable
+from receipts.durable import ShortWriteError, exclusive_lock, remove_old_temp_files, write_all, write_durable
 from receipts.protocol import WRITER_DIR, canonical_json, format_time, sha256_hex, utc_now
+from receipts.reader.safe_open import Unsafe, open_dir, open_regular
+
+PRESENT, ABSENT, UNCLEAR = "present", "absent", "unclear"
+# An outbox can grow without end; evidence reads this much of it at the most.
+MAX_OUTBOX_BYTES = 64 * 1024 * 1024
+MAX_EVIDENCE_FILE_BYTES = 64 * 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+    """What the target's side shows about one call's effect."""
+
+    verdict: str  # present (the effect is there), absent (it is not), unclear
+    facts: tuple[str, ...]
+
+
+class _NotDone:
+    """The type of ``NOT_DONE``: a query's positive evidence that the effect did not happen."""
+
+    def __repr__(self) -> str:
+        return "NOT_DONE"
+
+
+NOT_DONE = _NotDone()
 
 
 class Rejected(Exception):  # noqa: N818 - it is an outcome, not a failure of ours
@@ -32,7 +61,20 @@ class OutcomeUnknown(Exception):  # noqa: N818 - it is an outcome, not a failure
 
 
 class Adapter(Protocol):
-    """A side-effecting tool. ``query`` exists only on adapters that can ask the target."""
+    """A side-effecting tool.
+
+    Optional methods, on adapters whose target can answer them:
+
+    - ``query(run_dir, args, call_id)``: whether the effect of a call in doubt
+      happened. It returns the result the call would have returned when the
+      target shows the effect, ``NOT_DONE`` only on positive evidence that it did
+      not happen, and raises ``OutcomeUnknown`` when it cannot tell. Anything else
+      it returns counts as "cannot tell": only those two answers move the writer.
+    - ``evidence(run_dir, args, call_id, result=None) -> Evidence``: what the
+      target shows, read-only, for a person; with ``result``, ``present`` only
+      when the target shows that very result. The writer asks it before reusing a
+      committed receipt.
+    """
 
     name: ClassVar[str]
     version: ClassVar[str]
@@ -43,7 +85,14 @@ class Adapter(Protocol):
 
 
 def adapter_can_query(adapter: Any) -> bool:
+    """What the adapter declares, never what a receipt file claims."""
     return callable(getattr(adapter, "query", None))
+
+
+def tool_can_query(adapters: Mapping[str, Any], tool: str) -> bool:
+    """Whether the adapter registered for ``tool`` can ask its target (an unknown tool cannot)."""
+    adapter = adapters.get(tool)
+    return adapter is not None and adapter_can_query(adapter)
 
 
 def _require_text(args: Mapping[str, Any], *names: str) -> dict[str, str]:
@@ -79,18 +128,28 @@ class WriteFile:
 
     def execute(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> dict[str, Any]:
         target = self._target(run_dir, args)
+        remove_old_temp_files(target)
         write_durable(target, args["content"].encode("utf-8"))
         return self._result(args, target.read_bytes())
 
-    def query(self, run_dir: Path, args: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The result when the file holds the content already, else ``None``."""
-        try:
-            present = self._target(run_dir, args).read_bytes()
-        except (FileNotFoundError, IsADirectoryError):
-            return None
-        if present != args["content"].encode("utf-8"):
-            return None
-        return self._result(args, present)
+    def query(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> dict[str, Any] | _NotDone:
+        """The result when the file holds the content; ``NOT_DONE`` when there is no file.
+
+        Other bytes in the file prove nothing either way (another call may have
+        written there since): ``OutcomeUnknown``, and a person decides.
+        """
+        found = self.evidence(run_dir, args, call_id)
+        if found.verdict == PRESENT:
+            return self._result(args, args["content"].encode("utf-8"))
+        if found.verdict == ABSENT:
+            return NOT_DONE
+        raise OutcomeUnknown("; ".join(found.facts))
+
+    def evidence(
+        self, run_dir: Path, args: Mapping[str, Any], call_id: str, result: Mapping[str, Any] | None = None
+    ) -> Evidence:
+        """Whether the workspace file exists and holds what the call writes (and, given, its result's digest)."""
+        return write_file_evidence(run_dir, args, call_id, result)
 
     def _result(self, args: Mapping[str, Any], present: bytes) -> dict[str, Any]:
         expected = sha256_hex(args["content"].encode("utf-8"))
@@ -137,5 +196,130 @@ class SendMessage:
                 os.close(fd)
         return {"outbox": "outbox.jsonl", "remote_resource_id": message_id, "message_sha256": sha256_hex(line[:-1])}
 
+    def evidence(
+        self, run_dir: Path, args: Mapping[str, Any], call_id: str, result: Mapping[str, Any] | None = None
+    ) -> Evidence:
+        """The outbox lines carrying this call_id (and, given a result, the one with its digest)."""
+        return send_message_evidence(run_dir, args, call_id, result)
+
 
 BUILTIN_ADAPTERS: dict[str, Adapter] = {adapter.name: adapter for adapter in (WriteFile(), SendMessage())}
+
+
+# --- what the built-in targets show ------------------------------------------------
+
+
+def send_message_evidence(
+    run_dir: Path, args: Mapping[str, Any], call_id: str, result: Mapping[str, Any] | None = None
+) -> Evidence:
+    """The outbox lines that carry this call_id (the target's idempotency key).
+
+    With ``result`` (a committed receipt's), ``present`` needs the line whose
+    digest is the result's ``message_sha256`` and whose message id is its
+    ``remote_resource_id``: a line edited since, or another line, is not it.
+    """
+    try:
+        lines = _outbox_lines(run_dir)
+    except FileNotFoundError:
+        return Evidence(ABSENT, ("there is no outbox.jsonl: no message was ever sent in this run",))
+    except Unsafe as unsafe:
+        return Evidence(UNCLEAR, (f"outbox.jsonl cannot be read: {unsafe.detail}",))
+    carrying, matching, without_id, torn = [], [], 0, 0
+    for number, line in lines:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            torn += 1
+            continue
+        if not isinstance(message, dict):
+            continue
+        if message.get("call_id") == call_id:
+            fact = (
+                f"line {number}: message {short_text(message.get('message_id'))} to {short_text(message.get('to'))}, "
+                f"sent at {short_text(message.get('sent_at'))}"
+            )
+            carrying.append(fact)
+            if result is not None and _is_the_recorded_line(line, message, result):
+                matching.append(fact)
+        elif (
+            "call_id" not in message and message.get("to") == args.get("to") and message.get("body") == args.get("body")
+        ):
+            without_id += 1
+    if result is not None:
+        if matching:
+            return Evidence(PRESENT, tuple(matching))
+        if carrying:
+            return Evidence(UNCLEAR, (*carrying, "none of these lines is the one the receipt's result records"))
+    elif carrying:
+        return Evidence(PRESENT, tuple(carrying))
+    facts = [f"no line of outbox.jsonl carries this call_id ({len(lines)} lines searched)"]
+    if without_id:
+        facts.append(f"{without_id} line(s) without a call_id hold the same recipient and body")
+    if torn:
+        facts.append(f"{torn} line(s) are not whole JSON (a write that stopped short?)")
+    return Evidence(UNCLEAR if without_id or torn else ABSENT, tuple(facts))
+
+
+def _is_the_recorded_line(line: bytes, message: Mapping[str, Any], result: Mapping[str, Any]) -> bool:
+    return sha256_hex(line) == result.get("message_sha256") and message.get("message_id") == result.get(
+        "remote_resource_id"
+    )
+
+
+def _outbox_lines(run_dir: Path) -> list[tuple[int, bytes]]:
+    data = _read_below(run_dir, ["outbox.jsonl"], MAX_OUTBOX_BYTES)
+    return list(enumerate(data.splitlines(), start=1))
+
+
+def write_file_evidence(
+    run_dir: Path, args: Mapping[str, Any], call_id: str, result: Mapping[str, Any] | None = None
+) -> Evidence:
+    """Whether the workspace file exists, and whether it holds what the call writes.
+
+    With ``result``, ``present`` also needs the file's digest to be the
+    result's ``file_sha256``.
+    """
+    path, content = args.get("path"), args.get("content")
+    if not isinstance(path, str) or not isinstance(content, str):
+        return Evidence(UNCLEAR, ("the call's args name no path and content",))
+    parts = posixpath.normpath(path).split("/")
+    if parts[0] in ("", ".", "..") or ".." in parts:
+        return Evidence(UNCLEAR, (f"the path {path!r} leaves the workspace",))
+    try:
+        data = _read_below(Path(run_dir), ["workspace", *parts], MAX_EVIDENCE_FILE_BYTES)
+    except FileNotFoundError:
+        return Evidence(ABSENT, (f"workspace/{path} does not exist",))
+    except Unsafe as unsafe:
+        return Evidence(UNCLEAR, (f"workspace/{path}: {unsafe.detail}",))
+    expected = sha256_hex(content.encode("utf-8"))
+    found = sha256_hex(data)
+    if found != expected:
+        return Evidence(
+            UNCLEAR,
+            (f"workspace/{path} holds other bytes: sha256 {found[:12]}…, the call writes {expected[:12]}…",),
+        )
+    if result is not None and result.get("file_sha256") != found:
+        recorded = short_text(result.get("file_sha256"), 12)
+        return Evidence(UNCLEAR, (f"workspace/{path} holds sha256 {found[:12]}…, the receipt records {recorded}…",))
+    return Evidence(PRESENT, (f"workspace/{path} holds exactly what the call writes (sha256 {found[:12]}…)",))
+
+
+def _read_below(root: Path, parts: list[str], limit: int) -> bytes:
+    """A regular file under ``root``, opened one directory at a time with no symlink followed."""
+    fd = open_dir(root)
+    try:
+        for part in parts[:-1]:
+            next_fd = open_dir(part, fd)
+            os.close(fd)
+            fd = next_fd
+        file_fd, _ = open_regular(parts[-1], fd)
+    finally:
+        os.close(fd)
+    with os.fdopen(file_fd, "rb") as stream:
+        return stream.read(limit)
+
+
+def short_text(value: Any, limit: int = 120) -> str:
+    """``value`` as text for a sentence, cut to ``limit`` characters."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -12,9 +12,7 @@ from django.urls import reverse
 from receipts import doubt, importer, runtime
 from receipts.demo import run_writer
 from tests.helpers import content, first_call_of
-
-MESSAGE = {"to": "ops@example.com", "body": "deployed"}
-FILE_ARGS = {"path": "src/app.py", "content": "print('hi')\n"}
+from tests.writer import FILE_ARGS, MESSAGE
 
 
 def killed_call(run_dir: Path, tool: str, args: dict, failpoint: str) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
 from pathlib import Path
 from typing import Any, ClassVar
@@ -11,28 +10,12 @@ from typing import Any, ClassVar
 import pytest
 
 from receipts import protocol, runtime
-from receipts.demo import run_writer, writer_command, writer_env
+from receipts.demo import run_writer
 from tests.helpers import CONTRACT
 from tests.ledger import events_of, read_ledger
+from tests.writer import FILE_ARGS, MESSAGE, cli_call, outbox_lines, receipt_of, with_file_size_limit
 
 CALL_FAILPOINTS = ["after_prepared", "after_effect", "after_temp_receipt"]
-MESSAGE = {"to": "ops@example.com", "body": "deployed"}
-FILE_ARGS = {"path": "src/app.py", "content": "print('hi')\n"}
-
-
-def cli_call(run_dir: Path, tool: str, args: dict, attempt: int = 1, **env: str):
-    return run_writer(
-        "call", str(run_dir), "--tool", tool, "--args", json.dumps(args), "--attempt", str(attempt), **env
-    )
-
-
-def receipt_of(run_dir: Path, call_id: str) -> dict:
-    return json.loads((run_dir / "receipts" / f"{call_id}.json").read_bytes())
-
-
-def outbox_lines(run_dir: Path) -> list[dict]:
-    path = run_dir / "outbox.jsonl"
-    return [json.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
 
 
 class CountingAdapter:
@@ -244,8 +227,9 @@ def test_write_file_killed_at_a_failpoint_resumes_by_query(run_dir, failpoint):
     resumed = cli_call(run_dir, "write_file", FILE_ARGS)
     assert resumed.returncode == 0
     output = json.loads(resumed.stdout)
-    # A finished temp receipt is the commit; otherwise the query finds the file.
-    assert output["status"] == "committed" and output["reused"] is (failpoint == "after_temp_receipt")
+    # A finished temp receipt is the commit, or the query finds the file: nothing runs again.
+    # Killed before the effect, the query finds no file and the effect runs now.
+    assert output["status"] == "committed" and output["reused"] is (failpoint != "after_prepared")
     assert (run_dir / "workspace/src/app.py").read_text() == FILE_ARGS["content"]
     assert not list((run_dir / "receipts").glob(".*.tmp")), "the writer removes a crash's temp file"
     again = json.loads(cli_call(run_dir, "write_file", FILE_ARGS).stdout)
@@ -312,13 +296,9 @@ def send_with_room_left_in_the_outbox(run_dir: Path, room: int) -> subprocess.Co
     """``call send_message`` in a child process whose files cannot grow past OUTBOX_LIMIT
     bytes (``ulimit -f``), with the outbox ``room`` bytes short of it. The ledger and
     receipts stay far below the limit."""
-
-    def limit_file_size() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (OUTBOX_LIMIT, OUTBOX_LIMIT))
-
     (run_dir / "outbox.jsonl").write_bytes(b"x" * (OUTBOX_LIMIT - room - 1) + b"\n")
-    command = writer_command("call", str(run_dir), "--tool", "send_message", "--args", json.dumps(MESSAGE))
-    return subprocess.run(command, capture_output=True, env=writer_env(), preexec_fn=limit_file_size, check=False)
+    args = ("call", str(run_dir), "--tool", "send_message", "--args", json.dumps(MESSAGE))
+    return with_file_size_limit(OUTBOX_LIMIT, *args)
 
 
 def test_a_short_write_to_the_outbox_is_unknown_never_committed(run_dir):
@@ -439,16 +419,15 @@ def test_a_run_whose_state_refuses_calls_runs_none(run_dir, state):
     assert outbox_lines(run_dir) == [] and list((run_dir / "receipts").iterdir()) == []
 
 
-def test_call_id_v1_is_offered_for_runtimes_written_to_the_seed(run_dir):
-    completed = run_writer(
-        "call", str(run_dir), "--tool", "write_file", "--args", json.dumps(FILE_ARGS), "--identity", "call-id-v1"
-    )
+def test_call_id_v1_is_offered_for_runtimes_written_to_the_seed(tmp_path):
+    run_dir = tmp_path / "seed-run"
+    runtime.run_init(run_dir, contract_sha256=CONTRACT, identity="call-id-v1")
+    args = ("call", str(run_dir), "--tool", "write_file", "--args", json.dumps(FILE_ARGS))
+    completed = run_writer(*args)
     assert completed.returncode == 0, completed.stderr
     output = json.loads(completed.stdout)
     assert output["call_id"] == protocol.make_call_id(CONTRACT, 1, "write_file", FILE_ARGS)
     receipt = receipt_of(run_dir, output["call_id"])
     assert receipt["identity"] == "call-id-v1"
-    again = run_writer(
-        "call", str(run_dir), "--tool", "write_file", "--args", json.dumps(FILE_ARGS), "--identity", "call-id-v1"
-    )
+    again = run_writer(*args, "--identity", "call-id-v1")  # the caller may say which it expects
     assert json.loads(again.stdout)["reused"] is True

@@ -138,11 +138,11 @@ def test_hostile_event_payloads_never_break_a_page(logged_in, demo):
 def test_links_and_redirects_encode_a_submission_id(logged_in, demo):
     from receipts import runtime
 
-    run_dir = demo / "clean-run"
+    run_dir = demo / "stale-reservation"  # still retrying: a finished run creates no task
     runtime.write_task(run_dir, {"subject": "x"}, "a&b=c #d?")
     importer.run_import(path=run_dir)
     location = logged_in.get("/search/", {"q": "a&b=c #d?"})["Location"]
-    assert location == "/runs/clean-run/?submission=a%26b%3Dc+%23d%3F#submissions"
+    assert location == "/runs/stale-reservation/?submission=a%26b%3Dc+%23d%3F#submissions"
     page = content(logged_in.get(location))
     assert "Showing submission" in page and "a&amp;b=c #d?" in page
 

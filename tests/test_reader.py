@@ -53,7 +53,9 @@ def write_receipt(run: Path, receipt: dict, name: str | None = None) -> Path:
 
 def v1_receipt(args: dict, **fields) -> dict:
     call_id = protocol.make_call_id(CONTRACT, 1, "tool_x", args)
+    result = {"remote_resource_id": "r-1"}
     receipt = {"call_id": call_id, "status": "committed", "tool": "tool_x", "args": args, "attempt": 1}
+    receipt |= {"result": result, "output_sha256": protocol.input_sha256(result)}
     receipt.update(fields)
     return receipt
 
@@ -156,6 +158,29 @@ def test_a_v1_receipt_takes_its_contract_from_steer_and_verifies(good_run):
     files, _ = read_run(good_run)
     assert codes(good_run) == {}
     assert {c.call_id: c.verification for c in files.calls}[receipt["call_id"]] == "verified"
+
+
+def test_a_committed_receipt_must_carry_its_outcome_and_its_digest(good_run):
+    bare = v1_receipt({"n": 5})
+    del bare["result"], bare["output_sha256"]
+    forged = v1_receipt({"n": 6}, result={"remote_resource_id": "r-forged"})
+    for receipt in (bare, forged):
+        write_receipt(good_run, receipt)
+        name_in_ledger(good_run, receipt["call_id"])
+    files, _ = read_run(good_run)
+    verdicts = {call.call_id: call.verification for call in files.calls}
+    assert (verdicts[bare["call_id"]], verdicts[forged["call_id"]]) == ("unverifiable", "mismatch")
+    assert codes(good_run) == {
+        "identity_unverifiable": [f"receipts/{bare['call_id']}.json"],
+        "output_digest_mismatch": [f"receipts/{forged['call_id']}.json"],
+    }
+
+
+def test_a_committed_receipt_the_ledger_never_saw_committed_is_a_finding(good_run):
+    receipt = v1_receipt({"n": 7})
+    write_receipt(good_run, receipt)
+    durable.append_event(good_run, "receipt", {"call_id": receipt["call_id"], "tool": "tool_x", "status": "prepared"})
+    assert codes(good_run) == {"committed_event_missing": [f"receipts/{receipt['call_id']}.json"]}
 
 
 def test_contract_mismatch(good_run):

@@ -30,7 +30,7 @@ def plans_at(days: int) -> dict[str, retention.RunPlan]:
 def test_each_blocker_keeps_its_run_whatever_its_age(demo):
     plans = plans_at(10_000)
     assert plans["send-message-killed"].action == "keep"
-    assert "unfinished (state retrying)" in plans["send-message-killed"].blockers
+    assert "unfinished (state running)" in plans["send-message-killed"].blockers
     assert "1 call in doubt, not yet settled" in plans["send-message-killed"].blockers
     assert "a stale reservation" in plans["stale-reservation"].blockers
     assert "an open submission conflict" in plans["conflict-same-id"].blockers

@@ -112,7 +112,7 @@ def test_one_changed_receipt_is_the_only_one_read_again(tmp_path, db, monkeypatc
 
     assert receipts_read_during(monkeypatch, lambda: importer.run_import(path=run_dir)) == [changed.name]
     call = Call.objects.get(call_id=changed.stem)
-    assert (call.status, call.decision) == ("unknown", "confirm")
+    assert (call.status, call.decision) == ("unknown", "query"), "write_file's adapter can ask its target"
     assert Call.objects.filter(run__run_id="active", args=None).count() == 0, "reused rows keep their bodies"
 
     tampered = receipts[20]  # edited in place: same name and inode, a new mtime and ctime

@@ -9,17 +9,11 @@ from pathlib import Path
 import pytest
 
 from receipts import protocol, runtime
-from receipts.demo import login_request, run_writer, writer_command, writer_env
+from receipts.demo import login_request, writer_command, writer_env
 from tests.ledger import events_of
+from tests.writer import cli_write_task
 
 WRITE_TASK_FAILPOINTS = ["after_reserve", "after_task_file", "after_task_created", "after_commit"]
-
-
-def cli_write_task(run_dir: Path, request: dict, submission_id: str | None = "sub-1", **env: str):
-    args = ["write-task", str(run_dir), "--request", "-"]
-    if submission_id is not None:
-        args += ["--submission-id", submission_id]
-    return run_writer(*args, stdin=json.dumps(request).encode(), **env)
 
 
 def task_files(run_dir: Path) -> list[str]:

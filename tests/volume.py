@@ -56,6 +56,7 @@ def synthetic_run(run_dir: Path, *, events: int, receipts: int, contract: str) -
                 continue
             args = {"path": f"file-{written}.txt", "content": f"content {written}"}
             call_id = protocol.make_call_id(contract, 1, "write_file", args, "1.0.0", protocol.IDENTITY_V2)
+            result = {"path": f"workspace/{args['path']}"}
             receipt = {
                 "call_id": call_id,
                 "identity": protocol.IDENTITY_V2,
@@ -66,7 +67,8 @@ def synthetic_run(run_dir: Path, *, events: int, receipts: int, contract: str) -
                 "args": args,
                 "input_sha256": protocol.input_sha256(args),
                 "status": "committed",
-                "result": {"path": f"workspace/{args['path']}"},
+                "result": result,
+                "output_sha256": protocol.input_sha256(result),
                 "created_at": "2026-11-29T12:00:00.000000Z",
                 "updated_at": "2026-11-29T12:00:01.000000Z",
             }

@@ -61,6 +61,6 @@ def read_run(
             events.extend(batch.events)
         ledger_findings.extend(batch.findings)
         cursor = batch.cursor
-    files = read_run_files(run_dir, ledger_call_ids=cursor.call_ids, limits=limits, now=now)
+    files = read_run_files(run_dir, ledger=cursor, limits=limits, now=now)
     files.findings = ledger_findings + files.findings
     return files, events

@@ -9,6 +9,7 @@ from typing import Any
 
 from receipts import protocol
 from receipts.findings import FindingRecord, storable_text
+from receipts.reader.ledger import LedgerCursor
 from receipts.reader.records import RunFiles
 from receipts.reader.safe_open import Limits, Unsafe, list_names, open_dir, read_regular
 
@@ -16,9 +17,10 @@ from receipts.reader.safe_open import Limits, Unsafe, list_names, open_dir, read
 class RunChecks:
     """One pass over a run's files: ``out`` is what is kept, ``out.findings`` what is wrong."""
 
-    def __init__(self, run_dir: Path, ledger_call_ids: set[str], limits: Limits, now: dt.datetime) -> None:
+    def __init__(self, run_dir: Path, ledger: LedgerCursor, limits: Limits, now: dt.datetime) -> None:
         self.run_dir = run_dir
-        self.ledger_call_ids = ledger_call_ids
+        self.ledger = ledger  # what the ledger says of calls: which it names, commits, disputes
+        self.ledger_call_ids = ledger.call_ids
         self.limits = limits
         self.now = now
         self.out = RunFiles(run_id=run_dir.name)

@@ -14,6 +14,7 @@ from typing import Any
 from receipts import protocol
 from receipts.findings import storable_text
 from receipts.protocol import RUN_FOLDERS
+from receipts.reader.ledger import LedgerCursor
 from receipts.reader.records import CallRecord, ConfirmationRecord, RunFiles, text, time_field
 from receipts.reader.safe_open import DEFAULT_LIMITS, Limits, Unsafe, _exists, open_dir, signature_of
 from receipts.reader.submissions import SubmissionChecks
@@ -219,6 +220,7 @@ class _RunReader(SubmissionChecks):
         return found
 
     def cross_check(self, confirmations: dict[str, ConfirmationRecord]) -> None:
+        self.check_against_the_ledger()
         by_id = {call.call_id: call for call in self.out.calls}
         for call_id in sorted(self.ledger_call_ids - self.receipt_files):
             self.finding(
@@ -238,6 +240,39 @@ class _RunReader(SubmissionChecks):
             if call.status in protocol.IN_DOUBT_STATUSES and not (confirmation is not None and confirmation.valid):
                 self.check_stale_call(call)
 
+    def check_against_the_ledger(self) -> None:
+        """What the receipts say against what the ledger recorded of them.
+
+        A committed receipt without a committed event: a kill between the rename
+        and the event (the writer appends it, ``recovered``, at the next touch), or
+        a status edited afterwards. A committed receipt whose last reuse the writer
+        refused (``reuse_refused``: its target did not show the result) is
+        ``disputed``: it proves nothing until a person settles it. Receipts not
+        read again get the same verdict from the ledger as it stands now.
+        """
+        for call in self.out.calls:
+            subject = f"receipts/{call.call_id}.json"
+            if call.verification == protocol.DISPUTED:
+                call.verification = protocol.VERIFIED  # judged again from the ledger below
+            if call.status != "committed":
+                continue
+            if call.call_id not in self.ledger.committed_call_ids:
+                self.finding(
+                    "committed_event_missing",
+                    subject,
+                    "committed, but no ledger event records the commit (lost to a kill, or the status was edited)",
+                    call_id=call.call_id,
+                )
+            if call.verification == protocol.VERIFIED and call.call_id in self.ledger.disputed_call_ids:
+                call.verification = protocol.DISPUTED
+                self.finding(
+                    "effect_not_shown",
+                    subject,
+                    "the writer refused to reuse this commit: its target did not show the result (see the ledger's "
+                    "reuse_refused event); a person decides",
+                    call_id=call.call_id,
+                )
+
     def check_stale_call(self, call: CallRecord) -> None:
         since = call.updated_at or call.created_at
         if not self.past_stale_age(since):
@@ -253,14 +288,15 @@ class _RunReader(SubmissionChecks):
 def read_run_files(
     run_dir: Path,
     *,
-    ledger_call_ids: set[str],
+    ledger: LedgerCursor,
     limits: Limits = DEFAULT_LIMITS,
     now: dt.datetime | None = None,
     known_receipts: dict[str, CallRecord] | None = None,
     known_contract: str = "",
     listed_signatures: dict[str, str] | None = None,
 ) -> RunFiles:
-    """Everything in a run directory but the ledger, checked against the ledger's call ids.
+    """Everything in a run directory but the ledger, checked against what the ledger says
+    (``ledger``: the cursor after the whole ledger was read: the calls it names, commits, disputes).
 
     ``known_receipts``: records of receipts read before (with their ``file_signature``),
     made under ``known_contract``. A receipt whose signature has not changed is not read
@@ -269,7 +305,7 @@ def read_run_files(
     ``listed_signatures``: the receipts' signatures as ``run_fingerprint`` just took them
     (a file that changes after it is cannot be reused past the next import's fingerprint).
     """
-    reader = _RunReader(Path(run_dir), set(ledger_call_ids), limits, now or protocol.utc_now())
+    reader = _RunReader(Path(run_dir), ledger, limits, now or protocol.utc_now())
     reader.known, reader.known_contract = dict(known_receipts or {}), known_contract
     reader.listed_signatures = listed_signatures or {}
     return reader.read()

@@ -21,6 +21,7 @@ from receipts.findings import STICKY, FindingRecord, storable_text
 from receipts.protocol import LEDGER_NAME as LEDGER
 from receipts.reader.safe_open import DEFAULT_LIMITS, Limits, Unsafe, open_dir, open_regular
 
+_KNOWN_STATUSES = frozenset((*protocol.RECEIPT_STATUSES, protocol.LEGACY_STATUS))
 # Events stored and committed together with the cursor after them: fewer commits, and at
 # most this many events (about 30 MiB) held at once.
 BATCH_EVENTS = 50_000
@@ -39,6 +40,10 @@ class LedgerCursor:
     line_no: int = 0
     chained: bool = False  # a line has carried prev_sha256: every later line must
     call_ids: set[str] = dataclasses.field(default_factory=set)
+    # Calls whose commit the ledger records (a receipt event with status committed), and calls
+    # whose last reuse the writer refused because the target did not show the effect.
+    committed_call_ids: set[str] = dataclasses.field(default_factory=set)
+    disputed_call_ids: set[str] = dataclasses.field(default_factory=set)
     submission_digests: dict[str, str] = dataclasses.field(default_factory=dict)
     first_ts: dt.datetime | None = None
     last_ts: dt.datetime | None = None
@@ -56,6 +61,7 @@ class EventRecord:
     request_digest: str | None
     line_sha256: str
     payload: str  # the line's JSON text
+    status: str | None = None  # a receipt event's status
 
 
 @dataclasses.dataclass
@@ -97,6 +103,8 @@ def read_ledger(
     """
     cursor = dataclasses.replace(cursor or LedgerCursor())
     cursor.call_ids = set(cursor.call_ids)
+    cursor.committed_call_ids = set(cursor.committed_call_ids)
+    cursor.disputed_call_ids = set(cursor.disputed_call_ids)
     cursor.submission_digests = dict(cursor.submission_digests)
     try:
         run_fd = open_dir(run_dir)
@@ -264,7 +272,17 @@ def _take_line(body: bytes, cursor: LedgerCursor, events: list[EventRecord], fin
             findings.append(_ledger_finding("schema_error", line_no, f"seq {seq}: call_id cannot name a receipt file"))
         else:
             cursor.call_ids.add(call_id)
-    submission_id = disposition = request_digest = None
+    submission_id = disposition = request_digest = status = None
+    if call_id is not None:
+        if event_type == "receipt":
+            status = get("status")
+            status = status if type(status) is str and status in _KNOWN_STATUSES else None
+            if status == "committed":
+                cursor.committed_call_ids.add(call_id)
+        elif event_type == "reuse_refused":
+            cursor.disputed_call_ids.add(call_id)
+        elif event_type == "call_reused":
+            cursor.disputed_call_ids.discard(call_id)
     if event_type == "submission":
         submission_id = _short_text(get("client_submission_id"), protocol.MAX_SUBMISSION_ID_LENGTH)
         disposition = get("disposition") if get("disposition") in protocol.DISPOSITIONS else None
@@ -293,6 +311,7 @@ def _take_line(body: bytes, cursor: LedgerCursor, events: list[EventRecord], fin
             request_digest,
             line_sha,
             text,
+            status,
         )
     )
 

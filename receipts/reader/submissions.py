@@ -74,7 +74,11 @@ class SubmissionChecks(RunChecks):
         if wrong:
             self.finding("schema_error", subject, f"missing or wrong type: {', '.join(wrong)}")
         if isinstance(request, dict) and submission.digest_schema_version == protocol.DIGEST_SCHEMA:
-            submission.recomputed_digest = protocol.request_digest(request)
+            try:
+                submission.recomputed_digest = protocol.request_digest(request)
+            except ValueError as error:  # keys that collide once normalised: no digest is the request's
+                self.finding("schema_error", subject, f"the stored request has no digest: {error}")
+                return submission
             if submission.recomputed_digest != submission.request_digest:
                 self.mismatch(
                     "submission_digest_mismatch",
@@ -109,8 +113,13 @@ class SubmissionChecks(RunChecks):
             expected = submission.task_sha256
             if submission.state == "reserved" and isinstance(submission.request, dict):
                 # No digest recorded yet: the writer would adopt only the file it renders itself.
-                rendered = protocol.render_task(submission.task_id, submission.request, submission.client_submission_id)
-                expected = hashlib.sha256(rendered).hexdigest()
+                try:
+                    rendered = protocol.render_task(
+                        submission.task_id, submission.request, submission.client_submission_id
+                    )
+                    expected = hashlib.sha256(rendered).hexdigest()
+                except ValueError:  # a request the writer refuses renders no file, so none is its own
+                    expected = ""
             submission.task_matches = submission.task_file_sha256 == expected
         if submission.state in ("task_created", "committed"):
             if data is None:
