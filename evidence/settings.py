@@ -4,7 +4,7 @@ Variables (documented in the README): DATABASE_URL, DATABASE_CONN_MAX_AGE,
 DJANGO_DEBUG, DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS, DJANGO_HTTPS,
 EVIDENCE_RUNS_ROOT, EVIDENCE_ARCHIVE_ROOT, EVIDENCE_READ_ONLY, EVIDENCE_STRIP_AFTER_DAYS,
 EVIDENCE_ARCHIVE_AFTER_DAYS, EVIDENCE_FINISHED_STATES, EVIDENCE_PROXY_COUNT,
-EVIDENCE_METRICS_TOKEN. Parsers are strict: a malformed
+EVIDENCE_METRICS_TOKEN, EVIDENCE_SIGNING_KEY_FILES, EVIDENCE_SIGNED_RUNS_ONLY. Parsers are strict: a malformed
 value stops start-up. What is unset is what a deployment needs: debugging off,
 HTTPS on.
 """
@@ -75,6 +75,11 @@ RETENTION_FINISHED_STATES = env_list("EVIDENCE_FINISHED_STATES", "finished,succe
 EVIDENCE_METRICS_TOKEN = os.environ.get("EVIDENCE_METRICS_TOKEN", "")
 # A deployment that only browses: no write action is shown or accepted.
 EVIDENCE_READ_ONLY = env_bool("EVIDENCE_READ_ONLY", "0")
+# Signed runs (docs/RUN_DIRECTORY.md, "Signatures"): the key files the importer checks them with,
+# and whether an unsigned run is a finding. Settling in a signed run signs the decision with the
+# writer's key, so the web process then needs RECEIPTS_SIGNING_KEY too.
+EVIDENCE_SIGNING_KEY_FILES = env_list("EVIDENCE_SIGNING_KEY_FILES", "")
+EVIDENCE_SIGNED_RUNS_ONLY = env_bool("EVIDENCE_SIGNED_RUNS_ONLY", "0")
 
 INSTALLED_APPS = [
     "django.contrib.admin",

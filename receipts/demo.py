@@ -41,7 +41,8 @@ def writer_command(*args: str) -> list[str]:
 
 
 def writer_env(**extra: str) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("RECEIPTS_")}
+    # The test hooks are the caller's to give; a signing key is the writer's configuration and stays.
+    env = {key: value for key, value in os.environ.items() if key not in ("RECEIPTS_FAILPOINT", "RECEIPTS_CLOCK")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_PARENT, env.get("PYTHONPATH")]))
     env.update(extra)
     return env

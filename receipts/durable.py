@@ -28,6 +28,7 @@ from receipts.protocol import (
     format_time,
     load_json_strict,
     sha256_hex,
+    signed,
     utc_now,
 )
 
@@ -382,8 +383,11 @@ def append_event(run_dir: Path, event_type: str, fields: Mapping[str, Any]) -> d
     """Append one event to the run's ledger under an exclusive lock.
 
     Assigns ``seq`` (last + 1) and ``prev_sha256`` (digest of the last line's
-    bytes), writes one ``\\n``-terminated line and fsyncs it.
+    bytes), signs it in a signed run, writes one ``\\n``-terminated line and fsyncs it.
     """
+    from receipts.signing import key_for_run  # signing reads files through this module
+
+    key = key_for_run(Path(run_dir))  # a signed run's every line is signed
     ledger = Path(run_dir) / LEDGER_NAME
     fd = os.open(ledger, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     try:
@@ -398,7 +402,8 @@ def append_event(run_dir: Path, event_type: str, fields: Mapping[str, Any]) -> d
         prev_sha256 = ZERO_HASH if last_line is None else sha256_hex(last_line)
         seq = 1 if last_line is None else _last_seq(itertools.chain([last_line], lines)) + 1
         event = {"seq": seq, "ts": format_time(utc_now()), "type": event_type, "prev_sha256": prev_sha256}
-        event.update({key: value for key, value in fields.items() if key not in event})
+        event.update({name: value for name, value in fields.items() if name not in event})
+        event = signed(event, key)
         line = canonical_json(event) + b"\n"
         try:
             write_all(fd, line)

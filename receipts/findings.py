@@ -45,6 +45,12 @@ CODES: dict[str, tuple[str, str]] = {
     "stale_reservation": (WARNING, "reserved or task_created past the stale age"),
     "stale_call": (WARNING, "prepared or unknown past the stale age, unconfirmed"),
     "confirmation_invalid": (ERROR, "a confirmation file that does not match its receipt"),
+    "signature_invalid": (ERROR, "in a signed run, a record whose signature does not verify with the run's key"),
+    "signature_missing": (
+        ERROR,
+        "a record of a signed run without a signature, or an unsigned run where signed ones are required",
+    ),
+    "signature_unchecked": (WARNING, "a signed run whose key this reader does not have: signatures not checked"),
     "unstorable_value": (WARNING, "a value the database cannot hold as written: stored with U+FFFD in its place"),
     "import_failed": (ERROR, "the run's import failed for a reason nobody foresaw: rolled back"),
 }

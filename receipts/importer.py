@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import hashlib
 import json
 import logging
@@ -26,10 +27,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import DateTimeField
 
-from receipts import durable, protocol, stats
+from receipts import durable, protocol, signing, stats
 from receipts.durable import json_file
 from receipts.findings import FILES, LEDGER, FindingRecord, storable_text
 from receipts.models import Call, Confirmation, Event, Finding, JSONTextField, Run, Submission
@@ -46,6 +48,7 @@ from receipts.reader import (
     read_run_files,
     run_fingerprint,
 )
+from receipts.reader.files import run_signing_key
 from receipts.reader.safe_open import signature_from
 from receipts.recovery import decide
 from receipts.replay import apply_decisions
@@ -313,7 +316,8 @@ def _import_ledger(
     signature = signature_from(ledger) if ledger else ""
     if signature and signature == run.ledger_signature and not _ledger_has_file_findings(run):
         return cursor, file_findings  # not a byte added or changed since it was read to its end
-    for batch in read_ledger(path, cursor, limits, batch_size):
+    signing_key = run_signing_key(path, signing_keys())
+    for batch in read_ledger(path, cursor, limits, batch_size, signing_key):
         with transaction.atomic():
             if batch.restarted:
                 Event.objects.filter(run=run).delete()
@@ -517,6 +521,20 @@ def run_import(
         return report
 
 
+def signing_keys() -> dict[str, protocol.SigningKey]:
+    """The keys the importer checks signed runs with (``EVIDENCE_SIGNING_KEY_FILES``), by id.
+
+    Read again when the setting changes. Receipts read before a key was added are
+    not read again for it: import with ``--force`` after changing the keys.
+    """
+    return _load_signing_keys(tuple(settings.EVIDENCE_SIGNING_KEY_FILES))
+
+
+@functools.cache
+def _load_signing_keys(paths: tuple[str, ...]) -> dict[str, protocol.SigningKey]:
+    return signing.load_keys(list(paths))
+
+
 def _import_run_locked(
     run: Run,
     path: Path,
@@ -539,6 +557,8 @@ def _import_run_locked(
         known_receipts=known,
         known_contract=run.contract_sha256,
         listed_signatures=listing.receipt_signatures,
+        keys=signing_keys(),
+        require_signed=settings.EVIDENCE_SIGNED_RUNS_ONLY,
     )
     judged_before = {call_id: _judgement(record) for call_id, record in known.items()}
     apply_decisions(files)

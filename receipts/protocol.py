@@ -11,6 +11,7 @@ import copy
 import dataclasses
 import datetime as dt
 import hashlib
+import hmac
 import json
 import math
 import os
@@ -74,6 +75,7 @@ EVENT_FACT_FIELDS = {
     "reason",
     "call_ids",
     "action",
+    "signature",
 }
 # The seed's rule: tools run only while the run may still act. A run starts in
 # "running" at attempt 1; "retrying" means the next attempt is due.
@@ -147,6 +149,7 @@ def make_call_id(
 
 VERIFIED, MISMATCH, UNVERIFIABLE, DISPUTED = "verified", "mismatch", "unverifiable", "disputed"
 _MISMATCH_CODES = (
+    "signature_invalid",
     "receipt_name_mismatch",
     "contract_mismatch",
     "input_digest_mismatch",
@@ -172,7 +175,9 @@ class IdentityCheck:
         return "; ".join(detail for _, detail, _, _ in self.problems) or "the receipt is the call it claims to be"
 
 
-def check_receipt_identity(receipt: Mapping[str, Any], *, call_id: str, contract_sha256: str | None) -> IdentityCheck:
+def check_receipt_identity(
+    receipt: Mapping[str, Any], *, call_id: str, contract_sha256: str | None, signing_key: SigningKey | None = None
+) -> IdentityCheck:
     """The one identity check: the writer, replay, the reader and the pages all call it.
 
     ``call_id`` is the call the receipt must be (its file's stem, or the call
@@ -183,9 +188,15 @@ def check_receipt_identity(receipt: Mapping[str, Any], *, call_id: str, contract
     input makes the receipt unverifiable. A committed receipt must also carry
     its outcome: a ``result`` and an ``output_sha256`` that is its digest
     (missing: unverifiable; another digest: a mismatch), since a status edited
-    to ``committed`` would otherwise pass. Only a verified receipt may be reused.
+    to ``committed`` would otherwise pass. In a signed run (``signing_key``, the
+    run's), the receipt's signature must verify too. Only a verified receipt may
+    be reused.
     """
     problems: list[tuple[str, str, str, str]] = []
+    if signing_key is not None:
+        wrong = signature_problem(receipt, signing_key)
+        if wrong is not None:
+            problems.append((*wrong, _clip(receipt.get(SIGNATURE_FIELD)), ""))
     declared = receipt.get("call_id")
     if declared != call_id:
         problems.append(
@@ -315,6 +326,49 @@ def redacted(value: Any) -> dict[str, str]:
     return {"redacted": f"sha256:{sha256_hex(canonical_json(value))}"}
 
 
+# --- signatures (optional) ----------------------------------------------------
+
+SIGNATURE_FIELD = "signature"
+SIGNATURE_SCHEME = "hmac-sha256"
+
+
+@dataclasses.dataclass(frozen=True)
+class SigningKey:
+    """A secret shared by the writer and the dashboard, named by an id that does not reveal it."""
+
+    key_id: str
+    secret: bytes = dataclasses.field(repr=False)
+
+    @classmethod
+    def from_secret(cls, secret: bytes) -> SigningKey:
+        return cls(sha256_hex(b"callproof signing key id\x00" + secret)[:16], secret)
+
+
+def signature_of(document: Mapping[str, Any], key: SigningKey) -> str:
+    """``hmac-sha256:<key_id>:<hex>`` over the canonical JSON of ``document`` without its signature."""
+    body = {name: value for name, value in document.items() if name != SIGNATURE_FIELD}
+    mac = hmac.new(key.secret, canonical_json(body), hashlib.sha256).hexdigest()
+    return f"{SIGNATURE_SCHEME}:{key.key_id}:{mac}"
+
+
+def signed(document: Mapping[str, Any], key: SigningKey | None) -> dict[str, Any]:
+    """``document`` with its signature (a fresh one), or as it is when there is no key."""
+    body = {name: value for name, value in document.items() if name != SIGNATURE_FIELD}
+    if key is not None:
+        body[SIGNATURE_FIELD] = signature_of(body, key)
+    return body
+
+
+def signature_problem(document: Mapping[str, Any], key: SigningKey) -> tuple[str, str] | None:
+    """``(finding code, detail)`` when a record of a run signed with ``key`` does not verify."""
+    stored = document.get(SIGNATURE_FIELD)
+    if stored is None:
+        return ("signature_missing", "the run is signed, and this record carries no signature")
+    if not isinstance(stored, str) or not hmac.compare_digest(stored, signature_of(document, key)):
+        return ("signature_invalid", f"the signature does not verify with the run's key {key.key_id}")
+    return None
+
+
 # --- task creation -----------------------------------------------------------
 
 
@@ -353,10 +407,18 @@ def confirmation_id(call_id: str, resolution: str, receipt_sha256: str) -> str:
     return sha256_hex(canonical_json({"call_id": call_id, "resolution": resolution, "receipt_sha256": receipt_sha256}))
 
 
-def confirmation_problem(confirmation: Any, call_id: str, receipt_sha256: str | None) -> str | None:
-    """Why a confirmation does not hold for the receipt with this digest, or ``None`` when it does."""
+def confirmation_problem(
+    confirmation: Any, call_id: str, receipt_sha256: str | None, signing_key: SigningKey | None = None
+) -> str | None:
+    """Why a confirmation does not hold for the receipt with this digest, or ``None`` when it does.
+
+    In a signed run (``signing_key``) its signature must verify: a decision
+    anyone could write would let an agent confirm its own effects.
+    """
     if not isinstance(confirmation, dict) or confirmation.get("schema") != CONFIRMATION_SCHEMA:
         return f"not a {CONFIRMATION_SCHEMA} document"
+    if signing_key is not None and (wrong := signature_problem(confirmation, signing_key)) is not None:
+        return wrong[1]
     if confirmation.get("call_id") != call_id:
         return "names another call_id"
     resolution = confirmation.get("resolution")

@@ -13,6 +13,7 @@ from typing import Any
 
 from receipts.reader import RunFiles, read_run
 from receipts.recovery import decide
+from receipts.signing import run_keys
 from receipts.tools import BUILTIN_ADAPTERS, tool_can_query
 
 
@@ -41,7 +42,7 @@ def apply_decisions(files: RunFiles, adapters: Mapping[str, Any] | None = None) 
 
 def replay_run(run_dir: Path, adapters: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Decisions for every receipt and every call_id the ledger names, read with no side effect."""
-    files, _ = read_run(Path(run_dir), keep_events=False)
+    files, _ = read_run(Path(run_dir), keep_events=False, keys=run_keys())
     apply_decisions(files, adapters)
     return {
         "run_id": files.run_id,

@@ -18,6 +18,7 @@ from typing import Any
 from receipts import protocol
 from receipts.durable import append_event, json_file, read_json_file, write_durable
 from receipts.protocol import CALLABLE_STATES, IDENTITY_V2, format_time, utc_now
+from receipts.signing import key_for_new_run, key_for_run, run_keys
 
 # The highest attempt the writer acts at. Before it runs a call it looks for the same intent
 # in doubt at every earlier attempt (one digest and one stat each), so the count is bounded.
@@ -49,9 +50,12 @@ def run_init(
         raise FileExistsError(f"{run_dir} is already a run directory")
     for folder in protocol.RUN_FOLDERS:
         (run_dir / folder).mkdir(parents=True, exist_ok=True)
+    key = key_for_new_run(run_dir)
     now = format_time(utc_now())
     steer = {"contract_sha256": contract_sha256, "created_at": now, "identity": identity}
-    write_durable(run_dir / "steer.json", json_file(steer))
+    if key is not None:
+        steer["signing_key_id"] = key.key_id  # a signed run: every record the writer makes is signed
+    write_durable(run_dir / "steer.json", json_file(protocol.signed(steer, key)))
     (run_dir / protocol.LEDGER_NAME).touch()
     _write_state(run_dir, state, attempts)
 
@@ -61,6 +65,7 @@ def run_set_state(run_dir: Path, *, state: str, attempts: int, override_unsettle
     while a call of an earlier attempt is in doubt, unless ``override_unsettled`` gives the
     reason, which goes to the ledger with the calls it passes over."""
     _check_state(state, attempts)
+    key_for_run(Path(run_dir))  # a signed run's state changes only with its key (the event is signed)
     new_attempt = attempt_of(state, attempts)
     if new_attempt is not None:
         unsettled = [call_id for call_id, at in unsettled_calls(run_dir) if at is None or at < new_attempt]
@@ -166,6 +171,6 @@ def unsettled_calls(run_dir: Path, adapters: Mapping[str, Any] | None = None) ->
     from receipts.reader import read_run
     from receipts.replay import apply_decisions
 
-    files, _ = read_run(Path(run_dir), keep_events=False)
+    files, _ = read_run(Path(run_dir), keep_events=False, keys=run_keys())
     apply_decisions(files, adapters)
     return [(call.call_id, call.attempt) for call in files.calls if call.decision in protocol.UNSETTLED_DECISIONS]

@@ -39,7 +39,7 @@ from receipts.durable import (
     write_all,
     write_durable,
 )
-from receipts.protocol import WRITER_DIR, format_time, sha256_hex, utc_now
+from receipts.protocol import WRITER_DIR, SigningKey, format_time, sha256_hex, utc_now
 from receipts.recovery import Decision, decide
 from receipts.runs import (
     MAX_ATTEMPTS,
@@ -53,6 +53,7 @@ from receipts.runs import (
     run_state,
     unsettled_calls,
 )
+from receipts.signing import key_for_run
 from receipts.tasks import TaskResult, write_task
 from receipts.tools import (
     BUILTIN_ADAPTERS,
@@ -142,6 +143,13 @@ class _Held:
 
     lock_fd: int
     path: Path
+    key: SigningKey | None  # the run's signing key (a signed run), or None
+
+    def check(self, receipt: Mapping[str, Any], contract: str) -> protocol.IdentityCheck:
+        """The one receipt check, for this call, with the run's key."""
+        return protocol.check_receipt_identity(
+            receipt, call_id=self.call_id, contract_sha256=contract, signing_key=self.key
+        )
 
     @property
     def call_id(self) -> str:
@@ -190,15 +198,16 @@ class Executor:
         if not protocol.is_whole_number(attempt, minimum=1) or attempt > MAX_ATTEMPTS:
             raise ValueError(f"attempt must be a whole number from 1 to {MAX_ATTEMPTS}")
         contract = run_contract(self.run_dir)
+        key = key_for_run(self.run_dir)  # a signed run needs its key before anything is written
         try:
             normalised = adapter.normalise(copy.deepcopy(dict(args)))
         except Rejected as rejection:
             normalised = copy.deepcopy(dict(args))
-            return self._reject_unnormalisable(adapter, normalised, attempt, contract, formula, rejection)
+            return self._reject_unnormalisable(adapter, normalised, attempt, contract, formula, rejection, key)
         # The id is fixed from a private copy before the adapter sees the args,
         # so an adapter that mutates its input cannot move the identity.
         receipt = _new_receipt(adapter, contract, attempt, copy.deepcopy(normalised), formula)
-        with self._lock(receipt["call_id"]) as held:
+        with self._lock(receipt["call_id"], key) as held:
             existing = read_receipt(held.path)
             if existing is not None:
                 recovered = self._finish_crashed_commit(existing, held, contract)
@@ -208,17 +217,17 @@ class Executor:
             if existing is not None:
                 return self._resume(adapter, existing, held, contract)
             try:
-                self._check_earlier_attempts(adapter, receipt, contract, override_unsettled)
+                self._check_earlier_attempts(adapter, receipt, contract, override_unsettled, key)
             except UnsettledCalls as unsettled:
                 error = {"kind": "unsettled", "message": str(unsettled), "call_ids": unsettled.call_ids}
                 return CallOutcome(receipt["call_id"], None, False, None, error, "confirmation")
             return self._execute(adapter, receipt, held)
 
     @contextlib.contextmanager
-    def _lock(self, call_id: str) -> Any:
+    def _lock(self, call_id: str, key: SigningKey | None) -> Any:
         path = self.run_dir / "receipts" / f"{call_id}.json"
         with exclusive_lock(self.run_dir / WRITER_DIR / f"call-{call_id}.lock") as lock_fd:
-            held = _Held(lock_fd, path)
+            held = _Held(lock_fd, path, key)
             self._recover_lost_event(held)
             yield held
 
@@ -228,7 +237,7 @@ class Executor:
         now = format_time(utc_now())
         receipt.setdefault("created_at", now)
         receipt["updated_at"] = now
-        data = json_file(receipt)
+        data = json_file(protocol.signed(receipt, held.key))
         self._install(held, receipt, lambda: write_durable(held.path, data, before_replace))
 
     def _install(self, held: _Held, receipt: dict[str, Any], put_in_place: Callable[[], None], **extra: Any) -> None:
@@ -276,7 +285,7 @@ class Executor:
         if existing["status"] not in protocol.IN_DOUBT_STATUSES:
             return None
         call_id = held.call_id
-        if not protocol.check_receipt_identity(existing, call_id=call_id, contract_sha256=contract).verified:
+        if not held.check(existing, contract).verified:
             return None
         for temp in reversed(temp_files_of(held.path)):
             try:
@@ -286,7 +295,7 @@ class Executor:
             if not isinstance(candidate, dict) or candidate.get("status") != "committed":
                 continue
             # The check covers the outcome too: a committed receipt carries its result's digest.
-            if not protocol.check_receipt_identity(candidate, call_id=call_id, contract_sha256=contract).verified:
+            if not held.check(candidate, contract).verified:
                 continue
             outcome = CallOutcome(call_id, "committed", True, candidate.get("result"))
 
@@ -302,7 +311,7 @@ class Executor:
     # --- running a call -----------------------------------------------------------
 
     def _check_earlier_attempts(
-        self, adapter: Adapter, receipt: dict[str, Any], contract: str, override: str | None
+        self, adapter: Adapter, receipt: dict[str, Any], contract: str, override: str | None, key: SigningKey | None
     ) -> None:
         """The same intent still in doubt at an earlier attempt: running it now could make it twice."""
         attempt = receipt["attempt"]
@@ -311,14 +320,14 @@ class Executor:
             call_id = protocol.make_call_id(
                 contract, earlier, adapter.name, receipt["args"], adapter.version, receipt["identity"]
             )
-            decision = self._decision_of(adapter, call_id, contract)
+            decision = self._decision_of(adapter, call_id, contract, key)
             if decision is not None and decision.decision in protocol.UNSETTLED_DECISIONS:
                 unsettled.append(call_id)
         if unsettled:
             action = f"call {receipt['call_id']} ({adapter.name}) at attempt {attempt}"
             require_override(self.run_dir, unsettled, override, action, f"attempt {attempt}")
 
-    def _decision_of(self, adapter: Adapter, call_id: str, contract: str) -> Decision | None:
+    def _decision_of(self, adapter: Adapter, call_id: str, contract: str, key: SigningKey | None) -> Decision | None:
         """Replay's decision for one receipt, from its file alone (``None``: there is no receipt)."""
         try:
             data = (self.run_dir / "receipts" / f"{call_id}.json").read_bytes()
@@ -330,14 +339,15 @@ class Executor:
             receipt = None
         if not isinstance(receipt, dict):
             return decide(status="", verification=protocol.UNVERIFIABLE)
-        confirmation = read_confirmation(self.run_dir, call_id, data)
+        confirmation = read_confirmation(self.run_dir, call_id, data, key)
         error = receipt.get("error")
+        check = protocol.check_receipt_identity(receipt, call_id=call_id, contract_sha256=contract, signing_key=key)
         return decide(
             status=str(receipt.get("status")),
             error_kind=str(error.get("kind")) if isinstance(error, dict) else None,
             queryable=adapter_can_query(adapter),
             confirmation=confirmation["resolution"] if confirmation else None,
-            verification=protocol.check_receipt_identity(receipt, call_id=call_id, contract_sha256=contract).verdict,
+            verification=check.verdict,
         )
 
     def _execute(self, adapter: Adapter, receipt: dict[str, Any], held: _Held) -> CallOutcome:
@@ -384,11 +394,18 @@ class Executor:
         return CallOutcome(call_id or receipt["call_id"], receipt["status"], False, None, error, "confirmation")
 
     def _reject_unnormalisable(
-        self, adapter: Adapter, args: dict[str, Any], attempt: int, contract: str, identity: str, rejection: Rejected
+        self,
+        adapter: Adapter,
+        args: dict[str, Any],
+        attempt: int,
+        contract: str,
+        identity: str,
+        rejection: Rejected,
+        key: SigningKey | None,
     ) -> CallOutcome:
         # Args the schema refuses still get a receipt, so the refusal is on record.
         receipt = _new_receipt(adapter, contract, attempt, args, identity)
-        with self._lock(receipt["call_id"]) as held:
+        with self._lock(receipt["call_id"], key) as held:
             existing = read_receipt(held.path)
             if existing is not None:
                 return self._resume(adapter, existing, held, contract)
@@ -399,13 +416,13 @@ class Executor:
     def _resume(self, adapter: Adapter, receipt: dict[str, Any], held: _Held, contract: str) -> CallOutcome:
         call_id, status = held.call_id, receipt["status"]
         # A person's decision about exactly these receipt bytes comes first, whatever they say.
-        confirmation = read_confirmation(self.run_dir, call_id, held.path.read_bytes())
+        confirmation = read_confirmation(self.run_dir, call_id, held.path.read_bytes(), held.key)
         if confirmation is not None:
             if confirmation["resolution"] == "committed":
                 return self._reused(call_id, {"confirmation_id": confirmation["confirmation_id"]})
             error = {"kind": "retryable", "message": f"confirmed not done: {confirmation['reason']}"}
             return CallOutcome(call_id, "rejected", False, None, error)
-        check = protocol.check_receipt_identity(receipt, call_id=call_id, contract_sha256=contract)
+        check = held.check(receipt, contract)
         if not check.verified:
             # The file at this call's path does not prove it holds this call (or the outcome it
             # claims): altered, misfiled or incomplete. Reusing it could skip an effect that
@@ -522,15 +539,17 @@ def read_receipt(path: Path) -> dict[str, Any] | None:
     return receipt
 
 
-def read_confirmation(run_dir: Path, call_id: str, receipt_bytes: bytes) -> dict[str, Any] | None:
-    """The human decision for ``call_id`` when it is valid for these receipt bytes."""
+def read_confirmation(
+    run_dir: Path, call_id: str, receipt_bytes: bytes, key: SigningKey | None = None
+) -> dict[str, Any] | None:
+    """The human decision for ``call_id`` when it is valid for these receipt bytes (signed, in a signed run)."""
     try:
         confirmation = read_json_file(Path(run_dir) / "confirmations" / f"{call_id}.json")
     except ValueError:
         return None
     if confirmation is None:
         return None
-    if protocol.confirmation_problem(confirmation, call_id, sha256_hex(receipt_bytes)) is not None:
+    if protocol.confirmation_problem(confirmation, call_id, sha256_hex(receipt_bytes), key) is not None:
         return None
     return confirmation
 
@@ -575,6 +594,7 @@ def confirm_call(
         raise ConfirmationRefused("a reason is required")
     if not protocol.valid_call_name(call_id) or not isinstance(actor, str) or not actor.strip():
         raise ConfirmationRefused("a call_id and an actor are required")
+    signing_key = key_for_run(run_dir)  # in a signed run, only a signed decision holds
     with exclusive_lock(run_dir / WRITER_DIR / f"call-{call_id}.lock"):
         receipt_path = run_dir / "receipts" / f"{call_id}.json"
         try:
@@ -584,10 +604,10 @@ def confirm_call(
         current = sha256_hex(receipt_bytes)
         if current != receipt_sha256:
             raise ConfirmationRefused("the receipt changed since it was shown", current_receipt_sha256=current)
-        if not call_in_doubt(run_dir, call_id, receipt_bytes):
+        if not call_in_doubt(run_dir, call_id, receipt_bytes, signing_key=signing_key):
             raise ConfirmationRefused("the call is not in doubt: its verified receipt says what happened")
         wanted = protocol.confirmation_id(call_id, resolution, receipt_sha256)
-        existing = read_confirmation(run_dir, call_id, receipt_bytes)
+        existing = read_confirmation(run_dir, call_id, receipt_bytes, signing_key)
         if existing is not None:
             if existing["confirmation_id"] == wanted:
                 return existing, False
@@ -603,7 +623,7 @@ def confirm_call(
             "confirmation_id": wanted,
         }
         path = run_dir / "confirmations" / f"{call_id}.json"
-        write_durable(path, json_file(document))
+        write_durable(path, json_file(protocol.signed(document, signing_key)))
         event = {key: document[key] for key in ("call_id", "resolution", "actor", "reason", "confirmation_id")}
         try:
             append_event(run_dir, "confirmation", event | {"receipt_sha256": receipt_sha256})
@@ -614,7 +634,11 @@ def confirm_call(
 
 
 def call_in_doubt(
-    run_dir: Path, call_id: str, receipt_bytes: bytes, adapters: Mapping[str, Any] = BUILTIN_ADAPTERS
+    run_dir: Path,
+    call_id: str,
+    receipt_bytes: bytes,
+    adapters: Mapping[str, Any] = BUILTIN_ADAPTERS,
+    signing_key: SigningKey | None = None,
 ) -> bool:
     """Prepared, unknown, a receipt that does not prove it is this call, or a commit its target
     does not show (the writer would not reuse it): a person may settle it."""
@@ -624,7 +648,8 @@ def call_in_doubt(
         return True
     if not isinstance(receipt, dict):
         return True
-    check = protocol.check_receipt_identity(receipt, call_id=call_id, contract_sha256=run_contract(run_dir))
+    contract = run_contract(run_dir)
+    check = protocol.check_receipt_identity(receipt, call_id=call_id, contract_sha256=contract, signing_key=signing_key)
     if receipt.get("status") in protocol.IN_DOUBT_STATUSES or not check.verified:
         return True
     adapter = adapters.get(receipt.get("tool")) if isinstance(receipt.get("tool"), str) else None

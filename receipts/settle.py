@@ -144,6 +144,9 @@ def _write_back(run: Run, call: Call, decision: HumanDecision) -> dict:
     except OSError as error:
         message = f"The run directory cannot be written ({error.strerror or error}): nothing was recorded."
         raise SettleError(HTTPStatus.SERVICE_UNAVAILABLE, message) from None
+    except ValueError as error:  # the writer cannot act here: a signed run without its key, a broken steer.json
+        message = f"The writer cannot record a decision in this run ({error}): nothing was recorded."
+        raise SettleError(HTTPStatus.SERVICE_UNAVAILABLE, message) from None
     return document
 
 

@@ -26,6 +26,7 @@ from receipts.durable import (
 )
 from receipts.protocol import DIGEST_SCHEMA, WRITER_DIR, format_time, sha256_hex, utc_now
 from receipts.runs import next_attempt
+from receipts.signing import key_for_run
 
 TASK_NUMBER_LOCK = "task-number.lock"
 TASK_COUNTER = "task-counter"
@@ -91,6 +92,7 @@ def write_task(run_dir: Path, request: Mapping[str, Any], client_submission_id: 
     if not isinstance(request, Mapping):
         raise ValueError("request must be a JSON object")
     next_attempt(run_dir)  # the same gate as a tool call: a finished run creates nothing
+    key_for_run(run_dir)  # and a signed run only with its key, before the task exists
     digest = protocol.request_digest(request)
     if client_submission_id is None:
         return _write_legacy_task(run_dir, request, digest)

@@ -85,9 +85,9 @@ def test_a_reimport_parses_only_the_appended_lines(demo_root, monkeypatch):
     seen_offsets = []
     real = importer.read_ledger
 
-    def spy(path, cursor, limits, batch_size):
+    def spy(path, cursor, *args):
         seen_offsets.append(cursor.offset)
-        yield from real(path, cursor, limits, batch_size)
+        yield from real(path, cursor, *args)
 
     monkeypatch.setattr(importer, "read_ledger", spy)
     report = importer.run_import(path=run_dir)

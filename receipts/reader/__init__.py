@@ -17,10 +17,12 @@ ledger's call ids are known. ``read_run`` does both at once.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from pathlib import Path
 
+from receipts.protocol import SigningKey
 from receipts.reader.discovery import Discovery, discover_runs, looks_like_run, run_fingerprint
-from receipts.reader.files import read_run_files
+from receipts.reader.files import read_run_files, run_signing_key
 from receipts.reader.ledger import BATCH_EVENTS, EventRecord, LedgerBatch, LedgerCursor, read_ledger
 from receipts.reader.records import CallRecord, ConfirmationRecord, RunFiles, SubmissionRecord
 from receipts.reader.safe_open import DEFAULT_LIMITS, MAX_JSON_BYTES, MAX_LINE_BYTES, Limits, Unsafe
@@ -50,17 +52,24 @@ __all__ = [
 
 
 def read_run(
-    run_dir: Path, *, limits: Limits = DEFAULT_LIMITS, now: dt.datetime | None = None, keep_events: bool = True
+    run_dir: Path,
+    *,
+    limits: Limits = DEFAULT_LIMITS,
+    now: dt.datetime | None = None,
+    keep_events: bool = True,
+    keys: Mapping[str, SigningKey] | None = None,
 ) -> tuple[RunFiles, list]:
     """A whole run at once: files and every ledger finding, and the events unless ``keep_events``
-    is false (replay needs only the call ids the ledger names, not a million events in memory)."""
+    is false (replay needs only the call ids the ledger names, not a million events in memory).
+    ``keys``: signing keys by id; a signed run whose key is among them has every signature checked."""
     events, ledger_findings = [], []
     cursor = LedgerCursor()
-    for batch in read_ledger(Path(run_dir), None, limits):
+    signing_key = run_signing_key(Path(run_dir), keys)
+    for batch in read_ledger(Path(run_dir), None, limits, signing_key=signing_key):
         if keep_events:
             events.extend(batch.events)
         ledger_findings.extend(batch.findings)
         cursor = batch.cursor
-    files = read_run_files(run_dir, ledger=cursor, limits=limits, now=now)
+    files = read_run_files(run_dir, ledger=cursor, limits=limits, now=now, keys=keys)
     files.findings = ledger_findings + files.findings
     return files, events

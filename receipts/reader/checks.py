@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,11 @@ class RunChecks:
         self.known: dict[str, Any] = {}  # call_id -> CallRecord read before (read_run_files says when)
         self.known_contract = ""
         self.listed_signatures: dict[str, str] = {}
+        # Signatures are checked only by a reader given keys (a run is signed when steer.json
+        # names its key id); ``require_signed`` makes an unsigned run a finding too.
+        self.keys: Mapping[str, protocol.SigningKey] = {}
+        self.require_signed = False
+        self.signing_key: protocol.SigningKey | None = None
 
     def mismatch(self, code: str, subject: str, detail: str, stored: str, recomputed: str, **values: str) -> None:
         """A finding that shows what the file says beside what it should say."""

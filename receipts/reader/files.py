@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from receipts.findings import storable_text
 from receipts.protocol import RUN_FOLDERS
 from receipts.reader.ledger import LedgerCursor
 from receipts.reader.records import CallRecord, ConfirmationRecord, RunFiles, text, time_field
-from receipts.reader.safe_open import DEFAULT_LIMITS, Limits, Unsafe, _exists, open_dir, signature_of
+from receipts.reader.safe_open import DEFAULT_LIMITS, Limits, Unsafe, _exists, open_dir, read_regular, signature_of
 from receipts.reader.submissions import SubmissionChecks
 
 
@@ -73,10 +74,30 @@ class _RunReader(SubmissionChecks):
             return
         steer, _ = parsed
         contract = steer.get("contract_sha256") if isinstance(steer, dict) else None
+        if isinstance(steer, dict):
+            self.check_signed_run(steer)
         if not isinstance(contract, str) or not protocol.HEX64_RE.fullmatch(contract):
             self.finding("schema_error", "steer.json", "contract_sha256 must be 64 lowercase hex digits")
             return
         self.out.contract_sha256 = contract
+
+    def check_signed_run(self, steer: dict[str, Any]) -> None:
+        """Whose key signs this run, and whether steer.json itself verifies with it."""
+        if not self.keys:
+            return  # without keys, nothing about signatures is said
+        self.signing_key = signing_key_of(steer, self.keys)
+        key_id = steer.get("signing_key_id")
+        if key_id is None:
+            if self.require_signed:
+                self.finding("signature_missing", "steer.json", "an unsigned run, where only signed runs are accepted")
+        elif self.signing_key is None:
+            self.finding(
+                "signature_unchecked",
+                "steer.json",
+                f"signed with key {str(key_id)[:40]!r}, which this reader does not have: no signature was checked",
+            )
+        elif (wrong := protocol.signature_problem(steer, self.signing_key)) is not None:
+            self.finding(wrong[0], "steer.json", wrong[1])
 
     def read_receipts(self, dir_fd: int | None) -> None:
         if dir_fd is None:
@@ -171,7 +192,10 @@ class _RunReader(SubmissionChecks):
     def check_identity(self, receipt: dict[str, Any], call: CallRecord, subject: str) -> None:
         """The protocol's one identity check; each problem it names is a finding."""
         check = protocol.check_receipt_identity(
-            receipt, call_id=call.call_id, contract_sha256=self.out.contract_sha256 or None
+            receipt,
+            call_id=call.call_id,
+            contract_sha256=self.out.contract_sha256 or None,
+            signing_key=self.signing_key,
         )
         call.verification = check.verdict
         call.recomputed_call_id = check.recomputed_call_id
@@ -208,7 +232,7 @@ class _RunReader(SubmissionChecks):
                 record.confirmed_at = time_field(document, "confirmed_at")
                 record.receipt_sha256 = text(document.get("receipt_sha256"))
                 record.confirmation_id = text(document.get("confirmation_id"))
-            problem = protocol.confirmation_problem(document, stem, self.receipt_shas.get(stem))
+            problem = protocol.confirmation_problem(document, stem, self.receipt_shas.get(stem), self.signing_key)
             record.valid = problem is None
             record.problem = problem or ""
             if problem is not None:
@@ -294,6 +318,8 @@ def read_run_files(
     known_receipts: dict[str, CallRecord] | None = None,
     known_contract: str = "",
     listed_signatures: dict[str, str] | None = None,
+    keys: Mapping[str, protocol.SigningKey] | None = None,
+    require_signed: bool = False,
 ) -> RunFiles:
     """Everything in a run directory but the ledger, checked against what the ledger says
     (``ledger``: the cursor after the whole ledger was read: the calls it names, commits, disputes).
@@ -308,4 +334,28 @@ def read_run_files(
     reader = _RunReader(Path(run_dir), ledger, limits, now or protocol.utc_now())
     reader.known, reader.known_contract = dict(known_receipts or {}), known_contract
     reader.listed_signatures = listed_signatures or {}
+    reader.keys, reader.require_signed = keys or {}, require_signed
     return reader.read()
+
+
+def signing_key_of(steer: Any, keys: Mapping[str, protocol.SigningKey]) -> protocol.SigningKey | None:
+    """The key among ``keys`` whose id steer.json names (a signed run), or ``None``."""
+    key_id = steer.get("signing_key_id") if isinstance(steer, dict) else None
+    return keys.get(key_id) if isinstance(key_id, str) else None
+
+
+def run_signing_key(run_dir: Path, keys: Mapping[str, protocol.SigningKey] | None) -> protocol.SigningKey | None:
+    """A signed run's key, read from its steer.json before its ledger is (no symlink followed)."""
+    if not keys:
+        return None
+    try:
+        fd = open_dir(run_dir)
+    except (Unsafe, OSError):
+        return None
+    try:
+        steer = protocol.load_json_strict(read_regular("steer.json", fd, DEFAULT_LIMITS.max_json_bytes))
+    except (Unsafe, OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    return signing_key_of(steer, keys)

@@ -93,9 +93,16 @@ def _hash_prefix(fd: int, length: int) -> Any:
 
 
 def read_ledger(
-    run_dir: Path, cursor: LedgerCursor | None = None, limits: Limits = DEFAULT_LIMITS, batch_size: int = BATCH_EVENTS
+    run_dir: Path,
+    cursor: LedgerCursor | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    batch_size: int = BATCH_EVENTS,
+    signing_key: protocol.SigningKey | None = None,
 ) -> Iterator[LedgerBatch]:
     """Stream the ledger from ``cursor`` in batches of at most ``batch_size`` events.
+
+    ``signing_key``: the key of a signed run; every line must carry a signature
+    that verifies with it (``signature_missing``, ``signature_invalid``).
 
     A changed prefix yields a sticky ``ledger_rewritten`` finding and the
     ledger is read again from the start (``restarted`` on the first batch). A
@@ -121,14 +128,16 @@ def read_ledger(
             yield LedgerBatch([], [FindingRecord(unsafe.code, LEDGER, unsafe.detail)], cursor)
             return
         try:
-            yield from _read_ledger_fd(fd, info.st_size, cursor, limits, batch_size)
+            yield from _read_ledger_fd(fd, info.st_size, cursor, limits, batch_size, signing_key)
         finally:
             os.close(fd)
     finally:
         os.close(run_fd)
 
 
-def _read_ledger_fd(fd: int, size: int, cursor: LedgerCursor, limits: Limits, batch_size: int) -> Iterator[LedgerBatch]:
+def _read_ledger_fd(
+    fd: int, size: int, cursor: LedgerCursor, limits: Limits, batch_size: int, signing_key: protocol.SigningKey | None
+) -> Iterator[LedgerBatch]:
     restarted = False
     findings: list[FindingRecord] = []
     digest = _hash_prefix(fd, cursor.offset)
@@ -155,7 +164,7 @@ def _read_ledger_fd(fd: int, size: int, cursor: LedgerCursor, limits: Limits, ba
             if line[-1:] == b"\n":
                 digest.update(line)
                 cursor.offset += len(line)
-                _take_line(line[:-1], cursor, events, findings)
+                _take_line(line[:-1], cursor, events, findings, signing_key)
             elif len(line) <= max_line:
                 break  # a write in progress: not read until it is complete
             else:
@@ -202,7 +211,13 @@ def _skip_oversize_line(
     return trial
 
 
-def _take_line(body: bytes, cursor: LedgerCursor, events: list[EventRecord], findings: list[FindingRecord]) -> None:
+def _take_line(
+    body: bytes,
+    cursor: LedgerCursor,
+    events: list[EventRecord],
+    findings: list[FindingRecord],
+    signing_key: protocol.SigningKey | None = None,
+) -> None:
     """Check one complete ledger line (without its newline); the cursor moves past it.
 
     The hot path of an import: one call per event, so the common case does as
@@ -227,6 +242,8 @@ def _take_line(body: bytes, cursor: LedgerCursor, events: list[EventRecord], fin
             _ledger_finding("schema_error", line_no, f"an event needs a seq from 1 to {protocol.MAX_INT} and a type")
         )
         return
+    if signing_key is not None and (wrong := protocol.signature_problem(event, signing_key)) is not None:
+        findings.append(_ledger_finding(wrong[0], line_no, f"seq {seq}: {wrong[1]}"))
     prev = get("prev_sha256")
     if prev is None and cursor.chained:
         findings.append(
