@@ -53,3 +53,26 @@ def test_the_recovery_page_shows_every_pending_problem_reservations_included(log
     pending = page[page.index("Pending problems of this run") : page.index("Every call")]
     assert "stale reservation" in pending and "Look at the reservation" in pending
     assert "Nothing in this run needs a person" in content(logged_in.get("/runs/clean-run/replay/"))
+
+
+def test_a_commit_the_writer_refused_to_reuse_shows_as_disputed_and_can_be_settled(client, django_user_model, run_dir):
+    from receipts import importer
+    from tests.helpers import join
+    from tests.writer import MESSAGE, cli_call, output
+
+    call_id = output(cli_call(run_dir, "send_message", MESSAGE))["call_id"]
+    (run_dir / "outbox.jsonl").write_bytes(b"")  # the message's line is gone from its target
+    assert cli_call(run_dir, "send_message", MESSAGE).returncode == 4
+    importer.run_import(path=run_dir)
+    call = Call.objects.get(call_id=call_id)
+    assert (call.verification, call.shown_status, call.decision) == ("disputed", "disputed", "confirm")
+
+    client.force_login(join(django_user_model.objects.create_user("carol", password="a-long-password-1"), "confirmer"))
+    page = content(client.get(reverse("call", args=[run_dir.name, call_id])))
+    assert "disputed: its target did not show this result" in page and "effect_not_shown" in page
+    assert 'name="resolution"' in page, "a person may settle it"
+    lead = page[page.index('class="lead"') :]
+    assert lead.startswith('class="lead"><span class="badge badge-bad">disputed'), "never shown as a plain commit"
+    assert "(the receipt says committed, and proves nothing)" in lead[:400]
+    run_page = content(client.get(reverse("run", args=[run_dir.name])))
+    assert 'badge-bad">disputed' in run_page

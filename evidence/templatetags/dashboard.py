@@ -39,6 +39,7 @@ BADGE_CLASSES = {
     "warning": "warn",
     "tampered": "bad",
     "unverified": "warn",
+    "disputed": "bad",
     "in doubt": "warn",
     "ok": "ok",
     "keep": "neutral",

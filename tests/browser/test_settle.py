@@ -67,3 +67,36 @@ def test_a_person_who_mistypes_the_call_id_is_told_and_nothing_is_recorded(page,
     expect(panel.get_by_label("Reason")).to_have_value("Nothing in the mail log.")
     screenshot(page, "settle-mistyped")
     assert not HumanDecision.objects.exists()
+
+
+def test_a_disputed_commit_is_settled_in_the_browser_and_the_writer_reuses_it(page, demo):
+    """The clean run's message line is gone from the outbox: the writer refuses to reuse the commit,
+    the page says disputed, a person settles it, and the runtime follows without sending again."""
+    from receipts import importer
+
+    join(User.objects.get(username="alice"), "confirmer")
+    run_dir = demo / "clean-run"
+    (run_dir / "state.json").write_text(json.dumps({"name": "running", "attempts": 1}))
+    message = {"to": "ops@example.com", "body": "Price fix deployed"}
+    args = ("call", str(run_dir), "--tool", "send_message", "--args", json.dumps(message), "--attempt", "1")
+    (run_dir / "outbox.jsonl").write_bytes(b"")
+    refused = run_writer(*args)
+    assert refused.returncode == 4, refused.stdout
+    call_id = json.loads(refused.stdout)["call_id"]
+    importer.run_import(path=run_dir)
+
+    log_in(page)
+    page.goto(f"/runs/clean-run/calls/{call_id}/")
+    expect(page.locator("p.lead")).to_contain_text("disputed")
+    expect(page.get_by_text("disputed: its target did not show this result")).to_be_visible()
+    screenshot(page, "call-disputed")
+    panel = page.get_by_role("region", name="This call is in doubt: did it happen?")
+    panel.get_by_label("It happened (committed)").check()
+    panel.get_by_label("Reason").fill("The message is in the mail server's sent log; the outbox was truncated.")
+    panel.get_by_label("Type the first 12 characters of the call_id").fill(call_id[:12])
+    panel.get_by_role("button", name="Settle this call").click()
+    expect(page.get_by_role("status")).to_contain_text("Settled as committed")
+
+    resumed = run_writer(*args)
+    assert resumed.returncode == 0 and json.loads(resumed.stdout)["reused"] is True
+    assert (run_dir / "outbox.jsonl").read_bytes() == b"", "nothing was sent again"
