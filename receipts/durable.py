@@ -22,6 +22,7 @@ from typing import Any
 
 from receipts.protocol import (
     LEDGER_NAME,
+    MAX_INT,
     WRITER_DIR,
     ZERO_HASH,
     canonical_json,
@@ -93,8 +94,16 @@ def temp_name_for(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
 
 
+# What temp_name_for makes: ".<name>.<pid>.<8 hex>.tmp". Only such names are ever swept.
+TEMP_NAME_RE = re.compile(r"\..+\.[0-9]+\.[0-9a-f]{8}\.tmp", re.DOTALL)
+
+
+def is_temp_name(name: str) -> bool:
+    return TEMP_NAME_RE.fullmatch(name) is not None
+
+
 def temp_files_of(path: Path) -> list[Path]:
-    return sorted(path.parent.glob(f".{glob_escape(path.name)}.*.tmp"))
+    return sorted(temp for temp in path.parent.glob(f".{glob_escape(path.name)}.*.tmp") if is_temp_name(temp.name))
 
 
 def glob_escape(name: str) -> str:
@@ -231,7 +240,7 @@ def sweep_temp_files(run_dir: Path, older_than: float = TEMP_SWEEP_AGE_SECONDS) 
             for directory, _, names in os.walk(top):  # os.walk follows no symlinked directory
                 for name in names:
                     path = Path(directory, name)
-                    if name.startswith(".") and name.endswith(".tmp") and is_old(path, older_than):
+                    if is_temp_name(name) and is_old(path, older_than):
                         with contextlib.suppress(FileNotFoundError):
                             path.unlink()
                             removed.append(path)
@@ -401,6 +410,8 @@ def append_event(run_dir: Path, event_type: str, fields: Mapping[str, Any]) -> d
         last_line = next(lines, None)
         prev_sha256 = ZERO_HASH if last_line is None else sha256_hex(last_line)
         seq = 1 if last_line is None else _last_seq(itertools.chain([last_line], lines)) + 1
+        if seq > MAX_INT:
+            raise ValueError("the ledger's last seq is at the end of its range (2^63 - 1): a person has to look")
         event = {"seq": seq, "ts": format_time(utc_now()), "type": event_type, "prev_sha256": prev_sha256}
         event.update({name: value for name, value in fields.items() if name not in event})
         event = signed(event, key)

@@ -267,8 +267,8 @@ def check_receipt_identity(
 def _outcome_problems(receipt: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
     """A committed receipt's outcome against its digest."""
     stored = receipt.get("output_sha256")
-    if "result" not in receipt or not isinstance(stored, str):
-        return [("identity_unverifiable", "committed without a result and its output_sha256", "", "")]
+    if not isinstance(receipt.get("result"), dict) or not isinstance(stored, str):
+        return [("identity_unverifiable", "committed without a result object and its output_sha256", "", "")]
     recomputed = input_sha256(receipt["result"])
     if stored == recomputed:
         return []
@@ -334,20 +334,30 @@ SIGNATURE_SCHEME = "hmac-sha256"
 
 @dataclasses.dataclass(frozen=True)
 class SigningKey:
-    """A secret shared by the writer and the dashboard, named by an id that does not reveal it."""
+    """A secret shared by the writer and the dashboard, named by an id that does not reveal it.
+
+    ``run_id``: the run the key signs for (``for_run``). A signature covers it, so a
+    record copied from one run into another does not verify there.
+    """
 
     key_id: str
     secret: bytes = dataclasses.field(repr=False)
+    run_id: str = ""
 
     @classmethod
     def from_secret(cls, secret: bytes) -> SigningKey:
         return cls(sha256_hex(b"callproof signing key id\x00" + secret)[:16], secret)
 
+    def for_run(self, run_id: str) -> SigningKey:
+        return dataclasses.replace(self, run_id=run_id)
+
 
 def signature_of(document: Mapping[str, Any], key: SigningKey) -> str:
-    """``hmac-sha256:<key_id>:<hex>`` over the canonical JSON of ``document`` without its signature."""
+    """``hmac-sha256:<key_id>:<hex>``: HMAC-SHA256 of the run_id, a NUL byte, and the canonical
+    JSON of ``document`` without its signature."""
     body = {name: value for name, value in document.items() if name != SIGNATURE_FIELD}
-    mac = hmac.new(key.secret, canonical_json(body), hashlib.sha256).hexdigest()
+    message = key.run_id.encode("utf-8") + b"\x00" + canonical_json(body)
+    mac = hmac.new(key.secret, message, hashlib.sha256).hexdigest()
     return f"{SIGNATURE_SCHEME}:{key.key_id}:{mac}"
 
 

@@ -48,6 +48,9 @@ def run_init(
         raise ValueError(f"{run_dir.name!r} is not a valid run_id")
     if (run_dir / "steer.json").exists():
         raise FileExistsError(f"{run_dir} is already a run directory")
+    if run_dir.is_dir() and any(run_dir.iterdir()):
+        # What is there (receipts, a ledger) was made under a contract and formula this init would replace.
+        raise FileExistsError(f"{run_dir} is not empty: a run is made in a new directory")
     for folder in protocol.RUN_FOLDERS:
         (run_dir / folder).mkdir(parents=True, exist_ok=True)
     key = key_for_new_run(run_dir)
@@ -66,6 +69,13 @@ def run_set_state(run_dir: Path, *, state: str, attempts: int, override_unsettle
     reason, which goes to the ledger with the calls it passes over."""
     _check_state(state, attempts)
     key_for_run(Path(run_dir))  # a signed run's state changes only with its key (the event is signed)
+    try:
+        _, current_attempts = run_state(run_dir)
+    except ValueError:
+        current_attempts = 0  # a state the writer cannot read is replaced; the calls are checked below
+    if attempts < current_attempts:
+        # Attempts only grow: going back would reach calls of an attempt left behind under their old ids.
+        raise ValueError(f"attempts only grow: the run is at {current_attempts}, not going back to {attempts}")
     new_attempt = attempt_of(state, attempts)
     if new_attempt is not None:
         unsettled = [call_id for call_id, at in unsettled_calls(run_dir) if at is None or at < new_attempt]

@@ -36,13 +36,11 @@ from receipts.durable import (
     sweep_locks,
     sweep_temp_files,
     temp_files_of,
-    write_all,
     write_durable,
 )
 from receipts.protocol import WRITER_DIR, SigningKey, format_time, sha256_hex, utc_now
 from receipts.recovery import Decision, decide
 from receipts.runs import (
-    MAX_ATTEMPTS,
     UnsettledCalls,
     next_attempt,
     require_override,
@@ -193,10 +191,11 @@ class Executor:
             raise ValueError(
                 f"the run's call_id formula is {formula}, fixed at init: a call under {identity!r} is refused"
             )
-        default_attempt = next_attempt(self.run_dir)
-        attempt = default_attempt if attempt is None else attempt
-        if not protocol.is_whole_number(attempt, minimum=1) or attempt > MAX_ATTEMPTS:
-            raise ValueError(f"attempt must be a whole number from 1 to {MAX_ATTEMPTS}")
+        current_attempt = next_attempt(self.run_dir)
+        attempt = current_attempt if attempt is None else attempt
+        if not protocol.is_whole_number(attempt, minimum=1) or attempt > current_attempt:
+            # A later attempt starts with a state change, which waits for the calls in doubt.
+            raise ValueError(f"attempt must be a whole number from 1 to the run's attempt, {current_attempt}")
         contract = run_contract(self.run_dir)
         key = key_for_run(self.run_dir)  # a signed run needs its key before anything is written
         try:
@@ -210,14 +209,20 @@ class Executor:
         with self._lock(receipt["call_id"], key) as held:
             existing = read_receipt(held.path)
             if existing is not None:
-                recovered = self._finish_crashed_commit(existing, held, contract)
+                recovered = self._finish_crashed_commit(adapter, existing, held, contract)
                 if recovered is not None:
                     return recovered
             remove_temp_files(held.path)
             if existing is not None:
                 return self._resume(adapter, existing, held, contract)
+            if _read_note(held.lock_fd).get("installed"):
+                # The writer put a receipt here before: it was removed since, and whether the
+                # effect happened is nobody's guess but a person's. Running it again could repeat it.
+                message = "this call's receipt is gone, but the writer had put one in place: a person decides"
+                return CallOutcome(receipt["call_id"], None, False, None, {"kind": "unknown", "message": message},
+                                   "confirmation")  # fmt: skip
             try:
-                self._check_earlier_attempts(adapter, receipt, contract, override_unsettled, key)
+                self._check_other_attempts(adapter, receipt, contract, current_attempt, override_unsettled, key)
             except UnsettledCalls as unsettled:
                 error = {"kind": "unsettled", "message": str(unsettled), "call_ids": unsettled.call_ids}
                 return CallOutcome(receipt["call_id"], None, False, None, error, "confirmation")
@@ -243,12 +248,18 @@ class Executor:
     def _install(self, held: _Held, receipt: dict[str, Any], put_in_place: Callable[[], None], **extra: Any) -> None:
         """Put a receipt in place and append its event, with the note that lets a kill in between be repaired."""
         ledger_size = _size(self.run_dir / protocol.LEDGER_NAME)
-        _write_note(held.lock_fd, {"receipt": receipt["status"], "ledger_size": ledger_size})
-        put_in_place()
+        before = _read_note(held.lock_fd)
+        _write_note(held.lock_fd, {"installed": True, "receipt": receipt["status"], "ledger_size": ledger_size})
+        try:
+            put_in_place()
+        except BaseException:
+            _write_note(held.lock_fd, before)  # nothing was put in place
+            raise
         if receipt["status"] == "committed":
             failpoint("after_commit_rename")
         self._receipt_event(receipt, **extra)
-        os.ftruncate(held.lock_fd, 0)
+        # Kept for good: a receipt was put in place here, so one missing later was removed.
+        _write_note(held.lock_fd, {"installed": True}, durable=False)
 
     def _receipt_event(self, receipt: dict[str, Any], **extra: Any) -> None:
         fields = {key: receipt[key] for key in ("call_id", "tool", "attempt", "status")}
@@ -257,16 +268,22 @@ class Executor:
     def _recover_lost_event(self, held: _Held) -> None:
         """Append the receipt event a kill kept out of the ledger (the lock file's note says which)."""
         note = _read_note(held.lock_fd)
-        if note is None:
+        if note.get("receipt") is None:
             return
-        status, ledger_size = note
+        status, ledger_size = note["receipt"], note["ledger_size"]
         try:
             current = read_receipt(held.path)
         except ValueError:
             current = None
-        if current is not None and current["status"] == status and not self._has_event(held, status, ledger_size):
+        own = (
+            current is not None
+            and current["call_id"] == held.call_id
+            and current["status"] == status
+            and (held.key is None or protocol.signature_problem(current, held.key) is None)
+        )
+        if own and not self._has_event(held, status, ledger_size):
             self._receipt_event(current, recovered=True)
-        os.ftruncate(held.lock_fd, 0)
+        _write_note(held.lock_fd, {"installed": True}, durable=False)
 
     def _has_event(self, held: _Held, status: str, from_offset: int) -> bool:
         return any(
@@ -274,7 +291,9 @@ class Executor:
             for event in read_events(self.run_dir, from_offset)
         )
 
-    def _finish_crashed_commit(self, existing: dict[str, Any], held: _Held, contract: str) -> CallOutcome | None:
+    def _finish_crashed_commit(
+        self, adapter: Adapter, existing: dict[str, Any], held: _Held, contract: str
+    ) -> CallOutcome | None:
         """Complete the rename a crash interrupted, when its temp receipt proves the commit.
 
         The temp file was fsynced before the rename was due, so a complete one
@@ -305,20 +324,33 @@ class Executor:
 
             with recording(outcome):
                 self._install(held, candidate, rename, recovered=True)
+            # The rename finished a commit; reusing it now still needs its target to show it.
+            problem = commit_problem(self.run_dir, adapter, candidate)
+            if problem is not None:
+                append_event(self.run_dir, "reuse_refused", {"call_id": call_id, "reason": problem})
+                return self._awaiting(candidate, problem)
             return outcome
         return None
 
     # --- running a call -----------------------------------------------------------
 
-    def _check_earlier_attempts(
-        self, adapter: Adapter, receipt: dict[str, Any], contract: str, override: str | None, key: SigningKey | None
+    def _check_other_attempts(
+        self,
+        adapter: Adapter,
+        receipt: dict[str, Any],
+        contract: str,
+        current_attempt: int,
+        override: str | None,
+        key: SigningKey | None,
     ) -> None:
-        """The same intent still in doubt at an earlier attempt: running it now could make it twice."""
+        """The same intent still in doubt at another attempt of the run: running it now could make it twice."""
         attempt = receipt["attempt"]
         unsettled = []
-        for earlier in range(1, attempt):
+        for other in range(1, current_attempt + 1):
+            if other == attempt:
+                continue
             call_id = protocol.make_call_id(
-                contract, earlier, adapter.name, receipt["args"], adapter.version, receipt["identity"]
+                contract, other, adapter.name, receipt["args"], adapter.version, receipt["identity"]
             )
             decision = self._decision_of(adapter, call_id, contract, key)
             if decision is not None and decision.decision in protocol.UNSETTLED_DECISIONS:
@@ -328,10 +360,12 @@ class Executor:
             require_override(self.run_dir, unsettled, override, action, f"attempt {attempt}")
 
     def _decision_of(self, adapter: Adapter, call_id: str, contract: str, key: SigningKey | None) -> Decision | None:
-        """Replay's decision for one receipt, from its file alone (``None``: there is no receipt)."""
+        """What a resume of one call would do, from its files and its target (``None``: never made)."""
         try:
             data = (self.run_dir / "receipts" / f"{call_id}.json").read_bytes()
         except FileNotFoundError:
+            if receipt_was_installed(self.run_dir, call_id):
+                return decide(status=None)  # a receipt that was there and is gone: a person decides
             return None
         try:
             receipt = protocol.load_json_strict(data)
@@ -342,12 +376,16 @@ class Executor:
         confirmation = read_confirmation(self.run_dir, call_id, data, key)
         error = receipt.get("error")
         check = protocol.check_receipt_identity(receipt, call_id=call_id, contract_sha256=contract, signing_key=key)
+        verdict = check.verdict
+        if verdict == protocol.VERIFIED and receipt.get("status") == "committed":
+            # The writer would not reuse a commit its target does not show: neither is it settled.
+            verdict = protocol.DISPUTED if commit_problem(self.run_dir, adapter, receipt) else verdict
         return decide(
             status=str(receipt.get("status")),
             error_kind=str(error.get("kind")) if isinstance(error, dict) else None,
             queryable=adapter_can_query(adapter),
             confirmation=confirmation["resolution"] if confirmation else None,
-            verification=check.verdict,
+            verification=verdict,
         )
 
     def _execute(self, adapter: Adapter, receipt: dict[str, Any], held: _Held) -> CallOutcome:
@@ -385,7 +423,11 @@ class Executor:
 
     def _finish_unknown(self, receipt: dict[str, Any], held: _Held, message: str) -> CallOutcome:
         receipt.update(status="unknown", error={"kind": "unknown", "message": message})
-        self._write_receipt(receipt, held)
+        try:
+            self._write_receipt(receipt, held)
+        except (OSError, ValueError) as error:
+            # The effect may have happened: the receipt stays prepared, in doubt, and a person decides.
+            return self._awaiting(receipt, f"{message}; recording that the outcome is unknown failed too: {error}")
         return self._awaiting(receipt)
 
     def _awaiting(self, receipt: dict[str, Any], message: str | None = None, *, call_id: str = "") -> CallOutcome:
@@ -493,27 +535,43 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _write_note(fd: int, note: dict[str, Any]) -> None:
-    # Durable before the receipt is put in place: a machine that stops right after the rename
-    # must still find the note, or the lost event would never come back.
-    os.ftruncate(fd, 0)
-    os.lseek(fd, 0, os.SEEK_SET)
-    write_all(fd, json.dumps(note).encode())
-    os.fsync(fd)
+def _write_note(fd: int, note: dict[str, Any], *, durable: bool = True) -> None:
+    """Replace the lock file's note. Written over the old one, then cut to length: a kill in
+    between leaves the new note first, which is all ``_read_note`` reads."""
+    data = json.dumps(note, separators=(",", ":")).encode()
+    os.pwrite(fd, data, 0)
+    os.ftruncate(fd, len(data))
+    if durable:
+        # Before the receipt is put in place: a machine that stops right after the rename
+        # must still find the note, or the lost event would never come back.
+        os.fsync(fd)
 
 
-def _read_note(fd: int) -> tuple[str, int] | None:
-    data = os.pread(fd, 4096, 0)
-    if not data:
-        return None
+def _read_note(fd: int) -> dict[str, Any]:
+    """``{"installed": bool}``, with ``receipt`` and ``ledger_size`` while a receipt is being put in place."""
+    text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
     try:
-        note = json.loads(data)
+        note, _ = json.JSONDecoder().raw_decode(text)
     except ValueError:
-        return None
-    status, size = (note.get("receipt"), note.get("ledger_size")) if isinstance(note, dict) else (None, None)
-    if status not in protocol.RECEIPT_STATUSES or not protocol.is_whole_number(size):
-        return None
-    return status, size
+        return {}
+    if not isinstance(note, dict):
+        return {}
+    found: dict[str, Any] = {"installed": note.get("installed") is True}
+    if note.get("receipt") in protocol.RECEIPT_STATUSES and protocol.is_whole_number(note.get("ledger_size")):
+        found |= {"receipt": note["receipt"], "ledger_size": note["ledger_size"]}
+    return found
+
+
+def receipt_was_installed(run_dir: Path, call_id: str) -> bool:
+    """Whether the writer put a receipt in place for ``call_id`` (its lock file keeps the mark)."""
+    try:
+        fd = os.open(Path(run_dir) / WRITER_DIR / f"call-{call_id}.lock", os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        return _read_note(fd).get("installed", False)
+    finally:
+        os.close(fd)
 
 
 def read_receipt(path: Path) -> dict[str, Any] | None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from receipts import protocol
 from receipts.durable import read_json_file
 from receipts.protocol import SigningKey
 
@@ -49,11 +50,12 @@ def writer_key() -> SigningKey | None:
 
 
 def key_for_new_run(run_dir: Path) -> SigningKey | None:
-    """The key a run made now is signed with; ``ValueError`` when the key file lies inside the run."""
+    """The key a run made now is signed with (bound to its run_id); ``ValueError`` when the key
+    file lies inside the run."""
     key = writer_key()
     if key is not None and _inside(Path(os.environ[KEY_ENV]), Path(run_dir)):
         raise ValueError(f"the signing key file lies inside {run_dir}: anyone who can read the run could sign")
-    return key
+    return None if key is None else key.for_run(Path(run_dir).name)
 
 
 def key_for_run(run_dir: Path) -> SigningKey | None:
@@ -77,6 +79,9 @@ def key_for_run(run_dir: Path) -> SigningKey | None:
         raise ValueError(f"{run_dir} is a signed run (key {str(key_id)[:40]}): set {KEY_ENV} to its key file")
     if key.key_id != key_id:
         raise ValueError(f"{run_dir} is signed with key {str(key_id)[:40]}, not with {key.key_id}")
+    if protocol.signature_problem(steer, key) is not None:
+        # Its contract and call_id formula decide every call_id: an edited one would re-run effects.
+        raise ValueError(f"{run_dir}/steer.json does not verify with the run's key (altered?): a person has to look")
     return key
 
 

@@ -11,6 +11,7 @@ opened, nothing changed.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import posixpath
@@ -18,14 +19,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from receipts.durable import ShortWriteError, exclusive_lock, remove_old_temp_files, write_all, write_durable
+from receipts.durable import (
+    ShortWriteError,
+    exclusive_lock,
+    is_temp_name,
+    remove_old_temp_files,
+    write_all,
+    write_durable,
+)
 from receipts.protocol import WRITER_DIR, canonical_json, format_time, sha256_hex, utc_now
 from receipts.reader.safe_open import Unsafe, open_dir, open_regular
 
 PRESENT, ABSENT, UNCLEAR = "present", "absent", "unclear"
-# An outbox can grow without end; evidence reads this much of it at the most.
-MAX_OUTBOX_BYTES = 64 * 1024 * 1024
-MAX_EVIDENCE_FILE_BYTES = 64 * 1024 * 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +126,9 @@ class WriteFile:
         path = posixpath.normpath(values["path"].replace("\\", "/"))
         if path.startswith(("/", "../")) or path in (".", "..") or "\x00" in path:
             raise Rejected(f"path {values['path']!r} leaves the workspace")
+        if any(is_temp_name(part) for part in path.split("/")):
+            # The writer's temp files are named so; such a file would be swept as one a dead writer left.
+            raise Rejected(f"path {values['path']!r} is named like the writer's temp files (.<name>.<pid>.<hex>.tmp)")
         return {"path": path, "content": values["content"]}
 
     def _target(self, run_dir: Path, args: Mapping[str, Any]) -> Path:
@@ -183,12 +191,16 @@ class SendMessage:
         }
         line = canonical_json(message) + b"\n"
         with exclusive_lock(Path(run_dir) / WRITER_DIR / "outbox.lock"):
-            fd = os.open(Path(run_dir) / "outbox.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            fd = os.open(Path(run_dir) / "outbox.jsonl", os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            # A write that stopped short left a torn last line: it stays (it is evidence for
+            # the call it belongs to), and this message starts a line of its own.
+            size = os.fstat(fd).st_size
+            separator = b"\n" if size and os.pread(fd, 1, size - 1) != b"\n" else b""
             try:
-                write_all(fd, line)
+                write_all(fd, separator + line)
                 os.fsync(fd)
             except ShortWriteError as error:
-                if error.written == 0:
+                if error.written <= len(separator):
                     raise Rejected(f"the outbox took no byte: {error.strerror}", kind="retryable") from error
                 # Part of the line is in the outbox: whether the message counts is not ours to say.
                 raise OutcomeUnknown(f"the outbox write stopped short: {error.strerror}") from error
@@ -218,33 +230,29 @@ def send_message_evidence(
     digest is the result's ``message_sha256`` and whose message id is its
     ``remote_resource_id``: a line edited since, or another line, is not it.
     """
+    if result is not None and not isinstance(result, Mapping):
+        return Evidence(UNCLEAR, ("the receipt's result is not an object",))
     try:
-        lines = _outbox_lines(run_dir)
+        fd = _open_below(Path(run_dir), ["outbox.jsonl"])
     except FileNotFoundError:
         return Evidence(ABSENT, ("there is no outbox.jsonl: no message was ever sent in this run",))
     except Unsafe as unsafe:
         return Evidence(UNCLEAR, (f"outbox.jsonl cannot be read: {unsafe.detail}",))
-    carrying, matching, without_id, torn = [], [], 0, 0
-    for number, line in lines:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            torn += 1
-            continue
-        if not isinstance(message, dict):
-            continue
-        if message.get("call_id") == call_id:
-            fact = (
-                f"line {number}: message {short_text(message.get('message_id'))} to {short_text(message.get('to'))}, "
-                f"sent at {short_text(message.get('sent_at'))}"
-            )
-            carrying.append(fact)
-            if result is not None and _is_the_recorded_line(line, message, result):
-                matching.append(fact)
-        elif (
-            "call_id" not in message and message.get("to") == args.get("to") and message.get("body") == args.get("body")
-        ):
-            without_id += 1
+    carrying, matching, without_id, torn, count = [], [], 0, 0, 0
+    # Streamed: an outbox has no size limit, and a line past any cap would be "not there".
+    with os.fdopen(fd, "rb") as outbox:
+        for count, line in enumerate(outbox, start=1):
+            found = _outbox_line(line.rstrip(b"\n"), count, call_id, args, result)
+            if found is None:
+                torn += 1
+            elif found == "":
+                continue
+            elif found == "same":
+                without_id += 1
+            else:
+                carrying.append(found[0])
+                if found[1]:
+                    matching.append(found[0])
     if result is not None:
         if matching:
             return Evidence(PRESENT, tuple(matching))
@@ -252,7 +260,7 @@ def send_message_evidence(
             return Evidence(UNCLEAR, (*carrying, "none of these lines is the one the receipt's result records"))
     elif carrying:
         return Evidence(PRESENT, tuple(carrying))
-    facts = [f"no line of outbox.jsonl carries this call_id ({len(lines)} lines searched)"]
+    facts = [f"no line of outbox.jsonl carries this call_id ({count} lines searched)"]
     if without_id:
         facts.append(f"{without_id} line(s) without a call_id hold the same recipient and body")
     if torn:
@@ -260,15 +268,32 @@ def send_message_evidence(
     return Evidence(UNCLEAR if without_id or torn else ABSENT, tuple(facts))
 
 
+def _outbox_line(
+    line: bytes, number: int, call_id: str, args: Mapping[str, Any], result: Mapping[str, Any] | None
+) -> Any:
+    """What one outbox line says of this call: ``None`` torn, ``""`` nothing, ``"same"`` an old line
+    without a call_id holding the same message, or ``(fact, is the line the result records)``."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(message, dict):
+        return ""
+    if message.get("call_id") == call_id:
+        fact = (
+            f"line {number}: message {short_text(message.get('message_id'))} to {short_text(message.get('to'))}, "
+            f"sent at {short_text(message.get('sent_at'))}"
+        )
+        return fact, result is not None and _is_the_recorded_line(line, message, result)
+    if "call_id" not in message and message.get("to") == args.get("to") and message.get("body") == args.get("body"):
+        return "same"
+    return ""
+
+
 def _is_the_recorded_line(line: bytes, message: Mapping[str, Any], result: Mapping[str, Any]) -> bool:
     return sha256_hex(line) == result.get("message_sha256") and message.get("message_id") == result.get(
         "remote_resource_id"
     )
-
-
-def _outbox_lines(run_dir: Path) -> list[tuple[int, bytes]]:
-    data = _read_below(run_dir, ["outbox.jsonl"], MAX_OUTBOX_BYTES)
-    return list(enumerate(data.splitlines(), start=1))
 
 
 def write_file_evidence(
@@ -280,19 +305,20 @@ def write_file_evidence(
     result's ``file_sha256``.
     """
     path, content = args.get("path"), args.get("content")
+    if result is not None and not isinstance(result, Mapping):
+        return Evidence(UNCLEAR, ("the receipt's result is not an object",))
     if not isinstance(path, str) or not isinstance(content, str):
         return Evidence(UNCLEAR, ("the call's args name no path and content",))
     parts = posixpath.normpath(path).split("/")
     if parts[0] in ("", ".", "..") or ".." in parts:
         return Evidence(UNCLEAR, (f"the path {path!r} leaves the workspace",))
     try:
-        data = _read_below(Path(run_dir), ["workspace", *parts], MAX_EVIDENCE_FILE_BYTES)
+        found = _sha256_below(Path(run_dir), ["workspace", *parts])
     except FileNotFoundError:
         return Evidence(ABSENT, (f"workspace/{path} does not exist",))
     except Unsafe as unsafe:
         return Evidence(UNCLEAR, (f"workspace/{path}: {unsafe.detail}",))
     expected = sha256_hex(content.encode("utf-8"))
-    found = sha256_hex(data)
     if found != expected:
         return Evidence(
             UNCLEAR,
@@ -304,8 +330,8 @@ def write_file_evidence(
     return Evidence(PRESENT, (f"workspace/{path} holds exactly what the call writes (sha256 {found[:12]}…)",))
 
 
-def _read_below(root: Path, parts: list[str], limit: int) -> bytes:
-    """A regular file under ``root``, opened one directory at a time with no symlink followed."""
+def _open_below(root: Path, parts: list[str]) -> int:
+    """An fd on a regular file under ``root``, opened one directory at a time with no symlink followed."""
     fd = open_dir(root)
     try:
         for part in parts[:-1]:
@@ -315,8 +341,16 @@ def _read_below(root: Path, parts: list[str], limit: int) -> bytes:
         file_fd, _ = open_regular(parts[-1], fd)
     finally:
         os.close(fd)
-    with os.fdopen(file_fd, "rb") as stream:
-        return stream.read(limit)
+    return file_fd
+
+
+def _sha256_below(root: Path, parts: list[str]) -> str:
+    """The digest of a file under ``root``, read in chunks (a file of any size is judged whole)."""
+    digest = hashlib.sha256()
+    with os.fdopen(_open_below(root, parts), "rb") as stream:
+        while chunk := stream.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def short_text(value: Any, limit: int = 120) -> str:

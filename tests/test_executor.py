@@ -146,7 +146,9 @@ def test_a_confirmed_rejected_call_is_retried_under_the_next_attempt(run_dir):
     resumed = cli_call(run_dir, "send_message", MESSAGE)
     assert resumed.returncode == 3 and json.loads(resumed.stdout)["status"] == "rejected"
     assert outbox_lines(run_dir) == []
-    retried = cli_call(run_dir, "send_message", MESSAGE, attempt=2)
+    assert cli_call(run_dir, "send_message", MESSAGE, attempt=2).returncode == 1, "attempt 2 starts with the state"
+    runtime.run_set_state(run_dir, state="retrying", attempts=1)  # settled: the next attempt may start
+    retried = cli_call(run_dir, "send_message", MESSAGE, attempt=None)
     assert retried.returncode == 0 and len(outbox_lines(run_dir)) == 1
 
 

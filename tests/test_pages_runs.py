@@ -29,8 +29,8 @@ def test_runs_page_lists_every_run_with_its_facts(logged_in, demo):
 
 
 def test_runs_filters_by_state_and_attention(logged_in, demo):
-    retrying = content(logged_in.get("/?state=retrying"))
-    assert "send-message-killed" in retrying and "clean-run</a>" not in retrying
+    running = content(logged_in.get("/?state=running"))
+    assert 'href="/runs/send-message-killed/"' in running and "clean-run</a>" not in running
     attention = content(logged_in.get("/?attention=1"))
     assert "tampered-receipt" in attention and "a4-concurrent</a>" not in attention
 
@@ -85,7 +85,7 @@ def test_a_killed_run_left_retrying_is_not_live(logged_in, demo):
 def test_the_poll_refreshes_the_whole_run_page(logged_in, demo):
     run_dir = demo / "send-message-killed"
     durable.append_event(run_dir, "note", {"text": "appended while watching"})
-    runtime.Executor(run_dir).call("send_message", {"to": "x@example.com", "body": "another"}, attempt=2)
+    runtime.Executor(run_dir).call("send_message", {"to": "x@example.com", "body": "another"}, attempt=1)
     importer.run_import(path=run_dir)
     response = logged_in.get("/runs/send-message-killed/", headers={"HX-Request": "true", "HX-Target": "run-body"})
     page = content(response)

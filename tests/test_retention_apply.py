@@ -119,7 +119,10 @@ def test_a_full_disk_while_archiving_removes_nothing(demo_root, tmp_path, small_
     result = {run["run_id"]: run for run in json.loads(completed.stdout)["runs"]}
     assert result["clean-run"]["applied"] == "nothing archived" and "No space left" in result["clean-run"]["error"]
     assert run_files(run_dir) == before, "nothing of the run is gone (but the swept locks)"
-    assert not list((run_dir / ".writer").glob("*.lock")), "a finished run's writer locks are swept"
+    kept = {lock.name: json.loads(lock.read_bytes()) for lock in (run_dir / ".writer").glob("*.lock")}
+    assert kept and all(name.startswith("call-") and note == {"installed": True} for name, note in kept.items()), (
+        "a finished run's free locks are swept; a call's lock keeps the mark that its receipt was put in place"
+    )
     assert not (small_disk / "clean-run.tar.gz").exists() and not list(small_disk.glob(".clean-run*"))
     assert child_query(url, "Run.objects.get(run_id='clean-run').archived") == "False"
 

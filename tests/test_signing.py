@@ -91,7 +91,7 @@ def test_a_signed_run_signs_every_record_and_reads_clean(signed_run, key_file):
     )
     runtime.write_task(signed_run, {"subject": "signed"}, "sub-1")
 
-    key = signing.load_key(key_file)
+    key = signing.load_key(key_file).for_run(signed_run.name)
     steer = json.loads((signed_run / "steer.json").read_bytes())
     assert steer["signing_key_id"] == key.key_id and protocol.signature_problem(steer, key) is None
     documents = [*read_ledger(signed_run)]
@@ -207,20 +207,21 @@ def test_signed_and_unsigned_never_mix(tmp_path, key_file, monkeypatch):
     assert not list((unsigned / "receipts").iterdir())
 
 
-def test_a_key_must_be_long_and_outside_the_run(tmp_path, monkeypatch):
+def test_a_key_must_be_long_and_outside_the_run(tmp_path, key_file, monkeypatch):
     short = tmp_path / "short.key"
     short.write_bytes(b"hunter2")
     monkeypatch.setenv(signing.KEY_ENV, str(short))
     with pytest.raises(ValueError, match="shorter than 32 bytes"):
         runtime.run_init(tmp_path / "run-a", contract_sha256=CONTRACT)
-    inside = tmp_path / "run-b" / "key"
+    monkeypatch.setenv(signing.KEY_ENV, str(key_file))
+    run = tmp_path / "run-b"
+    runtime.run_init(run, contract_sha256=CONTRACT)
+    inside = run / "workspace" / "key"  # where the agent can read it
     inside.parent.mkdir()
-    inside.write_bytes(os.urandom(32).hex().encode())
-    monkeypatch.setenv(signing.KEY_ENV, str(inside))
-    completed = run_writer(
-        "init", str(tmp_path / "run-b"), "--contract-sha256", CONTRACT, RECEIPTS_SIGNING_KEY=str(inside)
-    )
-    assert completed.returncode == 1 and b"inside" in completed.stderr
+    inside.write_bytes(key_file.read_bytes())
+    completed = cli_call(run, "write_file", FILE_ARGS, RECEIPTS_SIGNING_KEY=str(inside))
+    assert completed.returncode == 1 and b"lies inside" in completed.stderr
+    assert not list((run / "receipts").iterdir())
 
 
 @pytest.mark.django_db
@@ -275,6 +276,61 @@ def test_settling_in_a_signed_run_signs_the_decision(
     monkeypatch.setenv(signing.KEY_ENV, str(key_file))
     assert client.post(url, form).status_code == 303
     confirmation = json.loads((signed_run / "confirmations" / f"{call_id}.json").read_bytes())
-    assert protocol.signature_problem(confirmation, signing.load_key(key_file)) is None
+    assert protocol.signature_problem(confirmation, signing.load_key(key_file).for_run(signed_run.name)) is None
     resumed = cli_call(signed_run, "send_message", MESSAGE)
     assert resumed.returncode == 0 and output(resumed)["reused"] is True and len(outbox_lines(signed_run)) == 1
+
+
+# --- a second review: records moved, edited or written beside the signed ones -----------------------
+
+
+def test_a_signed_run_whose_steer_was_edited_is_not_acted_on(signed_run):
+    assert cli_call(signed_run, "send_message", MESSAGE, RECEIPTS_FAILPOINT="after_effect").returncode == 137
+    steer = json.loads((signed_run / "steer.json").read_bytes())
+    steer["identity"] = "call-id-v1"  # new call_ids for every intent: the message in doubt would go again
+    (signed_run / "steer.json").write_text(json.dumps(steer))
+    completed = cli_call(signed_run, "send_message", MESSAGE)
+    assert completed.returncode == 1 and b"steer.json does not verify" in completed.stderr
+    assert len(outbox_lines(signed_run)) == 1
+
+
+def test_a_lost_event_is_recovered_only_for_the_call_s_own_signed_receipt(signed_run):
+    call_id = output(cli_call(signed_run, "send_message", MESSAGE))["call_id"]
+    fake = protocol.sha256_hex(b"never ran")
+    receipt_path(signed_run, call_id).write_text(
+        json.dumps({"call_id": fake, "status": "committed", "tool": "send_message", "attempt": 1, "args": {}})
+    )
+    (signed_run / ".writer" / f"call-{call_id}.lock").write_text('{"receipt":"committed","ledger_size":999999999}')
+    assert cli_call(signed_run, "send_message", MESSAGE).returncode == 4
+    assert not [event for event in read_ledger(signed_run) if event.get("recovered")], "no signed line for a forgery"
+
+
+def test_signed_records_copied_from_another_run_do_not_verify(tmp_path, key_file, monkeypatch):
+    monkeypatch.setenv(signing.KEY_ENV, str(key_file))
+    source, target = tmp_path / "run-a", tmp_path / "run-b"
+    for run in (source, target):
+        runtime.run_init(run, contract_sha256=CONTRACT)
+    assert cli_call(source, "send_message", MESSAGE).returncode == 0
+    for receipt in (source / "receipts").iterdir():
+        (target / "receipts" / receipt.name).write_bytes(receipt.read_bytes())
+    (target / "outbox.jsonl").write_bytes((source / "outbox.jsonl").read_bytes())
+    copied = cli_call(target, "send_message", MESSAGE)
+    assert copied.returncode == 4 and "signature" in output(copied)["error"]["message"], "run-b never sent it"
+
+
+def test_an_unsigned_line_moves_no_verdict_of_a_signed_run(signed_run, key_file):
+    call_id = output(cli_call(signed_run, "write_file", FILE_ARGS))["call_id"]
+    (signed_run / "workspace" / FILE_ARGS["path"]).unlink()
+    assert cli_call(signed_run, "write_file", FILE_ARGS).returncode == 4  # refused: the file is gone
+    _append_raw(signed_run, {"type": "call_reused", "call_id": call_id})  # "it was reused after all"
+    assert decisions(signed_run)[call_id] == "confirm"
+    refused = run_writer("state", str(signed_run), "retrying", "--attempts", "1")
+    assert refused.returncode == 4
+    assert "signature_missing" in signature_codes(signed_run, key_file)
+
+
+def test_a_seq_at_the_end_of_its_range_stops_the_writer(signed_run):
+    _append_raw(signed_run, {"type": "note", "seq": protocol.MAX_INT})
+    completed = cli_call(signed_run, "write_file", FILE_ARGS)
+    assert completed.returncode == 1 and b"end of its range" in completed.stderr
+    assert not (signed_run / "workspace" / FILE_ARGS["path"]).exists(), "nothing was done"

@@ -435,3 +435,118 @@ def test_temp_files_left_by_kills_are_swept_once_old(run_dir):
     assert swept.returncode == 0, swept.stderr
     assert not any(path.exists() for path in orphans) and young_task.exists()
     assert sorted(json.loads(swept.stdout)["temp_files"]) == sorted(str(path.relative_to(run_dir)) for path in orphans)
+
+
+# --- a second review, after the ten: each of these broke the rules above ---------------------------
+
+
+def test_an_effect_in_doubt_at_a_later_attempt_is_not_made_again_at_an_earlier_one(run_dir):
+    runtime.run_set_state(run_dir, state="running", attempts=2)
+    assert cli_call(run_dir, "send_message", MESSAGE, None, RECEIPTS_FAILPOINT="after_effect").returncode == 137
+    lowered = run_writer("state", str(run_dir), "running", "--attempts", "1")
+    assert lowered.returncode == 1 and b"attempts only grow" in lowered.stderr
+    earlier = cli_call(run_dir, "send_message", MESSAGE, 1)
+    assert earlier.returncode == 4 and output(earlier)["error"]["kind"] == "unsettled"
+    later = cli_call(run_dir, "send_message", MESSAGE, 3)
+    assert later.returncode == 1 and b"the run's attempt, 2" in later.stderr
+    assert len(outbox_lines(run_dir)) == 1
+
+
+def test_a_receipt_removed_after_its_effect_is_never_run_again(run_dir):
+    assert cli_call(run_dir, "send_message", MESSAGE).returncode == 0
+    for receipt in (run_dir / "receipts").iterdir():
+        receipt.unlink()
+    again = cli_call(run_dir, "send_message", MESSAGE)
+    assert again.returncode == 4 and "receipt is gone" in output(again)["error"]["message"]
+    assert len(outbox_lines(run_dir)) == 1
+    # Nor at the next attempt, reached by a state.json edited by hand.
+    (run_dir / "state.json").write_text(json.dumps({"name": "retrying", "attempts": 1}))
+    assert cli_call(run_dir, "send_message", MESSAGE, None).returncode == 4
+    assert len(outbox_lines(run_dir)) == 1
+
+
+def test_init_never_remakes_a_run_whose_steer_is_gone(tmp_path):
+    run = tmp_path / "run-v1"
+    runtime.run_init(run, contract_sha256=CONTRACT, identity="call-id-v1")
+    assert cli_call(run, "send_message", MESSAGE, RECEIPTS_FAILPOINT="after_effect").returncode == 137
+    (run / "steer.json").unlink()
+    again = run_writer("init", str(run), "--contract-sha256", CONTRACT)
+    assert again.returncode == 1 and b"not empty" in again.stderr
+    assert not (run / "steer.json").exists()
+
+
+def test_a_message_after_a_torn_outbox_line_gets_a_line_of_its_own(run_dir):
+    (run_dir / "outbox.jsonl").write_bytes(b'{"body":"first","call_id":"torn by a full dis')  # a short write
+    sent = cli_call(run_dir, "send_message", MESSAGE)
+    assert sent.returncode == 0
+    lines = (run_dir / "outbox.jsonl").read_bytes().split(b"\n")
+    assert lines[0].startswith(b'{"body":"first"') and json.loads(lines[1])["call_id"] == output(sent)["call_id"]
+    again = cli_call(run_dir, "send_message", MESSAGE)
+    assert again.returncode == 0 and output(again)["reused"] is True, "its target shows it"
+
+
+def test_an_unknown_outcome_that_cannot_be_recorded_still_waits_for_a_person(run_dir, tmp_path):
+    """The outbox takes part of the line and the receipt saying unknown does not fit: exit 4, never 1."""
+    body = "b" * 3000
+    message = {"to": "boss@example.com", "body": body}
+    probe = tmp_path / "probe"
+    runtime.run_init(probe, contract_sha256=CONTRACT)
+    assert cli_call(probe, "send_message", message, RECEIPTS_FAILPOINT="after_prepared").returncode == 137
+    prepared_size = (probe / "receipts" / f"{only_receipt(probe)}.json").stat().st_size
+    limit = prepared_size + 40  # the prepared receipt fits; the unknown one, with its error, does not
+    (run_dir / "outbox.jsonl").write_bytes(b"x" * (limit - 101) + b"\n")
+    completed = with_file_size_limit(
+        limit, "call", str(run_dir), "--tool", "send_message", "--args", json.dumps(message), "--attempt", "1"
+    )
+    assert completed.returncode == 4, completed.stderr
+    assert "recording that the outcome is unknown failed" in output(completed)["error"]["message"]
+    assert (run_dir / "outbox.jsonl").stat().st_size == limit, "part of the line went out"
+    assert receipt_of(run_dir, output(completed)["call_id"])["status"] == "prepared"
+
+
+def test_a_commit_finished_from_its_temp_receipt_is_reused_only_if_its_target_shows_it(run_dir):
+    assert cli_call(run_dir, "write_file", FILE_ARGS, RECEIPTS_FAILPOINT="after_temp_receipt").returncode == 137
+    (run_dir / "workspace" / FILE_ARGS["path"]).unlink()
+    resumed = cli_call(run_dir, "write_file", FILE_ARGS)
+    assert resumed.returncode == 4 and "target" in output(resumed)["error"]["message"]
+    assert receipt_of(run_dir, output(resumed)["call_id"])["status"] == "committed", "the rename was finished"
+    assert [event["call_id"] for event in events_of(run_dir, "reuse_refused")] == [output(resumed)["call_id"]]
+    assert decisions(run_dir)[output(resumed)["call_id"]] == "confirm"
+
+
+def test_a_path_named_like_a_temp_file_is_refused_and_an_old_dotfile_is_never_swept(run_dir):
+    refused = cli_call(run_dir, "write_file", {"path": "sub/.notes.txt.123.cafebabe.tmp", "content": "x"})
+    assert refused.returncode == 3 and "temp files" in output(refused)["error"]["message"]
+    kept = {"path": ".notes.txt.1.cafe.tmp", "content": "B: keep me"}  # not the writer's pattern
+    assert cli_call(run_dir, "write_file", kept).returncode == 0
+    target = run_dir / "workspace" / kept["path"]
+    then = time.time() - 7200
+    os.utime(target, (then, then))
+    assert cli_call(run_dir, "write_file", {"path": "notes.txt", "content": "A"}).returncode == 0
+    assert run_writer("sweep", str(run_dir)).returncode == 0
+    assert target.read_text() == "B: keep me"
+
+
+def test_an_outbox_of_any_size_is_read_whole(run_dir):
+    with (run_dir / "outbox.jsonl").open("wb") as outbox:
+        outbox.write((b'{"pad": "' + b"x" * 1_048_000 + b'"}\n') * 65)  # past 64 MiB
+    sent = cli_call(run_dir, "send_message", MESSAGE)
+    assert sent.returncode == 0
+    again = cli_call(run_dir, "send_message", MESSAGE)
+    assert again.returncode == 0 and output(again)["reused"] is True
+
+
+def test_a_result_that_is_not_an_object_is_a_person_s_to_settle_not_a_traceback(run_dir):
+    call_id = output(cli_call(run_dir, "write_file", FILE_ARGS))["call_id"]
+    edit_receipt(
+        run_dir, call_id, lambda receipt: receipt.update(result=["x"], output_sha256=protocol.input_sha256(["x"]))
+    )
+    assert decisions(run_dir)[call_id] == "confirm"
+    again = cli_call(run_dir, "write_file", FILE_ARGS)
+    assert again.returncode == 4 and b"Traceback" not in again.stderr
+    digest = protocol.sha256_hex((run_dir / "receipts" / f"{call_id}.json").read_bytes())
+    confirmed = run_writer(
+        "confirm", str(run_dir), call_id, "--resolution", "committed", "--reason", "checked",
+        "--actor", "alice", "--receipt-sha256", digest,
+    )  # fmt: skip
+    assert confirmed.returncode == 0, confirmed.stderr

@@ -85,7 +85,7 @@ class _RunReader(SubmissionChecks):
         """Whose key signs this run, and whether steer.json itself verifies with it."""
         if not self.keys:
             return  # without keys, nothing about signatures is said
-        self.signing_key = signing_key_of(steer, self.keys)
+        self.signing_key = signing_key_of(steer, self.keys, self.run_dir.name)
         key_id = steer.get("signing_key_id")
         if key_id is None:
             if self.require_signed:
@@ -338,10 +338,11 @@ def read_run_files(
     return reader.read()
 
 
-def signing_key_of(steer: Any, keys: Mapping[str, protocol.SigningKey]) -> protocol.SigningKey | None:
-    """The key among ``keys`` whose id steer.json names (a signed run), or ``None``."""
+def signing_key_of(steer: Any, keys: Mapping[str, protocol.SigningKey], run_id: str) -> protocol.SigningKey | None:
+    """The key among ``keys`` whose id steer.json names (a signed run), bound to the run, or ``None``."""
     key_id = steer.get("signing_key_id") if isinstance(steer, dict) else None
-    return keys.get(key_id) if isinstance(key_id, str) else None
+    key = keys.get(key_id) if isinstance(key_id, str) else None
+    return None if key is None else key.for_run(run_id)
 
 
 def run_signing_key(run_dir: Path, keys: Mapping[str, protocol.SigningKey] | None) -> protocol.SigningKey | None:
@@ -358,4 +359,4 @@ def run_signing_key(run_dir: Path, keys: Mapping[str, protocol.SigningKey] | Non
         return None
     finally:
         os.close(fd)
-    return signing_key_of(steer, keys)
+    return signing_key_of(steer, keys, Path(run_dir).name)

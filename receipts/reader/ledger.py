@@ -242,8 +242,10 @@ def _take_line(
             _ledger_finding("schema_error", line_no, f"an event needs a seq from 1 to {protocol.MAX_INT} and a type")
         )
         return
+    trusted = True
     if signing_key is not None and (wrong := protocol.signature_problem(event, signing_key)) is not None:
-        findings.append(_ledger_finding(wrong[0], line_no, f"seq {seq}: {wrong[1]}"))
+        findings.append(_ledger_finding(wrong[0], line_no, f"seq {seq}: {wrong[1]}: what it says is not taken"))
+        trusted = False
     prev = get("prev_sha256")
     if prev is None and cursor.chained:
         findings.append(
@@ -290,7 +292,7 @@ def _take_line(
         else:
             cursor.call_ids.add(call_id)
     submission_id = disposition = request_digest = status = None
-    if call_id is not None:
+    if call_id is not None and trusted:  # a line nobody with the key wrote moves no verdict
         if event_type == "receipt":
             status = get("status")
             status = status if type(status) is str and status in _KNOWN_STATUSES else None
