@@ -249,7 +249,10 @@ class Executor:
         """Put a receipt in place and append its event, with the note that lets a kill in between be repaired."""
         ledger_size = _size(self.run_dir / protocol.LEDGER_NAME)
         before = _read_note(held.lock_fd)
-        _write_note(held.lock_fd, {"installed": True, "receipt": receipt["status"], "ledger_size": ledger_size})
+        # The mark stays as it was until the rename: a kill before it put nothing in place, and a
+        # call whose first receipt never landed must run, not wait for a person.
+        pending = {"receipt": receipt["status"], "ledger_size": ledger_size}
+        _write_note(held.lock_fd, {"installed": before.get("installed", False)} | pending)
         try:
             put_in_place()
         except BaseException:
@@ -275,6 +278,9 @@ class Executor:
             current = read_receipt(held.path)
         except ValueError:
             current = None
+        # A receipt file there (readable or not) means the rename happened; none, with no mark
+        # before it, means the kill came first (or a prepared receipt went before its effect began).
+        installed = note["installed"] or os.path.lexists(held.path)
         own = (
             current is not None
             and current["call_id"] == held.call_id
@@ -283,7 +289,7 @@ class Executor:
         )
         if own and not self._has_event(held, status, ledger_size):
             self._receipt_event(current, recovered=True)
-        _write_note(held.lock_fd, {"installed": True}, durable=False)
+        _write_note(held.lock_fd, {"installed": installed}, durable=False)
 
     def _has_event(self, held: _Held, status: str, from_offset: int) -> bool:
         return any(
@@ -390,7 +396,7 @@ class Executor:
 
     def _execute(self, adapter: Adapter, receipt: dict[str, Any], held: _Held) -> CallOutcome:
         receipt["status"] = "prepared"
-        self._write_receipt(receipt, held)
+        self._write_receipt(receipt, held, lambda: failpoint("after_prepared_temp"))
         failpoint("after_prepared")
         return self._run_effect(adapter, receipt, held)
 

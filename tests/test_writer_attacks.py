@@ -452,6 +452,19 @@ def test_an_effect_in_doubt_at_a_later_attempt_is_not_made_again_at_an_earlier_o
     assert len(outbox_lines(run_dir)) == 1
 
 
+@pytest.mark.parametrize("tool", ["send_message", "write_file"])
+def test_a_kill_before_the_first_receipt_lands_leaves_a_call_that_runs(run_dir, tool):
+    """Found by the kill harness: the mark that a receipt was put in place went down before the
+    rename, so a kill in between made the next call wait for a person over nothing at all."""
+    args = MESSAGE if tool == "send_message" else FILE_ARGS
+    assert cli_call(run_dir, tool, args, RECEIPTS_FAILPOINT="after_prepared_temp").returncode == 137
+    assert not list((run_dir / "receipts").glob("*.json"))
+    again = cli_call(run_dir, tool, args)
+    assert again.returncode == 0 and output(again)["status"] == "committed"
+    if tool == "send_message":
+        assert len(outbox_lines(run_dir)) == 1
+
+
 def test_a_receipt_removed_after_its_effect_is_never_run_again(run_dir):
     assert cli_call(run_dir, "send_message", MESSAGE).returncode == 0
     for receipt in (run_dir / "receipts").iterdir():
