@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 RUNS ?= var/runs
 ADDR ?= 127.0.0.1:8000
 
-.PHONY: install demo browser test test-postgres lint format bench bench-import bench-export bench-pages clean
+.PHONY: install demo browser test test-postgres lint format bench bench-import bench-export bench-pages torture clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -75,6 +75,11 @@ bench-pages: install
 	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; $$SUDO apt-get install -y -qq wrk; }
 	$(BIN)/python tests/bench/bench_pages.py
 	$(BIN)/python tests/bench/bench_pages.py --postgres
+
+# The real writer killed at random moments, N trials per tool (docs/KILL_TESTING.md); by hand.
+N ?= 1000
+torture: install
+	$(BIN)/python -m tests.torture --trials $(N)
 
 clean:
 	rm -rf $(VENV) var db.sqlite3*
