@@ -142,6 +142,10 @@ class _Held:
     lock_fd: int
     path: Path
     key: SigningKey | None  # the run's signing key (a signed run), or None
+    # A kill cut an install short (the note still named a receipt when the lock was taken):
+    # only then can temp receipts lie beside this one, so only then is the folder listed,
+    # which at a hundred thousand receipts costs more than the call.
+    interrupted: bool = False
 
     def check(self, receipt: Mapping[str, Any], contract: str) -> protocol.IdentityCheck:
         """The one receipt check, for this call, with the run's key."""
@@ -212,7 +216,8 @@ class Executor:
                 recovered = self._finish_crashed_commit(adapter, existing, held, contract)
                 if recovered is not None:
                     return recovered
-            remove_temp_files(held.path)
+            if held.interrupted:
+                remove_temp_files(held.path)
             if existing is not None:
                 return self._resume(adapter, existing, held, contract)
             if _read_note(held.lock_fd).get("installed"):
@@ -232,7 +237,7 @@ class Executor:
     def _lock(self, call_id: str, key: SigningKey | None) -> Any:
         path = self.run_dir / "receipts" / f"{call_id}.json"
         with exclusive_lock(self.run_dir / WRITER_DIR / f"call-{call_id}.lock") as lock_fd:
-            held = _Held(lock_fd, path, key)
+            held = _Held(lock_fd, path, key, interrupted="receipt" in _read_note(lock_fd))
             self._recover_lost_event(held)
             yield held
 
@@ -307,7 +312,7 @@ class Executor:
         outcome: the effect happened and must not happen again. Anything less
         proves nothing and is removed by the caller.
         """
-        if existing["status"] not in protocol.IN_DOUBT_STATUSES:
+        if existing["status"] not in protocol.IN_DOUBT_STATUSES or not held.interrupted:
             return None
         call_id = held.call_id
         if not held.check(existing, contract).verified:
