@@ -15,7 +15,7 @@ class RoleRequiredMiddleware:
     """After Django's LoginRequiredMiddleware: a logged-in person without a role (no
     ``receipts.browse``) gets 403 on every page of the dashboard. Views marked
     ``login_not_required`` (the login page, the health check) stay public, and the
-    admin site keeps its own rule (staff, and each model's permissions)."""
+    admin site keeps its own rule (the admin role, and each model's permissions: evidence/admin_site.py)."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response

@@ -1,10 +1,24 @@
-"""The admin shows the audit of human decisions, and nothing in it can be added, changed or deleted."""
+"""The admin: the audit of human decisions, read-only; and people, managed by the admin role
+within its bounds.
+
+A superuser sees Django's own user admin. Anyone else who may change users (the admin
+role) may add people, (de)activate them and give them the four roles, and nothing that
+would give anyone more: no superuser or staff flag, no raw permission, no group but a
+role, no change to a superuser (they are not even listed), to themselves (their own
+password goes through the admin's "change password" page), or to another person's
+password (that would be taking over their account, and signing the audit as them).
+"""
 
 from __future__ import annotations
 
 from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.models import Group
+from django.core.exceptions import PermissionDenied
 
 from receipts.models import AuditEntry, HumanDecision
+from receipts.roles import ROLES
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -35,3 +49,63 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     list_display = ("at", "actor", "run", "action")
     list_filter = ("action",)
     search_fields = ("actor", "run__run_id")
+
+
+def _bounded(request) -> bool:
+    return not request.user.is_superuser
+
+
+class PeopleAdmin(UserAdmin):
+    """Django's user admin for superusers; within the admin role's bounds for everyone else."""
+
+    bounded_fieldsets = (
+        (None, {"fields": ("username",)}),
+        ("Personal info", {"fields": ("first_name", "last_name", "email")}),
+        ("Access", {"fields": ("is_active", "groups")}),
+        ("Important dates", {"fields": ("last_login", "date_joined")}),
+    )
+
+    def get_queryset(self, request):
+        people = super().get_queryset(request)
+        return people.filter(is_superuser=False) if _bounded(request) else people
+
+    def get_fieldsets(self, request, obj=None):
+        if obj is None or not _bounded(request):
+            return super().get_fieldsets(request, obj)
+        # The form is built from these fields only: a posted is_superuser, is_staff or
+        # user_permissions is not a field of it, so it is never read.
+        return self.bounded_fieldsets
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("last_login", "date_joined") if obj is not None and _bounded(request) else ()
+
+    def formfield_for_manytomany(self, db_field, request, **kwargs):
+        if db_field.name == "groups" and _bounded(request):
+            kwargs["queryset"] = Group.objects.filter(name__in=ROLES)
+        return super().formfield_for_manytomany(db_field, request, **kwargs)
+
+    def has_change_permission(self, request, obj=None):
+        if obj is not None and _bounded(request) and (obj.is_superuser or obj.pk == request.user.pk):
+            return False
+        return super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request, obj=None):
+        if obj is not None and _bounded(request) and (obj.is_superuser or obj.pk == request.user.pk):
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        if _bounded(request):
+            # The bulk delete checks the permission once, not for each person it deletes.
+            actions.pop("delete_selected", None)
+        return actions
+
+    def user_change_password(self, request, id, form_url=""):
+        if _bounded(request):
+            raise PermissionDenied
+        return super().user_change_password(request, id, form_url)
+
+
+admin.site.unregister(get_user_model())
+admin.site.register(get_user_model(), PeopleAdmin)

@@ -21,7 +21,6 @@ class Command(BaseCommand):
         password = secrets.token_urlsafe(12)
         user, _ = get_user_model().objects.get_or_create(username=username)
         user.set_password(password)
-        user.is_staff = True
         user.save()
         # The demo person holds every role, to try every page and act.
         user.groups.add(*ensure_roles().values())

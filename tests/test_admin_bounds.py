@@ -1,0 +1,156 @@
+"""The admin role manages people within its bounds, through the admin's own forms: it adds
+people, (de)activates them and gives them the four roles, and can give nobody more than
+that, itself included. Each test posts what an attacker holding the role would post."""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+
+import pytest
+from django.contrib.auth.models import Group, Permission
+from django.urls import reverse
+
+from receipts.roles import ROLES
+from tests.helpers import join
+
+PASSWORD = "a-long-password-1"
+
+
+@pytest.fixture
+def mallory(django_user_model):
+    """An admin, and nothing more: no staff flag, no superuser."""
+    return join(django_user_model.objects.create_user("mallory", password=PASSWORD), "admin")
+
+
+@pytest.fixture
+def admin_client(client, mallory):
+    client.force_login(mallory)
+    return client
+
+
+@pytest.fixture
+def root(django_user_model):
+    return django_user_model.objects.create_superuser("root", password="the-root-password-1")
+
+
+@pytest.fixture
+def bob(django_user_model):
+    return join(django_user_model.objects.create_user("bob", password="bobs-own-password-1"), "viewer")
+
+
+def change_form(user, **fields) -> dict:
+    """The change form as the page posts it, with ``fields`` added or replaced."""
+    data = {
+        "username": user.username, "first_name": user.first_name, "last_name": user.last_name,
+        "email": user.email, "groups": [group.pk for group in user.groups.all()],
+        "date_joined_0": "2026-12-01", "date_joined_1": "00:00:00", "_save": "Save",
+    }  # fmt: skip
+    if user.is_active:
+        data["is_active"] = "on"
+    return data | fields
+
+
+def change_url(user) -> str:
+    return reverse("admin:auth_user_change", args=[user.pk])
+
+
+def test_the_role_opens_the_admin_without_a_staff_flag(admin_client):
+    assert admin_client.get(reverse("admin:index")).status_code == HTTPStatus.OK
+    page = admin_client.get(reverse("admin:auth_user_add"))
+    assert page.status_code == HTTPStatus.OK
+
+
+def test_an_admin_adds_a_person_gives_them_a_role_and_deactivates_them(admin_client, django_user_model):
+    added = admin_client.post(
+        reverse("admin:auth_user_add"),
+        {"username": "carol", "usable_password": "true", "password1": PASSWORD, "password2": PASSWORD},
+    )
+    assert added.status_code == HTTPStatus.FOUND
+    carol = django_user_model.objects.get(username="carol")
+    confirmer = Group.objects.get(name="confirmer")
+    saved = admin_client.post(change_url(carol), change_form(carol, groups=[confirmer.pk]))
+    assert saved.status_code == HTTPStatus.FOUND, saved.content[:2000]
+    carol.refresh_from_db()
+    assert carol.has_perm("receipts.confirm_call") and carol.is_active
+    form = change_form(carol)
+    del form["is_active"]
+    admin_client.post(change_url(carol), form)
+    carol.refresh_from_db()
+    assert not carol.is_active
+
+
+def test_an_admin_cannot_set_superuser_staff_permissions_or_a_group_that_is_not_a_role(admin_client, bob):
+    outsider = Group.objects.create(name="everything")
+    outsider.permissions.set(Permission.objects.all())
+    every_permission = list(Permission.objects.values_list("pk", flat=True))
+    admin_client.post(
+        change_url(bob),
+        change_form(bob, is_superuser="on", is_staff="on", user_permissions=every_permission),
+    )
+    bob.refresh_from_db()
+    assert not bob.is_superuser and not bob.is_staff and not bob.user_permissions.exists()
+    refused = admin_client.post(change_url(bob), change_form(bob, groups=[outsider.pk]))
+    assert refused.status_code == HTTPStatus.OK  # the form again, with its error
+    assert not bob.groups.filter(name="everything").exists()
+    page = admin_client.get(change_url(bob)).content.decode()
+    for field in ("is_superuser", "is_staff", "user_permissions", "everything"):
+        assert f'name="{field}"' not in page and ">everything<" not in page
+
+
+def test_an_admin_cannot_touch_itself(admin_client, mallory):
+    groups = [group.pk for group in Group.objects.filter(name__in=ROLES)]
+    response = admin_client.post(change_url(mallory), change_form(mallory, groups=groups, is_superuser="on"))
+    assert response.status_code == HTTPStatus.FORBIDDEN
+    mallory.refresh_from_db()
+    assert set(mallory.groups.values_list("name", flat=True)) == {"admin"} and not mallory.is_superuser
+    assert admin_client.post(reverse("admin:auth_user_delete", args=[mallory.pk]), {"post": "yes"}).status_code == 403
+    # Its own password goes through the admin's own page, which asks for the old one.
+    own = admin_client.post(
+        reverse("admin:password_change"),
+        {"old_password": PASSWORD, "new_password1": "a-new-long-password-2", "new_password2": "a-new-long-password-2"},
+    )
+    assert own.status_code == HTTPStatus.FOUND
+    mallory.refresh_from_db()
+    assert mallory.check_password("a-new-long-password-2")
+
+
+def test_an_admin_cannot_see_change_or_delete_a_superuser(admin_client, root):
+    listing = admin_client.get(reverse("admin:auth_user_changelist")).content.decode()
+    assert "root" not in listing
+    admin_client.post(change_url(root), change_form(root, username="pwned", is_active=""))
+    admin_client.post(reverse("admin:auth_user_delete", args=[root.pk]), {"post": "yes"})
+    root.refresh_from_db()
+    assert root.username == "root" and root.is_active and root.is_superuser
+
+
+@pytest.mark.parametrize("whose", ["root", "bob", "mallory"])
+def test_an_admin_cannot_set_anyones_password_from_the_user_form(admin_client, whose, request):
+    """Setting another's password is taking over their account (and signing the audit as them)."""
+    target = request.getfixturevalue(whose)
+    before = target.password
+    response = admin_client.post(
+        reverse("admin:auth_user_password_change", args=[target.pk]),
+        {"password1": "taken-over-password-9", "password2": "taken-over-password-9", "usable_password": "true"},
+    )
+    assert response.status_code in (HTTPStatus.FORBIDDEN, HTTPStatus.NOT_FOUND)
+    target.refresh_from_db()
+    assert target.password == before
+
+
+def test_the_bulk_delete_is_not_offered_to_an_admin(admin_client, bob, root):
+    listing = admin_client.get(reverse("admin:auth_user_changelist")).content.decode()
+    assert "delete_selected" not in listing
+    admin_client.post(
+        reverse("admin:auth_user_changelist"),
+        {"action": "delete_selected", "_selected_action": [bob.pk, root.pk], "post": "yes"},
+    )
+    assert type(bob).objects.filter(pk__in=[bob.pk, root.pk]).count() == 2
+
+
+def test_a_superuser_keeps_djangos_whole_user_admin(client, root, bob):
+    client.force_login(root)
+    page = client.get(change_url(bob)).content.decode()
+    assert 'name="is_superuser"' in page and 'name="user_permissions"' in page
+    client.post(change_url(bob), change_form(bob, is_staff="on"))
+    bob.refresh_from_db()
+    assert bob.is_staff
