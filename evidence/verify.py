@@ -104,7 +104,7 @@ def _check_args(call_id: str, shown: Any, original: Any) -> list[str]:
     problems = []
     for name, value in original.items():
         kept = shown.get(name)
-        if isinstance(kept, dict) and set(kept) == {"redacted"}:
+        if protocol.is_redaction_marker(kept):
             if kept != protocol.redacted(value):
                 problems.append(f"call {call_id}: the redacted digest of args.{name} is not the original's")
         elif kept != value:

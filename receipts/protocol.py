@@ -315,13 +315,27 @@ def input_sha256(args: Any) -> str:
     return sha256_hex(canonical_json(args))
 
 
+REDACTION_MARKER_RE = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def is_redaction_marker(value: Any) -> bool:
+    """Exactly the marker ``redacted`` writes. Anything else shaped like it (``{"redacted":
+    "hunter2"}``) is data: trusting the shape would let a value pass through in clear."""
+    return (
+        isinstance(value, dict)
+        and set(value) == {"redacted"}
+        and isinstance(value["redacted"], str)
+        and REDACTION_MARKER_RE.fullmatch(value["redacted"]) is not None
+    )
+
+
 def redacted(value: Any) -> dict[str, str]:
     """What stands for a value that may not be shown or kept: the digest of its canonical JSON.
 
     Evidence redacts with it and retention strips with it; a value already
-    reduced to its digest stays that digest.
+    reduced to its digest (the exact marker, nothing merely shaped like it) stays that digest.
     """
-    if isinstance(value, dict) and set(value) == {"redacted"}:
+    if is_redaction_marker(value):
         return value
     return {"redacted": f"sha256:{sha256_hex(canonical_json(value))}"}
 

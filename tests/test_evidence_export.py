@@ -228,3 +228,26 @@ def test_the_evidence_download_needs_its_permission_and_verifies(client, demo, u
     with zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content))) as bundle:
         bundle.extractall(tmp_path)
     assert verify_export(tmp_path / "clean-run-evidence", demo / "clean-run") == []
+
+
+# A phrase no scanner recognises: only the rule under test can keep it out.
+MARKER_CANARY = "plain words shaped as a marker, 7f3a"
+
+
+def test_a_value_shaped_like_the_redaction_marker_is_data_not_a_redaction(run_dir, tmp_path):
+    """``{"redacted": X}`` that this project did not write is redacted like any other value."""
+    posing = {"redacted": MARKER_CANARY}
+    durable.append_event(run_dir, "note", {"token": posing, "detail": posing})
+    runtime.write_task(run_dir, {"subject": "s", "body": "b", "labels": [posing]}, "marker-submission")
+    importer.run_import(path=run_dir)
+    out = tmp_path / "export"
+    call_command("export_evidence", run_dir.name, "--out", str(out))
+    for name in ("evidence.json", "index.html"):
+        text = (out / name).read_text(encoding="utf-8")
+        assert not any(form in text for form in encodings(MARKER_CANARY)), name
+    assert verify_export(out, run_dir) == []
+    # The marker this project writes is kept as it is: a digest is not digested again.
+    marker = protocol.redacted(posing)
+    assert protocol.is_redaction_marker(marker) and protocol.redacted(marker) == marker
+    assert not protocol.is_redaction_marker(posing)
+    assert not protocol.is_redaction_marker({"redacted": "sha256:" + "A" * 64})

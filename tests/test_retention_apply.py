@@ -15,7 +15,7 @@ import pytest
 from django.core.management import call_command
 
 from evidence.verify import verify_export
-from receipts import importer, protocol
+from receipts import durable, importer, protocol, runtime
 from receipts.models import Event, Run
 from tests.helpers import content, first_call_of
 from tests.subprocess_db import child_env, database_url_for_children, manage, manage_command
@@ -163,3 +163,19 @@ def test_plan_only_is_the_default(demo, monkeypatch):
     monkeypatch.setenv("RECEIPTS_CLOCK", LATER)
     assert apply()["clean-run"]["action"] == "archive" and "applied" not in apply()["clean-run"]
     assert (demo / "clean-run").exists() and not Run.objects.get(run_id="clean-run").archived
+
+
+def test_stripping_does_not_keep_a_value_posing_as_the_redaction_marker(run_dir, monkeypatch, settings):
+    """``{"redacted": X}`` that retention did not write is data: stripped to its digest like the rest."""
+    canary = "plain words shaped as a marker, 7f3a"
+    durable.append_event(run_dir, "note", {"token": {"redacted": canary}})
+    runtime.Executor(run_dir).call("write_file", {"path": "a.txt", "content": "x"})
+    runtime.run_set_state(run_dir, state="finished", attempts=1)
+    importer.run_import(path=run_dir)
+    monkeypatch.setenv("RECEIPTS_CLOCK", "2026-12-31T12:00:00Z")
+    settings.RETENTION_STRIP_AFTER_DAYS = 0
+    settings.RETENTION_ARCHIVE_AFTER_DAYS = 3650
+    assert apply("--apply")[run_dir.name]["applied"] == "stripped"
+    payloads = json.dumps([event.payload for event in Event.objects.filter(run__run_id=run_dir.name)])
+    assert canary not in payloads
+    assert protocol.is_redaction_marker(Event.objects.get(run__run_id=run_dir.name, type="note").payload["token"])
