@@ -10,11 +10,13 @@ here, as if it had been killed, when ``RECEIPTS_FAILPOINT`` names them.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import itertools
 import json
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -69,29 +71,120 @@ def json_file(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True, allow_nan=False).encode() + b"\n"
 
 
-def read_json_file(path: Path) -> Any:
-    """A strict read of one JSON file; ``None`` when it does not exist."""
+def read_json_file(path: Path, root: Path | None) -> Any:
+    """A strict read of one JSON file; ``None`` when it does not exist. Below ``root`` (the run
+    directory) no symlink is followed and only a regular file is read (``UnsafePath``)."""
     try:
-        data = path.read_bytes()
+        fd = open_file(path, root, os.O_RDONLY)
     except FileNotFoundError:
         return None
-    return load_json_strict(data)
+    with os.fdopen(fd, "rb") as stream:
+        return load_json_strict(stream.read())
 
 
-# --- durable files ---------------------------------------------------------
+# --- confined paths --------------------------------------------------------
+#
+# Everything under a run directory was written by an agent, and may be a symlink planted to
+# send a write elsewhere (a settle truncating a database file through a linked events.jsonl).
+# So every file the writer opens, creates, renames or removes there is reached from the run
+# directory one folder at a time through directory fds with O_NOFOLLOW: no name below the
+# run directory is ever followed, and a FIFO or device is refused, never opened for good.
+# The run directory's own path is the caller's (an operator's choice), and is trusted.
 
 
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+class UnsafePath(ValueError):  # noqa: N818 - a verdict on a path, said to the person who asked
+    """A name below a run directory that is a symlink, or not the folder or regular file the
+    writer expects there: not followed, not written through."""
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _below(path: Path, root: Path) -> tuple[str, ...]:
     try:
-        os.fsync(fd)
+        parts = Path(path).relative_to(root).parts
+    except ValueError:
+        raise UnsafePath(f"{path} is not inside the run directory {root}") from None
+    if not parts or any(part in ("..", ".") for part in parts):
+        raise UnsafePath(f"{path}: not a plain name inside the run directory {root}")
+    return parts
+
+
+def _enter(dir_fd: int, name: str, *, create: bool) -> int:
+    """The fd of folder ``name`` in ``dir_fd`` (made when missing and ``create``); closes ``dir_fd``."""
+    try:
+        if create:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o755, dir_fd=dir_fd)
+        try:
+            return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+        except OSError as error:
+            if error.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise UnsafePath(f"{name} is a symlink or not a folder: not followed") from None
+            raise
+    finally:
+        os.close(dir_fd)
+
+
+@contextlib.contextmanager
+def folder_of(path: Path, root: Path | None, *, create: bool = True) -> Iterator[tuple[int, str]]:
+    """An fd on ``path``'s folder, and ``path``'s last name. Below ``root`` every folder is
+    entered without following a symlink (``UnsafePath``), and made when missing and ``create``.
+    ``root=None``: a path of the operator's (an archive), not below any run directory."""
+    if root is None:
+        if create:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(Path(path).parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        name = Path(path).name
+    else:
+        parts = _below(path, root)
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        for part in parts[:-1]:
+            fd = _enter(fd, part, create=create)
+        name = parts[-1]
+    try:
+        yield fd, name
     finally:
         os.close(fd)
 
 
-def temp_name_for(path: Path) -> Path:
-    """A fresh temp name beside ``path`` that readers ignore (leading dot, ``.tmp``)."""
-    return path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+def open_in(dir_fd: int, name: str, flags: int, mode: int = 0o644) -> int:
+    """``name`` in ``dir_fd`` opened with ``flags``, never through a symlink, and only when it
+    is a regular file (``O_NONBLOCK`` keeps a FIFO from hanging the open; it is then refused)."""
+    try:
+        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+            raise UnsafePath(f"{name} is a symlink or not a regular file: not opened") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafePath(f"{name} is not a regular file: not opened")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def open_file(path: Path, root: Path | None, flags: int, mode: int = 0o644) -> int:
+    """``path`` opened as ``open_in`` does, its folders entered as ``folder_of`` does (none made
+    unless ``flags`` creates the file)."""
+    with folder_of(path, root, create=bool(flags & os.O_CREAT)) as (dir_fd, name):
+        return open_in(dir_fd, name, flags, mode)
+
+
+def read_file(path: Path, root: Path | None) -> bytes:
+    """The bytes of a regular file below ``root`` (``FileNotFoundError`` when absent)."""
+    with os.fdopen(open_file(path, root, os.O_RDONLY), "rb") as stream:
+        return stream.read()
+
+
+def fsync_directory(directory: Path, root: Path | None) -> None:
+    with folder_of(Path(directory) / "-", root, create=False) as (dir_fd, _):
+        os.fsync(dir_fd)
+
+
+def temp_name_for(name: str) -> str:
+    """A fresh temp name beside ``name`` that readers ignore (leading dot, ``.tmp``)."""
+    return f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
 
 
 # What temp_name_for makes: ".<name>.<pid>.<8 hex>.tmp". Only such names are ever swept.
@@ -102,12 +195,15 @@ def is_temp_name(name: str) -> bool:
     return TEMP_NAME_RE.fullmatch(name) is not None
 
 
-def temp_files_of(path: Path) -> list[Path]:
-    return sorted(temp for temp in path.parent.glob(f".{glob_escape(path.name)}.*.tmp") if is_temp_name(temp.name))
-
-
-def glob_escape(name: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", name)
+def temp_files_of(path: Path, root: Path | None) -> list[Path]:
+    """The temp files beside ``path`` (``[]`` when its folder is missing)."""
+    prefix = f".{Path(path).name}."
+    try:
+        with folder_of(path, root, create=False) as (dir_fd, _):
+            names = [entry.name for entry in os.scandir(dir_fd)]
+    except FileNotFoundError:
+        return []
+    return sorted(Path(path).with_name(name) for name in names if name.startswith(prefix) and is_temp_name(name))
 
 
 class ShortWriteError(OSError):
@@ -137,9 +233,9 @@ def write_all(fd: int, data: bytes) -> None:
         written += count
 
 
-def _write_temp(path: Path, data: bytes) -> Path:
-    temp = temp_name_for(path)
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+def _write_temp(dir_fd: int, name: str, data: bytes) -> str:
+    temp = temp_name_for(name)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
     try:
         write_all(fd, data)
         # An fsync error is fatal: the caller never gets to call this durable.
@@ -147,57 +243,75 @@ def _write_temp(path: Path, data: bytes) -> Path:
     except BaseException:
         os.close(fd)
         with contextlib.suppress(OSError):
-            os.unlink(temp)
+            os.unlink(temp, dir_fd=dir_fd)
         raise
     os.close(fd)
     return temp
 
 
-def write_durable(path: Path, data: bytes, before_replace: Callable[[], None] | None = None) -> None:
+def write_durable(
+    path: Path, data: bytes, before_replace: Callable[[], None] | None = None, *, root: Path | None
+) -> None:
     """Replace ``path`` with ``data`` atomically and durably.
 
     Temp file in the same directory (exclusive create), write, fsync, rename
     onto the final name, fsync the directory. ``before_replace`` runs between
-    the temp file and the rename (a failpoint lives there).
+    the temp file and the rename (a failpoint lives there). Below ``root``, the
+    folders are entered without following a symlink; a rename replaces a
+    symlink at the final name, never writes through it.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = _write_temp(path, data)
-    if before_replace is not None:
-        before_replace()
-    try:
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    fsync_directory(path.parent)
+    with folder_of(path, root) as (dir_fd, name):
+        temp = _write_temp(dir_fd, name, data)
+        if before_replace is not None:
+            before_replace()
+        try:
+            os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=dir_fd)
+            raise
+        os.fsync(dir_fd)
 
 
-def create_durable(path: Path, data: bytes) -> None:
+def replace_durable(temp: Path, path: Path, *, root: Path | None) -> None:
+    """Rename ``temp`` onto ``path`` (both in one folder) and fsync the folder: the end of a
+    ``write_durable`` a kill cut short. ``temp`` must be a regular file, not a symlink."""
+    with folder_of(path, root, create=False) as (dir_fd, name):
+        os.close(open_in(dir_fd, Path(temp).name, os.O_RDONLY))
+        os.replace(Path(temp).name, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        os.fsync(dir_fd)
+
+
+def create_durable(path: Path, data: bytes, *, root: Path | None) -> None:
     """Create ``path`` holding ``data``; ``FileExistsError`` when it exists.
 
     The content is fsynced under a temp name, then hard-linked onto the
     final name: ``link`` fails when the target exists and never exposes a
     half-written file, which ``O_EXCL`` on the final name would.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = _write_temp(path, data)
+    with folder_of(path, root) as (dir_fd, name):
+        temp = _write_temp(dir_fd, name, data)
+        try:
+            os.link(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=dir_fd)
+        os.fsync(dir_fd)
+
+
+def remove_file(path: Path, root: Path | None) -> bool:
+    """Unlink ``path`` (a symlink there is removed itself, never followed); False when absent."""
     try:
-        os.link(temp, path)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-    fsync_directory(path.parent)
+        with folder_of(path, root, create=False) as (dir_fd, name):
+            os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    return True
 
 
-def remove_temp_files(path: Path) -> list[Path]:
+def remove_temp_files(path: Path, root: Path | None) -> list[Path]:
     """Remove the temp files a crash left beside ``path``; returns them."""
-    removed = []
-    for temp in temp_files_of(path):
-        with contextlib.suppress(FileNotFoundError):
-            temp.unlink()
-            removed.append(temp)
-    return removed
+    return [temp for temp in temp_files_of(path, root) if remove_file(temp, root)]
 
 
 # A writer holds its temp file for the milliseconds of one write: one this old was left by a
@@ -212,38 +326,37 @@ def is_old(path: Path, older_than: float = TEMP_SWEEP_AGE_SECONDS) -> bool:
         return False
 
 
-def remove_old_temp_files(path: Path, older_than: float = TEMP_SWEEP_AGE_SECONDS) -> list[Path]:
+def remove_old_temp_files(path: Path, root: Path | None, older_than: float = TEMP_SWEEP_AGE_SECONDS) -> list[Path]:
     """Remove the temp files beside ``path`` that a dead writer left (older than ``older_than``)."""
-    removed = []
-    for temp in temp_files_of(path):
-        if is_old(temp, older_than):
-            with contextlib.suppress(FileNotFoundError):
-                temp.unlink()
-                removed.append(temp)
-    return removed
+    return [temp for temp in temp_files_of(path, root) if is_old(temp, older_than) and remove_file(temp, root)]
 
 
 def sweep_temp_files(run_dir: Path, older_than: float = TEMP_SWEEP_AGE_SECONDS) -> list[Path]:
     """Remove the temp files dead writers left in a run (older than ``older_than``); returns them.
 
     ``submissions/``, ``tasks/``, ``confirmations/``, ``.writer/`` and the whole
-    of ``workspace/`` (no symlink followed). Temp receipts stay: a complete one
-    may prove a commit, and the next call for it settles that under its lock.
+    of ``workspace/``, walked through directory fds (no symlink followed). Temp
+    receipts stay: a complete one may prove a commit, and the next call for it
+    settles that under its lock.
     """
     run_dir = Path(run_dir)
     removed: list[Path] = []
-    with exclusive_lock(run_dir / WRITER_DIR / "sweep.lock"):
+    now = time.time()
+    with exclusive_lock(run_dir / WRITER_DIR / "sweep.lock", root=run_dir):
         for folder in ("submissions", "tasks", "confirmations", WRITER_DIR, "workspace"):
-            top = run_dir / folder
-            if top.is_symlink() or not top.is_dir():
-                continue
-            for directory, _, names in os.walk(top):  # os.walk follows no symlinked directory
-                for name in names:
-                    path = Path(directory, name)
-                    if is_temp_name(name) and is_old(path, older_than):
-                        with contextlib.suppress(FileNotFoundError):
-                            path.unlink()
-                            removed.append(path)
+            try:
+                with folder_of(run_dir / folder / "-", run_dir, create=False) as (top_fd, _):
+                    for directory, _, names, dir_fd in os.fwalk(".", dir_fd=top_fd):
+                        for name in names:
+                            if not is_temp_name(name):
+                                continue
+                            with contextlib.suppress(FileNotFoundError):
+                                info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                                if now - info.st_mtime > older_than:
+                                    os.unlink(name, dir_fd=dir_fd)
+                                    removed.append(run_dir / folder / directory / name)
+            except (FileNotFoundError, UnsafePath):
+                continue  # a folder that is missing, or a symlink: nothing of ours is in it
     return removed
 
 
@@ -254,15 +367,17 @@ def sweep_locks(run_dir: Path) -> list[Path]:
     so a writer at work keeps its lock, and a writer that waited on a removed
     file takes the new one (``exclusive_lock`` re-checks).
     """
-    removed = []
-    for lock in sorted(Path(run_dir, WRITER_DIR).glob("*.lock")):
-        if remove_lock_if_free(lock):
-            removed.append(lock)
-    return removed
+    writer = Path(run_dir) / WRITER_DIR
+    try:
+        with folder_of(writer / "-", Path(run_dir), create=False) as (dir_fd, _):
+            names = sorted(entry.name for entry in os.scandir(dir_fd) if entry.name.endswith(".lock"))
+    except FileNotFoundError:
+        return []
+    return [writer / name for name in names if remove_lock_if_free(writer / name, root=Path(run_dir))]
 
 
 @contextlib.contextmanager
-def exclusive_lock(lock_path: Path) -> Iterator[int]:
+def exclusive_lock(lock_path: Path, *, root: Path | None) -> Iterator[int]:
     """An exclusive ``flock`` on ``lock_path``, held for the block; yields the lock file's fd.
 
     A lock is a file, and a file can be unlinked and made again while a
@@ -270,51 +385,55 @@ def exclusive_lock(lock_path: Path) -> Iterator[int]:
     see. So after the ``flock`` the lock must still be the file at the path
     (same inode); if not, it is taken again on the file that is there now.
     """
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    while True:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            if _still_the_file(fd, lock_path):
-                break
-        except BaseException:
+    with folder_of(lock_path, root) as (dir_fd, name):
+        while True:
+            fd = open_in(dir_fd, name, os.O_RDWR | os.O_CREAT)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                if _still_the_file(fd, dir_fd, name):
+                    break
+            except BaseException:
+                os.close(fd)
+                raise
             os.close(fd)
-            raise
-        os.close(fd)
     try:
         yield fd
     finally:
         os.close(fd)
 
 
-def _still_the_file(fd: int, path: Path) -> bool:
+def _still_the_file(fd: int, dir_fd: int, name: str) -> bool:
     try:
-        at_path = os.stat(path, follow_symlinks=False)
+        at_path = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return False
     held = os.fstat(fd)
     return (at_path.st_dev, at_path.st_ino) == (held.st_dev, held.st_ino)
 
 
-def remove_lock_if_free(lock_path: Path) -> bool:
+def remove_lock_if_free(lock_path: Path, *, root: Path | None) -> bool:
     """Unlink a lock file only while holding its lock, and only when nobody holds it (or waits
     with work recorded in it: a lock file that is not empty keeps a note for the next writer)."""
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with folder_of(lock_path, root, create=False) as (dir_fd, name):
+            try:
+                fd = open_in(dir_fd, name, os.O_RDWR)
+            except UnsafePath:
+                return False  # not a lock the writer made: left alone
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return False
+                if not _still_the_file(fd, dir_fd, name) or os.fstat(fd).st_size:
+                    return False
+                # Unlinked while held: a writer waiting on this file re-checks and takes the new one.
+                os.unlink(name, dir_fd=dir_fd)
+                return True
+            finally:
+                os.close(fd)
     except FileNotFoundError:
         return False
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        if not _still_the_file(fd, lock_path) or os.fstat(fd).st_size:
-            return False
-        # Unlinked while held: a writer waiting on this file re-checks and takes the new one.
-        os.unlink(lock_path)
-        return True
-    finally:
-        os.close(fd)
 
 
 # --- the ledger ------------------------------------------------------------
@@ -371,7 +490,7 @@ def read_events(run_dir: Path, from_offset: int = 0) -> Iterator[dict[str, Any]]
     long starts there or later, since only a torn tail is ever cut).
     """
     try:
-        stream = open(Path(run_dir) / LEDGER_NAME, "rb")  # noqa: SIM115 - closed below, a generator
+        stream = os.fdopen(open_file(Path(run_dir) / LEDGER_NAME, Path(run_dir), os.O_RDONLY), "rb")
     except FileNotFoundError:
         return
     with stream:
@@ -397,8 +516,7 @@ def append_event(run_dir: Path, event_type: str, fields: Mapping[str, Any]) -> d
     from receipts.signing import key_for_run  # signing reads files through this module
 
     key = key_for_run(Path(run_dir))  # a signed run's every line is signed
-    ledger = Path(run_dir) / LEDGER_NAME
-    fd = os.open(ledger, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = open_file(Path(run_dir) / LEDGER_NAME, Path(run_dir), os.O_RDWR | os.O_CREAT | os.O_APPEND)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size

@@ -190,7 +190,7 @@ def run_import_lock(run_id: str) -> Iterator[None]:
     if name.startswith("file:") or name == ":memory:":
         yield  # an in-memory database belongs to one process
         return
-    with durable.exclusive_lock(Path(f"{name}.import.lock")):
+    with durable.exclusive_lock(Path(f"{name}.import.lock"), root=None):
         yield
 
 

@@ -162,8 +162,14 @@ def sweep_writer_locks(run: Run) -> int:
     """Remove the writer's lock files of a finished run that nobody holds, and the temp files dead
     writers left; the counter stays. Through the writer, which takes each lock before it unlinks it."""
     run_dir = Path(run.path)
-    temps = durable.sweep_temp_files(run_dir)  # first: it takes (and leaves) the sweep's own lock
-    return len(durable.sweep_locks(run_dir)) + len(temps)
+    try:
+        temps = durable.sweep_temp_files(run_dir)  # first: it takes (and leaves) the sweep's own lock
+        return len(durable.sweep_locks(run_dir)) + len(temps)
+    except durable.UnsafePath as unsafe:
+        # A symlinked .writer/ is never entered: what it points at is not the run's to sweep.
+        log.warning("writer files not swept", extra={"event": "sweep_refused", "run_id": run.run_id,
+                                                     "reason": str(unsafe)})  # fmt: skip
+        return 0
 
 
 # --- applying the plan -------------------------------------------------------
@@ -246,7 +252,7 @@ def archive_run(*, run: Run, archive_root: Path, now: dt.datetime) -> Path:
         # Renamed first (a dot name, which no reader lists), so the run is never seen half removed.
         doomed = run_dir.with_name(f".{run_dir.name}.archived-{os.getpid()}")
         os.replace(run_dir, doomed)
-        durable.fsync_directory(run_dir.parent)
+        durable.fsync_directory(run_dir.parent, None)
         shutil.rmtree(doomed)
     for leftover in run_dir.parent.glob(f".{run_dir.name}.archived-*"):
         shutil.rmtree(leftover, ignore_errors=True)
@@ -259,7 +265,7 @@ def _pack(run_dir: Path, target: Path) -> None:
 
     from receipts import durable
 
-    temp = durable.temp_name_for(target)
+    temp = target.with_name(durable.temp_name_for(target.name))
     try:
         with open(temp, "xb") as raw:
             with tarfile.open(fileobj=raw, mode="w:gz") as archive:
@@ -272,8 +278,8 @@ def _pack(run_dir: Path, target: Path) -> None:
         raise
     with open(target, "rb") as packed:  # streamed: an archive may be larger than memory
         digest = hashlib.file_digest(packed, "sha256").hexdigest()
-    durable.write_durable(target.with_name(target.name + ".sha256"), f"{digest}  {target.name}\n".encode())
-    durable.fsync_directory(target.parent)
+    durable.write_durable(target.with_name(target.name + ".sha256"), f"{digest}  {target.name}\n".encode(), root=None)
+    durable.fsync_directory(target.parent, None)
 
 
 def _compare(run_dir: Path, target: Path) -> list[str]:

@@ -58,7 +58,7 @@ def run_init(
     steer = {"contract_sha256": contract_sha256, "created_at": now, "identity": identity}
     if key is not None:
         steer["signing_key_id"] = key.key_id  # a signed run: every record the writer makes is signed
-    write_durable(run_dir / "steer.json", json_file(protocol.signed(steer, key)))
+    write_durable(run_dir / "steer.json", json_file(protocol.signed(steer, key)), root=run_dir)
     (run_dir / protocol.LEDGER_NAME).touch()
     _write_state(run_dir, state, attempts)
 
@@ -95,7 +95,9 @@ def _check_state(state: Any, attempts: Any) -> None:
 
 def _write_state(run_dir: Path, state: str, attempts: int) -> None:
     now = format_time(utc_now())
-    write_durable(run_dir / "state.json", json_file({"name": state, "attempts": attempts, "updated_at": now}))
+    write_durable(
+        run_dir / "state.json", json_file({"name": state, "attempts": attempts, "updated_at": now}), root=run_dir
+    )
     append_event(run_dir, "state", {"state": state, "attempts": attempts})
 
 
@@ -141,7 +143,7 @@ def run_identity(run_dir: Path) -> str:
 
 
 def _steer(run_dir: Path) -> dict[str, Any]:
-    steer = read_json_file(Path(run_dir) / "steer.json")
+    steer = read_json_file(Path(run_dir) / "steer.json", Path(run_dir))
     if not isinstance(steer, dict):
         raise ValueError(f"{run_dir}/steer.json is not a JSON object: a person has to look")
     return steer
@@ -149,7 +151,7 @@ def _steer(run_dir: Path) -> dict[str, Any]:
 
 def run_state(run_dir: Path) -> tuple[str, int]:
     """The run's state name and attempt count from state.json; ``ValueError`` when unreadable."""
-    state = read_json_file(Path(run_dir) / "state.json")
+    state = read_json_file(Path(run_dir) / "state.json", Path(run_dir))
     name = state.get("name") if isinstance(state, dict) else None
     attempts = state.get("attempts") if isinstance(state, dict) else None
     if not isinstance(name, str) or not protocol.is_whole_number(attempts):

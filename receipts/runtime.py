@@ -24,15 +24,19 @@ from typing import Any
 from receipts import protocol
 from receipts.durable import (
     RecordingIncomplete,
+    UnsafePath,
     append_event,
     exclusive_lock,
     failpoint,
-    fsync_directory,
     json_file,
+    open_file,
     read_events,
+    read_file,
     read_json_file,
     recording,
+    remove_file,
     remove_temp_files,
+    replace_durable,
     sweep_locks,
     sweep_temp_files,
     temp_files_of,
@@ -211,13 +215,13 @@ class Executor:
         # so an adapter that mutates its input cannot move the identity.
         receipt = _new_receipt(adapter, contract, attempt, copy.deepcopy(normalised), formula)
         with self._lock(receipt["call_id"], key) as held:
-            existing = read_receipt(held.path)
+            existing = read_receipt(held.path, self.run_dir)
             if existing is not None:
                 recovered = self._finish_crashed_commit(adapter, existing, held, contract)
                 if recovered is not None:
                     return recovered
             if held.interrupted:
-                remove_temp_files(held.path)
+                remove_temp_files(held.path, self.run_dir)
             if existing is not None:
                 return self._resume(adapter, existing, held, contract)
             if _read_note(held.lock_fd).get("installed"):
@@ -236,7 +240,7 @@ class Executor:
     @contextlib.contextmanager
     def _lock(self, call_id: str, key: SigningKey | None) -> Any:
         path = self.run_dir / "receipts" / f"{call_id}.json"
-        with exclusive_lock(self.run_dir / WRITER_DIR / f"call-{call_id}.lock") as lock_fd:
+        with exclusive_lock(self.run_dir / WRITER_DIR / f"call-{call_id}.lock", root=self.run_dir) as lock_fd:
             held = _Held(lock_fd, path, key, interrupted="receipt" in _read_note(lock_fd))
             self._recover_lost_event(held)
             yield held
@@ -248,7 +252,7 @@ class Executor:
         receipt.setdefault("created_at", now)
         receipt["updated_at"] = now
         data = json_file(protocol.signed(receipt, held.key))
-        self._install(held, receipt, lambda: write_durable(held.path, data, before_replace))
+        self._install(held, receipt, lambda: write_durable(held.path, data, before_replace, root=self.run_dir))
 
     def _install(self, held: _Held, receipt: dict[str, Any], put_in_place: Callable[[], None], **extra: Any) -> None:
         """Put a receipt in place and append its event, with the note that lets a kill in between be repaired."""
@@ -280,7 +284,7 @@ class Executor:
             return
         status, ledger_size = note["receipt"], note["ledger_size"]
         try:
-            current = read_receipt(held.path)
+            current = read_receipt(held.path, self.run_dir)
         except ValueError:
             current = None
         # A receipt file there (readable or not) means the rename happened; none, with no mark
@@ -317,9 +321,9 @@ class Executor:
         call_id = held.call_id
         if not held.check(existing, contract).verified:
             return None
-        for temp in reversed(temp_files_of(held.path)):
+        for temp in reversed(temp_files_of(held.path, self.run_dir)):
             try:
-                candidate = protocol.load_json_strict(temp.read_bytes())
+                candidate = protocol.load_json_strict(read_file(temp, self.run_dir))
             except (OSError, ValueError):
                 continue
             if not isinstance(candidate, dict) or candidate.get("status") != "committed":
@@ -330,8 +334,7 @@ class Executor:
             outcome = CallOutcome(call_id, "committed", True, candidate.get("result"))
 
             def rename(temp: Path = temp) -> None:
-                os.replace(temp, held.path)
-                fsync_directory(held.path.parent)
+                replace_durable(temp, held.path, root=self.run_dir)
 
             with recording(outcome):
                 self._install(held, candidate, rename, recovered=True)
@@ -373,7 +376,7 @@ class Executor:
     def _decision_of(self, adapter: Adapter, call_id: str, contract: str, key: SigningKey | None) -> Decision | None:
         """What a resume of one call would do, from its files and its target (``None``: never made)."""
         try:
-            data = (self.run_dir / "receipts" / f"{call_id}.json").read_bytes()
+            data = read_file(self.run_dir / "receipts" / f"{call_id}.json", self.run_dir)
         except FileNotFoundError:
             if receipt_was_installed(self.run_dir, call_id):
                 return decide(status=None)  # a receipt that was there and is gone: a person decides
@@ -459,7 +462,7 @@ class Executor:
         # Args the schema refuses still get a receipt, so the refusal is on record.
         receipt = _new_receipt(adapter, contract, attempt, args, identity)
         with self._lock(receipt["call_id"], key) as held:
-            existing = read_receipt(held.path)
+            existing = read_receipt(held.path, self.run_dir)
             if existing is not None:
                 return self._resume(adapter, existing, held, contract)
             return self._finish_rejected(receipt, held, rejection)
@@ -469,7 +472,7 @@ class Executor:
     def _resume(self, adapter: Adapter, receipt: dict[str, Any], held: _Held, contract: str) -> CallOutcome:
         call_id, status = held.call_id, receipt["status"]
         # A person's decision about exactly these receipt bytes comes first, whatever they say.
-        confirmation = read_confirmation(self.run_dir, call_id, held.path.read_bytes(), held.key)
+        confirmation = read_confirmation(self.run_dir, call_id, read_file(held.path, self.run_dir), held.key)
         if confirmation is not None:
             if confirmation["resolution"] == "committed":
                 return self._reused(call_id, {"confirmation_id": confirmation["confirmation_id"]})
@@ -576,8 +579,8 @@ def _read_note(fd: int) -> dict[str, Any]:
 def receipt_was_installed(run_dir: Path, call_id: str) -> bool:
     """Whether the writer put a receipt in place for ``call_id`` (its lock file keeps the mark)."""
     try:
-        fd = os.open(Path(run_dir) / WRITER_DIR / f"call-{call_id}.lock", os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
+        fd = open_file(Path(run_dir) / WRITER_DIR / f"call-{call_id}.lock", Path(run_dir), os.O_RDONLY)
+    except (OSError, UnsafePath):  # absent, or not a lock the writer made
         return False
     try:
         return _read_note(fd).get("installed", False)
@@ -585,10 +588,10 @@ def receipt_was_installed(run_dir: Path, call_id: str) -> bool:
         os.close(fd)
 
 
-def read_receipt(path: Path) -> dict[str, Any] | None:
+def read_receipt(path: Path, run_dir: Path) -> dict[str, Any] | None:
     """The receipt at ``path``, ``None`` when there is none, ``ValueError`` when the writer cannot act on it."""
     try:
-        receipt = read_json_file(path)
+        receipt = read_json_file(path, run_dir)
     except ValueError as error:
         raise ValueError(f"{path} is not a receipt the writer can read ({error}): a person has to look") from None
     if receipt is None:
@@ -613,7 +616,7 @@ def read_confirmation(
 ) -> dict[str, Any] | None:
     """The human decision for ``call_id`` when it is valid for these receipt bytes (signed, in a signed run)."""
     try:
-        confirmation = read_json_file(Path(run_dir) / "confirmations" / f"{call_id}.json")
+        confirmation = read_json_file(Path(run_dir) / "confirmations" / f"{call_id}.json", Path(run_dir))
     except ValueError:
         return None
     if confirmation is None:
@@ -664,10 +667,10 @@ def confirm_call(
     if not protocol.valid_call_name(call_id) or not isinstance(actor, str) or not actor.strip():
         raise ConfirmationRefused("a call_id and an actor are required")
     signing_key = key_for_run(run_dir)  # in a signed run, only a signed decision holds
-    with exclusive_lock(run_dir / WRITER_DIR / f"call-{call_id}.lock"):
+    with exclusive_lock(run_dir / WRITER_DIR / f"call-{call_id}.lock", root=run_dir):
         receipt_path = run_dir / "receipts" / f"{call_id}.json"
         try:
-            receipt_bytes = receipt_path.read_bytes()
+            receipt_bytes = read_file(receipt_path, run_dir)
         except FileNotFoundError:
             raise ConfirmationRefused("there is no receipt for this call_id") from None
         current = sha256_hex(receipt_bytes)
@@ -692,12 +695,12 @@ def confirm_call(
             "confirmation_id": wanted,
         }
         path = run_dir / "confirmations" / f"{call_id}.json"
-        write_durable(path, json_file(protocol.signed(document, signing_key)))
+        write_durable(path, json_file(protocol.signed(document, signing_key)), root=run_dir)
         event = {key: document[key] for key in ("call_id", "resolution", "actor", "reason", "confirmation_id")}
         try:
             append_event(run_dir, "confirmation", event | {"receipt_sha256": receipt_sha256})
-        except OSError:
-            path.unlink(missing_ok=True)
+        except (OSError, ValueError):  # a full disk, or a ledger that is a symlink (UnsafePath)
+            remove_file(path, run_dir)
             raise
         return document, True
 

@@ -21,7 +21,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
 from receipts import importer, protocol, runtime
-from receipts.durable import read_json_file
+from receipts.durable import UnsafePath, read_json_file
 from receipts.models import Call, HumanDecision, Run
 
 log = logging.getLogger("callproof.settle")
@@ -144,6 +144,12 @@ def _write_back(run: Run, call: Call, decision: HumanDecision) -> dict:
     except OSError as error:
         message = f"The run directory cannot be written ({error.strerror or error}): nothing was recorded."
         raise SettleError(HTTPStatus.SERVICE_UNAVAILABLE, message) from None
+    except UnsafePath as unsafe:
+        message = (
+            f"The run directory has a symlink or an odd file where the writer records ({unsafe}): it is never "
+            "written through, and nothing was recorded. The run's findings say what is there."
+        )
+        raise SettleError(HTTPStatus.CONFLICT, message) from None
     except ValueError as error:  # the writer cannot act here: a signed run without its key, a broken steer.json
         message = f"The writer cannot record a decision in this run ({error}): nothing was recorded."
         raise SettleError(HTTPStatus.SERVICE_UNAVAILABLE, message) from None
@@ -161,7 +167,7 @@ def _already_decided(existing: HumanDecision) -> str:
 def _receipt_changed(run: Run, call: Call) -> str:
     """What the receipt says now, beside what the page showed."""
     try:
-        receipt = read_json_file(Path(run.path) / "receipts" / f"{call.call_id}.json")
+        receipt = read_json_file(Path(run.path) / "receipts" / f"{call.call_id}.json", Path(run.path))
     except ValueError:
         receipt = None
     if not isinstance(receipt, dict):

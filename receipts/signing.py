@@ -65,7 +65,7 @@ def key_for_run(run_dir: Path) -> SigningKey | None:
     runs, so that an unsigned copy of a run does not pass for it.
     """
     run_dir = Path(run_dir)
-    steer = read_json_file(run_dir / "steer.json")
+    steer = read_json_file(run_dir / "steer.json", run_dir)
     key_id = steer.get("signing_key_id") if isinstance(steer, dict) else None
     key = key_for_new_run(run_dir)
     if key_id is None:

@@ -7,18 +7,21 @@ persisted before the next, under a lock per submission and one for task numbers.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from receipts import protocol
 from receipts.durable import (
+    UnsafePath,
     append_event,
     create_durable,
     exclusive_lock,
     failpoint,
     json_file,
     read_events,
+    read_file,
     read_json_file,
     recording,
     remove_old_temp_files,
@@ -48,14 +51,14 @@ class TaskResult:
 def _allocate_task_id(run_dir: Path) -> str:
     """The next task number, persisted before use so no two callers share one."""
     writer = run_dir / WRITER_DIR
-    with exclusive_lock(writer / TASK_NUMBER_LOCK):
-        counter = read_json_file(writer / TASK_COUNTER)
+    with exclusive_lock(writer / TASK_NUMBER_LOCK, root=run_dir):
+        counter = read_json_file(writer / TASK_COUNTER, run_dir)
         number = counter.get("next") if isinstance(counter, dict) else 1 if counter is None else None
         if not protocol.is_whole_number(number, minimum=1):
             raise ValueError(f"{writer / TASK_COUNTER} is not a task counter: a person has to look")
-        while (run_dir / "tasks" / f"TASK-{number:06d}.md").exists():
+        while os.path.lexists(run_dir / "tasks" / f"TASK-{number:06d}.md"):
             number += 1
-        write_durable(writer / TASK_COUNTER, json_file({"next": number + 1}))
+        write_durable(writer / TASK_COUNTER, json_file({"next": number + 1}), root=run_dir)
     return f"TASK-{number:06d}"
 
 
@@ -105,7 +108,7 @@ def write_task(run_dir: Path, request: Mapping[str, Any], client_submission_id: 
     record_path = run_dir / "submissions" / f"{key}.json"
     # The event is appended under the submission's lock, so that the record can
     # say which event recorded its creation (see _record_creation_event).
-    with exclusive_lock(run_dir / WRITER_DIR / f"submission-{key}.lock"):
+    with exclusive_lock(run_dir / WRITER_DIR / f"submission-{key}.lock", root=run_dir):
         result = _write_task_locked(run_dir, request, client_submission_id, record_path, digest)
         if result.disposition == "conflict":
             _submission_event(run_dir, result, client_submission_id, digest)
@@ -116,14 +119,14 @@ def write_task(run_dir: Path, request: Mapping[str, Any], client_submission_id: 
                 _recover_creation_event(run_dir, record_path, client_submission_id)
             event = _submission_event(run_dir, result, client_submission_id, digest)
             if result.disposition == "created":
-                _note_creation_event(record_path, event["seq"])
+                _note_creation_event(run_dir, record_path, event["seq"])
     return result
 
 
-def _note_creation_event(record_path: Path, seq: int) -> None:
-    record = read_json_file(record_path)
+def _note_creation_event(run_dir: Path, record_path: Path, seq: int) -> None:
+    record = read_json_file(record_path, run_dir)
     record["created_event_seq"] = seq
-    write_durable(record_path, json_file(record))
+    write_durable(record_path, json_file(record), root=run_dir)
 
 
 def _recover_creation_event(run_dir: Path, record_path: Path, client_submission_id: str) -> None:
@@ -135,7 +138,7 @@ def _recover_creation_event(run_dir: Path, record_path: Path, client_submission_
     from before the field): the ledger is searched once, and the event is
     appended only when no ``created`` event for this submission is there.
     """
-    record = read_json_file(record_path)
+    record = read_json_file(record_path, run_dir)
     if "created_event_seq" in record:
         return
     seq = next(
@@ -161,14 +164,14 @@ def _recover_creation_event(run_dir: Path, record_path: Path, client_submission_
         )
         seq = event["seq"]
     record["created_event_seq"] = seq
-    write_durable(record_path, json_file(record))
+    write_durable(record_path, json_file(record), root=run_dir)
 
 
 def _write_legacy_task(run_dir: Path, request: Mapping[str, Any], digest: str) -> TaskResult:
     # No submission id: a new task every call, and no idempotency claimed.
     task_id = _allocate_task_id(run_dir)
     task_path = f"tasks/{task_id}.md"
-    create_durable(run_dir / task_path, protocol.render_task(task_id, request, None))
+    create_durable(run_dir / task_path, protocol.render_task(task_id, request, None), root=run_dir)
     result = TaskResult("created", True, task_id, task_path, legacy=True)
     with recording(result):
         _submission_event(run_dir, result, None, digest)
@@ -195,7 +198,9 @@ def _write_task_locked(
     run_dir: Path, request: Mapping[str, Any], client_submission_id: str, record_path: Path, digest: str
 ) -> TaskResult:
     try:
-        record = read_json_file(record_path)
+        record = read_json_file(record_path, run_dir)
+    except UnsafePath:
+        raise  # a symlink is not a record: refused, never read through
     except ValueError:
         # Never overwrite a record we cannot read: a person has to look.
         return TaskResult("conflict", False, None, None, reason="record_unreadable")
@@ -214,7 +219,7 @@ def _write_task_locked(
             "reserved_at": now,
             "updated_at": now,
         }
-        write_durable(record_path, json_file(record))
+        write_durable(record_path, json_file(record), root=run_dir)
         failpoint("after_reserve")
 
     if _record_problem(record) is not None or record["client_submission_id"] != client_submission_id:
@@ -234,21 +239,21 @@ def _write_task_locked(
     created = TaskResult("created", True, task_id, task_path)
     if record["state"] == "reserved":
         content = protocol.render_task(task_id, record["request"], client_submission_id)
-        remove_old_temp_files(task_file)  # a kill between a temp task file and its link left these
+        remove_old_temp_files(task_file, run_dir)  # a kill between a temp task file and its link left these
         try:
-            create_durable(task_file, content)
+            create_durable(task_file, content, root=run_dir)
         except FileExistsError:
-            if task_file.read_bytes() != content:
+            if read_file(task_file, run_dir) != content:
                 return TaskResult("conflict", False, task_id, task_path, reason="task_file_differs")
             # Our own file from a call that died after creating it: adopt it.
         failpoint("after_task_file")
         record.update(state="task_created", task_sha256=sha256_hex(content), updated_at=format_time(utc_now()))
         with recording(created):
-            write_durable(record_path, json_file(record))
+            write_durable(record_path, json_file(record), root=run_dir)
         failpoint("after_task_created")
 
     try:
-        present = task_file.read_bytes()
+        present = read_file(task_file, run_dir)
     except FileNotFoundError:
         return TaskResult("conflict", False, task_id, task_path, reason="task_missing")
     if sha256_hex(present) != record.get("task_sha256"):
@@ -265,6 +270,6 @@ def _write_task_locked(
         },
     )
     with recording(created):
-        write_durable(record_path, json_file(record))
+        write_durable(record_path, json_file(record), root=run_dir)
     failpoint("after_commit")
     return created

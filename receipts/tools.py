@@ -21,14 +21,16 @@ from typing import Any, ClassVar, Protocol
 
 from receipts.durable import (
     ShortWriteError,
+    UnsafePath,
     exclusive_lock,
     is_temp_name,
+    open_file,
+    read_file,
     remove_old_temp_files,
     write_all,
     write_durable,
 )
 from receipts.protocol import WRITER_DIR, canonical_json, format_time, sha256_hex, utc_now
-from receipts.reader.safe_open import Unsafe, open_dir, open_regular
 
 PRESENT, ABSENT, UNCLEAR = "present", "absent", "unclear"
 
@@ -136,9 +138,13 @@ class WriteFile:
 
     def execute(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> dict[str, Any]:
         target = self._target(run_dir, args)
-        remove_old_temp_files(target)
-        write_durable(target, args["content"].encode("utf-8"))
-        return self._result(args, target.read_bytes())
+        remove_old_temp_files(target, Path(run_dir))
+        try:
+            write_durable(target, args["content"].encode("utf-8"), root=Path(run_dir))
+        except UnsafePath as unsafe:
+            # Refused before a byte was written: a symlinked folder on the way is never followed.
+            raise Rejected(f"workspace/{args['path']}: {unsafe}") from None
+        return self._result(args, read_file(target, Path(run_dir)))
 
     def query(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> dict[str, Any] | _NotDone:
         """The result when the file holds the content; ``NOT_DONE`` when there is no file.
@@ -190,8 +196,11 @@ class SendMessage:
             "sent_at": format_time(utc_now()),
         }
         line = canonical_json(message) + b"\n"
-        with exclusive_lock(Path(run_dir) / WRITER_DIR / "outbox.lock"):
-            fd = os.open(Path(run_dir) / "outbox.jsonl", os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        with exclusive_lock(Path(run_dir) / WRITER_DIR / "outbox.lock", root=Path(run_dir)):
+            try:
+                fd = open_file(Path(run_dir) / "outbox.jsonl", Path(run_dir), os.O_RDWR | os.O_CREAT | os.O_APPEND)
+            except UnsafePath as unsafe:
+                raise Rejected(f"the outbox is not written: {unsafe}") from None
             # A write that stopped short left a torn last line: it stays (it is evidence for
             # the call it belongs to), and this message starts a line of its own.
             size = os.fstat(fd).st_size
@@ -233,11 +242,11 @@ def send_message_evidence(
     if result is not None and not isinstance(result, Mapping):
         return Evidence(UNCLEAR, ("the receipt's result is not an object",))
     try:
-        fd = _open_below(Path(run_dir), ["outbox.jsonl"])
+        fd = open_file(Path(run_dir) / "outbox.jsonl", Path(run_dir), os.O_RDONLY)
     except FileNotFoundError:
         return Evidence(ABSENT, ("there is no outbox.jsonl: no message was ever sent in this run",))
-    except Unsafe as unsafe:
-        return Evidence(UNCLEAR, (f"outbox.jsonl cannot be read: {unsafe.detail}",))
+    except UnsafePath as unsafe:
+        return Evidence(UNCLEAR, (f"outbox.jsonl cannot be read: {unsafe}",))
     carrying, matching, without_id, torn, count = [], [], 0, 0, 0
     # Streamed: an outbox has no size limit, and a line past any cap would be "not there".
     with os.fdopen(fd, "rb") as outbox:
@@ -316,8 +325,8 @@ def write_file_evidence(
         found = _sha256_below(Path(run_dir), ["workspace", *parts])
     except FileNotFoundError:
         return Evidence(ABSENT, (f"workspace/{path} does not exist",))
-    except Unsafe as unsafe:
-        return Evidence(UNCLEAR, (f"workspace/{path}: {unsafe.detail}",))
+    except UnsafePath as unsafe:
+        return Evidence(UNCLEAR, (f"workspace/{path}: {unsafe}",))
     expected = sha256_hex(content.encode("utf-8"))
     if found != expected:
         return Evidence(
@@ -330,24 +339,10 @@ def write_file_evidence(
     return Evidence(PRESENT, (f"workspace/{path} holds exactly what the call writes (sha256 {found[:12]}…)",))
 
 
-def _open_below(root: Path, parts: list[str]) -> int:
-    """An fd on a regular file under ``root``, opened one directory at a time with no symlink followed."""
-    fd = open_dir(root)
-    try:
-        for part in parts[:-1]:
-            next_fd = open_dir(part, fd)
-            os.close(fd)
-            fd = next_fd
-        file_fd, _ = open_regular(parts[-1], fd)
-    finally:
-        os.close(fd)
-    return file_fd
-
-
 def _sha256_below(root: Path, parts: list[str]) -> str:
     """The digest of a file under ``root``, read in chunks (a file of any size is judged whole)."""
     digest = hashlib.sha256()
-    with os.fdopen(_open_below(root, parts), "rb") as stream:
+    with os.fdopen(open_file(root.joinpath(*parts), root, os.O_RDONLY), "rb") as stream:
         while chunk := stream.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()

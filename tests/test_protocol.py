@@ -236,22 +236,22 @@ def test_request_digest_normalises_object_keys_too():
 
 def test_write_durable_replaces_the_file_and_leaves_no_temp(tmp_path):
     target = tmp_path / "receipt.json"
-    durable.write_durable(target, b"one")
-    durable.write_durable(target, b"two")
+    durable.write_durable(target, b"one", root=tmp_path)
+    durable.write_durable(target, b"two", root=tmp_path)
     assert target.read_bytes() == b"two"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["receipt.json"]
 
 
 def test_an_fsync_error_is_fatal_and_the_old_content_stays(tmp_path, monkeypatch):
     target = tmp_path / "receipt.json"
-    durable.write_durable(target, b'{"status": "prepared"}')
+    durable.write_durable(target, b'{"status": "prepared"}', root=tmp_path)
 
     def failing_fsync(fd):
         raise OSError(errno.EIO, "simulated disk error")
 
     monkeypatch.setattr(os, "fsync", failing_fsync)
     with pytest.raises(OSError, match="simulated disk error"):
-        durable.write_durable(target, b'{"status": "committed"}')
+        durable.write_durable(target, b'{"status": "committed"}', root=tmp_path)
     monkeypatch.undo()
     assert target.read_bytes() == b'{"status": "prepared"}'
     assert sorted(path.name for path in tmp_path.iterdir()) == ["receipt.json"]
@@ -259,9 +259,9 @@ def test_an_fsync_error_is_fatal_and_the_old_content_stays(tmp_path, monkeypatch
 
 def test_create_durable_fails_when_the_target_exists_and_keeps_it(tmp_path):
     target = tmp_path / "TASK-000001.md"
-    durable.create_durable(target, b"first")
+    durable.create_durable(target, b"first", root=tmp_path)
     with pytest.raises(FileExistsError):
-        durable.create_durable(target, b"second")
+        durable.create_durable(target, b"second", root=tmp_path)
     assert target.read_bytes() == b"first"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["TASK-000001.md"]
 
@@ -271,15 +271,15 @@ def test_create_durable_never_uses_replace(tmp_path, monkeypatch):
         raise AssertionError("a create-only write must not use os.replace")
 
     monkeypatch.setattr(os, "replace", forbidden)
-    durable.create_durable(tmp_path / "task.md", b"content")
+    durable.create_durable(tmp_path / "task.md", b"content", root=tmp_path)
     assert (tmp_path / "task.md").read_bytes() == b"content"
 
 
 def test_temp_files_are_named_so_readers_skip_them(tmp_path):
-    temp = durable.temp_name_for(tmp_path / "abc.json")
+    temp = tmp_path / durable.temp_name_for("abc.json")
     assert temp.name.startswith(".") and temp.name.endswith(".tmp")
     temp.write_bytes(b"partial")
-    assert durable.remove_temp_files(tmp_path / "abc.json") == [temp]
+    assert durable.remove_temp_files(tmp_path / "abc.json", tmp_path) == [temp]
     assert not temp.exists()
 
 
@@ -344,13 +344,10 @@ def test_the_rooms_import_only_what_the_layout_says():
     assert loaded["receipts.recovery"] == {"receipts", "receipts.protocol", "receipts.recovery"}
     # The pages' read layer reaches the recovery rules without the reader; only the
     # evidence of a call in doubt (the adapters' evidence, in receipts.tools) opens files,
-    # through safe_open.
-    for module in ("receipts/selectors.py", "receipts/downloads.py", "receipts/doubt.py"):
+    # through the writer's confined opens (durable: no symlink below the run followed).
+    for module in ("receipts/selectors.py", "receipts/downloads.py", "receipts/doubt.py", "receipts/tools.py"):
         imported = imported_modules(PROJECT / module)
         assert not {name for name in imported if name.startswith("receipts.reader")}, module
-    assert {name for name in imported_modules(PROJECT / "receipts/tools.py") if name.startswith("receipts.reader")} == {
-        "receipts.reader.safe_open"
-    }
 
 
 def imported_modules(path) -> set[str]:

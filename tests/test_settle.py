@@ -203,8 +203,9 @@ def test_a_run_directory_that_cannot_take_the_file_records_nothing(as_confirmer,
     (run_dir / "confirmations").rmdir()
     (run_dir / "confirmations").write_text("a file where the folder belongs")
     response = as_confirmer.post(confirm_url(call), form_for(call))
-    assert response.status_code == HTTPStatus.SERVICE_UNAVAILABLE
-    assert "cannot be written" in content(response) and "nothing was recorded" in content(response)
+    # Not a folder where the writer makes its files: refused before a byte is written.
+    assert response.status_code == HTTPStatus.CONFLICT
+    assert "odd file where the writer records" in content(response) and "nothing was recorded" in content(response)
     assert not HumanDecision.objects.exists() and events_of(run_dir, "confirmation") == []
 
 
@@ -216,7 +217,7 @@ def test_a_ledger_that_cannot_take_the_event_leaves_no_confirmation_file(as_conf
     ledger.unlink()
     ledger.mkdir()  # a real failure: appending to a directory
     response = as_confirmer.post(confirm_url(call), form_for(call))
-    assert response.status_code == HTTPStatus.SERVICE_UNAVAILABLE
+    assert response.status_code == HTTPStatus.CONFLICT
     assert not (run_dir / "confirmations" / f"{call.call_id}.json").exists()
     assert not HumanDecision.objects.exists()
     ledger.rmdir()

@@ -409,7 +409,7 @@ def test_a_commit_found_by_a_query_says_reused(run_dir):
 
 
 def old_temp_beside(path: Path, hours: float) -> Path:
-    temp = durable.temp_name_for(path)
+    temp = path.with_name(durable.temp_name_for(path.name))
     temp.parent.mkdir(parents=True, exist_ok=True)
     temp.write_bytes(b"half")
     then = time.time() - hours * 3600
