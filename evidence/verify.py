@@ -6,6 +6,8 @@ clone of the project with no migrations and no database.
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -77,36 +79,137 @@ def _check_page(directory: Path, manifest: dict[str, Any]) -> list[str]:
     return problems
 
 
+# Fields the dashboard derives (verdicts, decisions, counts, findings) are not in the run
+# directory: they are checked by the manifest, not against the original.
+CALL_FIELDS = ("tool", "tool_version", "identity", "attempt", "status", "input_sha256", "output_sha256",
+               "args", "result", "error", "created_at", "updated_at")  # fmt: skip
+SUBMISSION_FIELDS = ("state", "task_id", "request_digest", "request", "task_sha256")
+CONFIRMATION_FIELDS = ("resolution", "actor", "reason", "confirmed_at", "receipt_sha256", "confirmation_id")
+RUN_FIELDS = ("run_id", "state", "attempts", "contract_sha256")
+
+
 def _check_against(document: dict[str, Any], run_dir: Path) -> list[str]:
-    """Each call_id, input digest and redacted args value against the original receipts."""
-    files, _ = read_run(run_dir, keep_events=False)
-    receipts = {call.call_id: call for call in files.calls if call.receipt_present}
-    problems = []
-    exported = {call.get("call_id"): call for call in document.get("calls") or [] if isinstance(call, dict)}
-    for call_id in sorted(set(receipts) | set(exported)):
-        original, shown = receipts.get(call_id), exported.get(call_id)
-        if original is None or shown is None:
-            problems.append(
-                f"call {call_id}: {'not in the run directory' if original is None else 'not in the export'}"
-            )
+    """Every field the export holds, in clear or as a digest, against the original run directory."""
+    files, events = read_run(run_dir)
+    problems = _differences("run", _pick(document.get("run"), RUN_FIELDS), _pick_original(files, RUN_FIELDS))
+    if isinstance(document.get("run"), dict) and document["run"].get("events") != len(events):
+        problems.append(
+            f"run.events: the export counts {document['run'].get('events')!r}, the ledger has {len(events)}"
+        )
+    calls = {call.call_id: call for call in files.calls if call.receipt_present}
+    problems += _check_section(document, "calls", "call_id", calls, CALL_FIELDS)
+    submissions = {record.client_submission_id: record for record in files.submissions}
+    problems += _check_section(document, "submissions", "client_submission_id", submissions, SUBMISSION_FIELDS)
+    confirmations = {record.call_id: record for record in files.confirmations}
+    problems += _check_section(document, "confirmations", "call_id", confirmations, CONFIRMATION_FIELDS)
+    problems += _check_events(document.get("events"), events)
+    for call in calls.values():
+        if call.recomputed_call_id and call.recomputed_call_id != call.declared_call_id:
+            problems.append(f"call {call.call_id}: the original receipt does not give its call_id")
+    return problems
+
+
+def _check_section(
+    document: dict[str, Any], section: str, key: str, originals: dict[str, Any], names: tuple[str, ...]
+) -> list[str]:
+    """One section's records, matched by ``key`` (shown in clear or as its digest), field by field."""
+    entries = document.get(section)
+    if not isinstance(entries, list):
+        return [f"{section}: not a list"]
+    # An id is shown in clear, or redacted (the scanner saw a secret in it) as its marker.
+    by_shown = {_canonical(name): name for name in originals} | {
+        _canonical(protocol.redacted(name)): name for name in originals
+    }
+    problems, seen = [], set()
+    for index, entry in enumerate(entries):
+        shown = entry.get(key) if isinstance(entry, dict) else None
+        if not isinstance(shown, str) and not protocol.is_redaction_marker(shown):
+            problems.append(f"{section}[{index}]: no {key}")
             continue
-        if shown.get("input_sha256") != original.input_sha256:
-            problems.append(f"call {call_id}: input_sha256 differs from the receipt's")
-        if original.recomputed_call_id and original.recomputed_call_id != original.declared_call_id:
-            problems.append(f"call {call_id}: the original receipt does not give its call_id")
-        problems += _check_args(call_id, shown.get("args"), original.args)
+        shown_key = shown if isinstance(shown, str) else shown["redacted"]
+        name = by_shown.get(_canonical(shown))
+        if name is None:
+            problems.append(f"{section} {shown_key}: not in the run directory")
+            continue
+        seen.add(name)
+        original = _pick_original(originals[name], names)
+        problems += _differences(f"{section} {shown_key}", _pick(entry, names), original)
+    problems += [f"{section} {name}: in the run directory, not in the export" for name in sorted(set(originals) - seen)]
     return problems
 
 
-def _check_args(call_id: str, shown: Any, original: Any) -> list[str]:
-    if not isinstance(shown, dict) or not isinstance(original, dict):
-        return [] if shown == original else [f"call {call_id}: args differ"]
-    problems = []
-    for name, value in original.items():
-        kept = shown.get(name)
-        if protocol.is_redaction_marker(kept):
-            if kept != protocol.redacted(value):
-                problems.append(f"call {call_id}: the redacted digest of args.{name} is not the original's")
-        elif kept != value:
-            problems.append(f"call {call_id}: args.{name} in clear differs from the original")
+def _check_events(entries: Any, events: list[Any]) -> list[str]:
+    if not isinstance(entries, list):
+        return ["events: not a list"]
+    originals = {event.seq: event for event in events}
+    problems, seen = [], set()
+    for index, entry in enumerate(entries):
+        seq = entry.get("seq") if isinstance(entry, dict) else None
+        if not protocol.is_whole_number(seq):
+            problems.append(f"events[{index}]: no seq")
+            continue
+        original = originals.get(seq)
+        if original is None:
+            problems.append(f"event {seq}: not in the ledger")
+            continue
+        seen.add(seq)
+        if entry.get("line_sha256") != original.line_sha256:
+            problems.append(f"event {seq}: line_sha256 is not the digest of the ledger's line {original.line_no}")
+        try:
+            payload = protocol.load_json_text(original.payload)
+        except ValueError:
+            payload = None
+        problems += _differences(f"event {seq}", entry.get("payload"), payload)
+    problems += [f"event {seq}: in the ledger, not in the export" for seq in sorted(set(originals) - seen)]
     return problems
+
+
+def _canonical(value: Any) -> str:
+    return protocol.canonical_json(value).decode()
+
+
+def _digest_of(value: Any) -> str:
+    return protocol.redacted(value)["redacted"]
+
+
+def _pick(entry: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: entry[name] for name in names if name in entry} if isinstance(entry, dict) else {}
+
+
+def _pick_original(record: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    values = {name: getattr(record, name) for name in names}
+    return {name: protocol.format_time(value) if isinstance(value, dt.datetime) else value
+            for name, value in values.items()}  # fmt: skip
+
+
+def _differences(where: str, shown: Any, original: Any) -> list[str]:
+    """Each place where ``shown`` is neither ``original`` nor its digest, as a line. Only the
+    export's own values are quoted: the original may hold what the export redacted."""
+    if protocol.is_redaction_marker(shown):
+        return [] if shown == protocol.redacted(original) else [f"{where}: the redacted digest is not the original's"]
+    if isinstance(shown, dict) and isinstance(original, dict):
+        # A key that looked like a secret is shown as its digest.
+        by_shown = {name: name for name in original} | {_digest_of(name): name for name in original}
+        problems, seen = [], set()
+        for key, value in shown.items():
+            name = by_shown.get(key)
+            if name is None:
+                problems.append(f"{where}.{key}: not in the original")
+                continue
+            seen.add(name)
+            problems += _differences(f"{where}.{key}", value, original[name])
+        return problems + [f"{where}: a field of the original is not in the export" for _ in set(original) - seen]
+    if isinstance(shown, list) and isinstance(original, list) and len(shown) == len(original):
+        return [
+            problem
+            for index, (a, b) in enumerate(zip(shown, original, strict=True))
+            for problem in _differences(f"{where}[{index}]", a, b)
+        ]
+    if shown != original:
+        return [f"{where}: the export says {_short(shown)}, the original differs"]
+    return []
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= 80 else text[:79] + "…"
