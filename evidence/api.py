@@ -12,11 +12,14 @@ cookie) or ``Authorization: Bearer <token>`` (``manage.py api_token``).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import secrets
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from ninja import NinjaAPI, Schema
@@ -25,6 +28,7 @@ from ninja.security import HttpBearer, SessionAuth
 
 from evidence.pagination import cursor_page
 from receipts import inbox, protocol, selectors
+from receipts.findings import CODES, ERROR, WARNING
 from receipts.models import ApiToken, Call, Run
 from receipts.roles import BROWSE
 from receipts.stats import RunSummary
@@ -66,9 +70,26 @@ class Session(SessionAuth):
         return _may_browse(super().authenticate(request, key))
 
 
+def _for_browsers_only(view: Callable) -> Callable:
+    """The OpenAPI description behind the same door as the endpoints it describes."""
+
+    @functools.wraps(view)
+    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            allowed = any(auth(request) for auth in AUTH)
+        except HttpError as refused:
+            return JsonResponse({"detail": str(refused)}, status=refused.status_code)
+        if not allowed:
+            return JsonResponse({"detail": "Unauthorized"}, status=401)
+        return view(request, *args, **kwargs)
+
+    return guarded
+
+
+AUTH = [BearerToken(), Session()]
 api = NinjaAPI(
     title="Callproof", version="1", description=__doc__, urls_namespace="api", docs_url=None,
-    auth=[BearerToken(), Session()],
+    auth=AUTH, docs_decorator=_for_browsers_only,
 )  # fmt: skip
 
 
@@ -193,8 +214,18 @@ class DecisionPage(Schema):
     total: int | None
 
 
+def _one_of(name: str, value: str, allowed: Iterable[str]) -> str:
+    """A filter must be one of its values, as on the pages: one silently ignored returns a list
+    nobody asked for."""
+    allowed = list(allowed)
+    if value and value not in allowed:
+        raise HttpError(400, f"{name}={value[:80]!r} is not one of: {', '.join(allowed[:30])}")
+    return value
+
+
 @api.get("/runs", response=RunPage, summary="Runs, by run_id")
 def runs(request: HttpRequest, state: str = "", attention: bool = False, limit: int = 50):
+    _one_of("state", state, selectors.run_states())
     items = selectors.runs_list(state=state, attention=attention).order_by("run_id")
     return _page(request, items, keys=("run_id",), limit=limit, total=None, out=_run_out)
 
@@ -213,6 +244,8 @@ def calls(request: HttpRequest, run_id: str, limit: int = 50):
 
 @api.get("/findings", response=FindingPage, summary="Open findings across runs, newest first")
 def findings(request: HttpRequest, code: str = "", run_id: str = "", severity: str = "", limit: int = 50):
+    _one_of("code", code, CODES)
+    _one_of("severity", severity, (ERROR, WARNING))
     items = selectors.open_findings(code=code, run_id=run_id, severity=severity)
     return _page(
         request, items, keys=("-id",), limit=limit, total=None,
@@ -229,8 +262,8 @@ def reservations(request: HttpRequest):
 
 @api.get("/inbox", response=list[InboxOut], summary="What needs a person, most serious first (1,000 of each kind)")
 def inbox_items(request: HttpRequest, kind: str = "", severity: str = "", run_id: str = ""):
-    if kind and kind not in inbox.KINDS:
-        raise HttpError(400, f"kind must be one of: {', '.join(inbox.KINDS)}")
+    _one_of("kind", kind, inbox.KINDS)
+    _one_of("severity", severity, (ERROR, WARNING))
     return [item.__dict__ for item in inbox.inbox_items(kind=kind, severity=severity, run_id=run_id)]
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
+from django.utils.cache import patch_cache_control
 
 from receipts.roles import BROWSE
 
@@ -31,3 +32,18 @@ class RoleRequiredMiddleware:
         if not request.user.has_perm(BROWSE):
             raise PermissionDenied("this login has no role on the dashboard: ask an admin for one")
         return None
+
+
+class NoStoreMiddleware:
+    """Nothing the dashboard answers is kept by a browser or a proxy cache: pages, downloads,
+    the evidence zip and the API carry run data, and a shared machine's back button or a
+    caching proxy must not show them to the next person. Static files (whitenoise, earlier in
+    the chain) keep their own long-lived headers."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        patch_cache_control(response, no_store=True, private=True)
+        return response

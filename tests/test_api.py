@@ -8,6 +8,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
+from evidence.api import new_token
 from receipts.models import ApiToken, Call, Finding, Run
 from tests.helpers import CONTRACT, import_as_seen_later, join
 from tests.volume import synthetic_run
@@ -78,3 +79,25 @@ def test_the_openapi_description_names_every_endpoint(db, client, django_user_mo
     assert {"/api/runs", "/api/runs/{run_id}", "/api/runs/{run_id}/calls", "/api/findings", "/api/reservations",
             "/api/inbox", "/api/audit"} <= paths  # fmt: skip
     assert all(set(item) == {"get"} for item in description["paths"].values()), "read-only"
+
+
+def test_the_openapi_description_needs_a_login_that_may_browse(db, client, django_user_model):
+    assert client.get("/api/openapi.json").status_code == 401
+    client.force_login(django_user_model.objects.create_user("no-role"))
+    assert client.get("/api/openapi.json").status_code == 403
+    client.logout()
+    token = new_token(user=join(django_user_model.objects.create_user("script"), "viewer"), name="ci")
+    described = client.get("/api/openapi.json", headers={"Authorization": f"Bearer {token}"})
+    assert described.status_code == 200 and "/api/runs" in described.json()["paths"]
+    # What a script reads with its token is never kept by a cache on the way.
+    assert "no-store" in described.headers["Cache-Control"]
+
+
+@pytest.mark.parametrize(
+    "url", ["/api/runs?state=zzz", "/api/findings?code=zzz", "/api/findings?severity=zzz", "/api/inbox?kind=zzz",
+            "/api/inbox?severity=zzz"],
+)  # fmt: skip
+def test_an_unknown_filter_value_is_a_400_as_on_the_pages(db, client, django_user_model, url):
+    client.force_login(join(django_user_model.objects.create_user("reader"), "viewer"))
+    response = client.get(url)
+    assert response.status_code == 400 and "zzz" in response.json()["detail"]

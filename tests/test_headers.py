@@ -23,6 +23,8 @@ def check_headers(response, where: str) -> None:
     assert response.headers.get("X-Frame-Options") == "DENY", where
     assert response.headers.get("Referrer-Policy") == "same-origin", where
     assert response.headers.get("X-Content-Type-Options") == "nosniff", where
+    cache = {part.strip() for part in response.headers.get("Cache-Control", "").split(",")}
+    assert {"no-store", "private"} <= cache, (where, cache)
     for name, cookie in response.cookies.items():
         if cookie.value == "" and cookie["max-age"] == 0:
             continue  # a cookie being removed (the session, at logout)

@@ -53,6 +53,7 @@ def test_pages_refuse_post(logged_in, demo):
         ("/findings/?code=made_up", "code=&#x27;made_up&#x27; is not one of: invalid_json"),
         ("/inbox/?kind=everything", "kind=&#x27;everything&#x27; is not one of: tampered"),
         ("/runs/clean-run/replay/?decision=maybe", "decision=&#x27;maybe&#x27; is not one of: confirm"),
+        ("/audit/?list=zzz", "list=&#x27;zzz&#x27; is not one of: decisions, actions"),
     ],
 )
 def test_an_unknown_parameter_is_a_400_that_says_what_is_allowed(logged_in, demo, url, message):

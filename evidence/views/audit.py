@@ -17,9 +17,10 @@ def audit(request: HtmxHttpRequest) -> HttpResponse:
     resolution = choice(request, "resolution", protocol.RESOLUTIONS)
     decisions = selectors.human_decisions(run_id=run_id, actor=actor, resolution=resolution)
     entries = selectors.audit_entries(run_id=run_id, actor=actor)
+    listed = choice(request, "list", ("decisions", "actions"), default="decisions")
     fmt = download_format(request)
     if fmt:
-        if choice(request, "list", ("decisions", "actions"), default="decisions") == "actions":
+        if listed == "actions":
             return download(fmt, "audit-actions", *downloads.action_rows(entries))
         return download(fmt, "audit", *downloads.audit_rows(decisions))
     context = {
