@@ -88,6 +88,10 @@ def settle_call(
         if not call_in_doubt(call):
             message = "This call is not in doubt: its verified receipt says what happened."
             raise SettleError(HTTPStatus.CONFLICT, message)
+        if receipt_sha256 != call.file_sha256:
+            # The decision is about the receipt the dashboard imported and showed, not whatever
+            # digest a form carries: a digest of the bytes on disk now would pass the writer's check.
+            raise SettleError(HTTPStatus.CONFLICT, _receipt_changed(run, call))
         if needs_second_tick(call) and not confirm_queryable:
             message = "The runtime can check this call with its target by itself. Tick the box to decide anyway."
             raise SettleError(HTTPStatus.BAD_REQUEST, message)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import re
@@ -142,6 +143,21 @@ def test_a_form_that_does_not_hold_is_400_and_records_nothing(as_confirmer, demo
     response = as_confirmer.post(confirm_url(call), form_for(call, **changes))
     assert response.status_code == HTTPStatus.BAD_REQUEST
     assert message in content(response)
+    nothing_recorded(demo / RUN, call)
+
+
+def test_a_decision_about_other_bytes_than_the_imported_receipt_is_refused(as_confirmer, demo):
+    """The form carries the digest of the receipt now on disk (edited since the import): the
+    writer's own check would pass, but nobody was shown that receipt."""
+    call = first_call_of(RUN)
+    path = demo / RUN / "receipts" / f"{call.call_id}.json"
+    receipt = json.loads(path.read_bytes())
+    receipt.update(updated_at="2026-11-30T13:00:00.000000Z")
+    path.write_text(json.dumps(receipt))
+    on_disk = hashlib.sha256(path.read_bytes()).hexdigest()
+    response = as_confirmer.post(confirm_url(call), form_for(call, receipt_sha256=on_disk))
+    assert response.status_code == HTTPStatus.CONFLICT
+    assert "The receipt changed since this page showed it" in content(response)
     nothing_recorded(demo / RUN, call)
 
 
