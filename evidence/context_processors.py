@@ -10,6 +10,9 @@ from receipts.roles import BROWSE
 
 def inbox(request: HttpRequest) -> dict[str, int]:
     """How many items wait in the inbox (only for a person who may browse)."""
-    if not request.user.has_perm(BROWSE):
+    # A request refused before the authentication middleware ran (a disallowed Host) has no
+    # user, and its 400 page is rendered with these processors all the same.
+    user = getattr(request, "user", None)
+    if user is None or not user.has_perm(BROWSE):
         return {}
     return {"inbox_count": inbox_total()}

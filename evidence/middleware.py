@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.core.exceptions import BadRequest, PermissionDenied
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.cache import patch_cache_control
 
 from receipts.roles import BROWSE
@@ -47,3 +47,22 @@ class NoStoreMiddleware:
         response = self.get_response(request)
         patch_cache_control(response, no_store=True, private=True)
         return response
+
+
+class RefuseNulMiddleware:
+    """A U+0000 in the path or in a query parameter is a 400 before any view runs: no page
+    or API answer needs one, and PostgreSQL refuses it in text with an error that would be a
+    500. Posted forms are covered by Django's own fields, which refuse it."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if "\x00" in request.path or any(
+            "\x00" in name or any("\x00" in value for value in values) for name, values in request.GET.lists()
+        ):
+            message = "a U+0000 (NUL) character is not allowed in the address"
+            if request.path.startswith("/api/"):
+                return JsonResponse({"detail": message}, status=400)
+            raise BadRequest(message)
+        return self.get_response(request)

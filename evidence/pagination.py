@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.core.exceptions import BadRequest
+from django.db import models
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 
@@ -44,6 +45,20 @@ def _decode(text: str, width: int) -> list[Any]:
     if not isinstance(values, list) or len(values) != width or not all(isinstance(v, str | int) for v in values):
         raise BadRequest("the page cursor is not one this site made")
     return values
+
+
+def _check_types(model: Any, keys: Sequence[str], values: Sequence[Any], param: str) -> None:
+    """Each value of the right kind for its column: a string where the key is a number (or a
+    number past 64 bits, or a NUL) would reach the database, and PostgreSQL refuses it with a 500."""
+    for key, value in zip(keys, values, strict=True):
+        numeric = isinstance(model._meta.get_field(key.lstrip("-")), models.IntegerField)
+        fits = (
+            isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
+            if numeric
+            else isinstance(value, str) and "\x00" not in value
+        )
+        if not fits:
+            raise BadRequest(f"{param}: the page cursor is not one this site made")
 
 
 def _beyond(keys: Sequence[str], values: Sequence[Any], *, forward: bool, inclusive: bool = False) -> Q:
@@ -152,6 +167,8 @@ def cursor_page(
         raise BadRequest(f"{param}={raw[:80]!r} is not a page of this list")
     forward = direction == "after"
     values = _decode(values_text, len(keys))
+    if segments:
+        _check_types(segments[0].model, keys, values, param)
     rows = _walk(
         segments, keys, int(segment_text), _beyond(keys, values, forward=forward), forward=forward, limit=per_page + 1
     )

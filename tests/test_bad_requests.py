@@ -1,0 +1,62 @@
+"""What a client can put in a request is a 400 that says why, never a 500, on both databases:
+a NUL anywhere in the address, a page cursor of the wrong kind for its column, a Host the site
+does not serve."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from django.test import Client
+
+from tests.helpers import join
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def viewer(client, django_user_model):
+    client.force_login(join(django_user_model.objects.create_user("reader"), "viewer"))
+    return client
+
+
+def cursor(*values) -> str:
+    return base64.urlsafe_b64encode(json.dumps(list(values)).encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/runs/clean%00run/", "/search/?q=a%00b", "/findings/?code=%00", "/audit/?actor=x%00y",
+        "/?page=after.0.%00", "/api/runs/clean%00run", "/api/audit?actor=%00", "/api/findings?run_id=a%00",
+    ],
+)  # fmt: skip
+def test_a_nul_anywhere_in_the_address_is_a_400(viewer, demo, url):
+    response = viewer.get(url)
+    assert response.status_code == 400, url
+    if url.startswith("/api/"):
+        assert "NUL" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"/runs/clean-run/?page=after.0.{cursor('not a number')}",
+        f"/runs/clean-run/?page=before.0.{cursor(2**64)}",
+        f"/api/findings?cursor=after.0.{cursor('not a number')}",
+        f"/api/findings?cursor=after.0.{cursor(2**70)}",
+        f"/api/runs?cursor=after.0.{cursor(17)}",
+        f"/api/runs?cursor=after.0.{cursor('a' + chr(0))}",
+    ],
+)
+def test_a_cursor_of_the_wrong_kind_for_its_column_is_a_400(viewer, demo, url):
+    assert viewer.get(url).status_code == 400, url
+
+
+def test_a_host_the_site_does_not_serve_is_a_400_page(demo):
+    client = Client(raise_request_exception=False)
+    response = client.get("/", HTTP_HOST="evil.example")
+    assert response.status_code == 400
+    api = client.get("/api/runs", HTTP_HOST="evil.example")
+    assert api.status_code == 400
