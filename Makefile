@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 RUNS ?= var/runs
 ADDR ?= 127.0.0.1:8000
 
-.PHONY: install demo browser test test-postgres lint format bench bench-import bench-export bench-pages torture clean
+.PHONY: install demo browser nginx test test-postgres lint format bench bench-import bench-export bench-pages torture clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,10 +45,16 @@ browser:
 	  { [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; $$SUDO apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }; }
 
-test: install browser
+# The proxy tests serve the dashboard through Debian's nginx (tests/test_proxy.py).
+nginx:
+	@test -x /usr/sbin/nginx || { command -v apt-get >/dev/null && \
+	  { [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; $$SUDO apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nginx; }; }
+
+test: install browser nginx
 	$(BIN)/python -m pytest
 
-test-postgres: install browser
+test-postgres: install browser nginx
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test $(BIN)/python -m pytest
 
 lint: install

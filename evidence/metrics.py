@@ -19,20 +19,21 @@ from django.http import HttpRequest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from evidence.proxy import behind_proxy
 from receipts import protocol
 from receipts.findings import DIGEST_CODES
 from receipts.models import AuditEntry, Call, Confirmation, Finding, HumanDecision, Run
 
 
 def may_scrape(request: HttpRequest) -> bool:
-    """With ``EVIDENCE_METRICS_TOKEN`` set, ``Authorization: Bearer <token>``; without it,
-    only a request made on this machine, straight to the server (a request a proxy passed
-    on carries ``X-Forwarded-For`` and is refused, though it too comes from loopback)."""
+    """With ``EVIDENCE_METRICS_TOKEN`` set, ``Authorization: Bearer <token>``. Without it, only
+    a request made on this machine straight to the server, and only when no proxy is declared:
+    behind a proxy every request arrives from loopback, so the token is the only door."""
     token = settings.EVIDENCE_METRICS_TOKEN
     if token:
         given = request.headers.get("Authorization", "")
         return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
-    if "X-Forwarded-For" in request.headers:
+    if behind_proxy() or "X-Forwarded-For" in request.headers:
         return False
     try:
         return ipaddress.ip_address(request.META.get("REMOTE_ADDR", "")).is_loopback

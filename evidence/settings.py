@@ -170,9 +170,9 @@ PASSWORD_HASHERS = [
 # Login throttling (django-axes): five failed logins for one user name from one address
 # lock that pair out for 15 minutes (429 and a page that says so); a success resets it.
 # Behind a reverse proxy every request comes from the proxy's address: set
-# EVIDENCE_PROXY_COUNT to the number of proxies in front, and the address is read from
-# X-Forwarded-For (which those proxies must set, and clients must not be able to reach
-# the server around them).
+# EVIDENCE_PROXY_COUNT to the number of proxies in front, and the address is the one the
+# outermost proxy appended to X-Forwarded-For (evidence/proxy.py: what a client writes
+# there itself is never read). Clients must not reach the server around the proxies.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 AXES_FAILURE_LIMIT = 5
 AXES_COOLOFF_TIME = dt.timedelta(minutes=15)
@@ -180,9 +180,7 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 PROXY_COUNT = env_count("EVIDENCE_PROXY_COUNT", 0)
-if PROXY_COUNT:
-    AXES_IPWARE_PROXY_COUNT = PROXY_COUNT
-    AXES_IPWARE_META_PRECEDENCE_ORDER = ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR")
+AXES_CLIENT_IP_CALLABLE = "evidence.proxy.client_address"
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "runs"
@@ -194,7 +192,7 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "var" / "staticfiles"
+STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT") or BASE_DIR / "var" / "staticfiles")
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

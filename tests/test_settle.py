@@ -101,6 +101,19 @@ def test_the_next_import_agrees_with_what_settling_wrote(as_confirmer, demo):
     assert Finding.objects.filter(run__run_id=RUN, closed_at__isnull=True).count() == 0
 
 
+@pytest.mark.parametrize(("proxies", "recorded"), [(0, "127.0.0.1"), (1, "203.0.113.9"), (2, "198.51.100.4")])
+def test_the_audit_records_the_address_the_throttle_sees(as_confirmer, demo, settings, proxies, recorded):
+    """One rule for the client's address (evidence/proxy.py): the entry the outermost declared
+    proxy appended; what the client put in front of it is never read."""
+    settings.PROXY_COUNT = proxies
+    call = first_call_of(RUN)
+    forwarded = "6.6.6.6, 198.51.100.4, 203.0.113.9"  # the client's own claim, then two proxies' entries
+    response = as_confirmer.post(confirm_url(call), form_for(call), REMOTE_ADDR="127.0.0.1",
+                                 HTTP_X_FORWARDED_FOR=forwarded)  # fmt: skip
+    assert response.status_code == HTTPStatus.SEE_OTHER
+    assert HumanDecision.objects.get().client_address == recorded
+
+
 def test_get_is_405_and_csrf_is_enforced(confirmer, demo):
     call = first_call_of(RUN)
     strict = Client(enforce_csrf_checks=True)

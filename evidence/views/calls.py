@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from evidence.forms import ConfirmForm
 from evidence.pagination import cursor_page
+from evidence.proxy import client_address
 from evidence.views.common import (
     HtmxHttpRequest,
     choice,
@@ -101,7 +102,7 @@ def confirm(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpResponse
             typed_call_id=form.cleaned_data["confirm_call_id"],
             receipt_sha256=form.cleaned_data["receipt_sha256"],
             confirm_queryable=form.cleaned_data["confirm_queryable"],
-            client_address=request.META.get("REMOTE_ADDR"),
+            client_address=client_address(request),
         )
     except settle.SettleError as refused:
         return call_page(request, run, call, form=form, error=refused.message, status=refused.status)
