@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import hashlib
+import hmac
 import secrets
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -40,10 +41,19 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def new_token(*, user: AbstractBaseUser, name: str) -> str:
-    """A new token for ``user``: shown once; only its digest is kept."""
+def password_fingerprint(user: AbstractBaseUser) -> str:
+    """What changes when the user's password does (its stored hash, digested again)."""
+    return hashlib.sha256(user.password.encode()).hexdigest()
+
+
+def new_token(*, user: AbstractBaseUser, name: str, expires_at: dt.datetime | None = None) -> str:
+    """A new token for ``user``: shown once; only its digest is kept. It ends at ``expires_at``
+    (if given), when the user's password changes, or when the user is deactivated."""
     token = "cp_" + secrets.token_urlsafe(32)
-    ApiToken.objects.create(user=user, name=name, digest=token_digest(token), created_at=timezone.now())
+    ApiToken.objects.create(
+        user=user, name=name, digest=token_digest(token), created_at=timezone.now(), expires_at=expires_at,
+        password_fingerprint=password_fingerprint(user),
+    )  # fmt: skip
     return token
 
 
@@ -60,6 +70,10 @@ class BearerToken(HttpBearer):
         found = ApiToken.objects.select_related("user").filter(digest=token_digest(token)).first()
         if found is None:
             return None
+        if found.expires_at is not None and found.expires_at <= timezone.now():
+            return None
+        if not hmac.compare_digest(found.password_fingerprint, password_fingerprint(found.user)):
+            return None  # the password changed since: every token of the old one has ended
         ApiToken.objects.filter(pk=found.pk).update(last_used_at=timezone.now())
         request.user = found.user
         return _may_browse(found.user)

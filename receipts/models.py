@@ -372,6 +372,10 @@ class ApiToken(models.Model):
     digest = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField()
     last_used_at = models.DateTimeField(null=True)
+    expires_at = models.DateTimeField(null=True)  # None: until revoked
+    # The digest of the user's password hash when the token was made: a password changed
+    # since (a person who lost control of the account resets it) ends every token at once.
+    password_fingerprint = models.CharField(max_length=64, default="")
 
     def __str__(self) -> str:
         return f"{self.user}: {self.name}"

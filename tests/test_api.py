@@ -3,10 +3,11 @@ that may browse, described by OpenAPI."""
 
 from __future__ import annotations
 
+import datetime as dt
 from io import StringIO
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from evidence.api import new_token
 from receipts.models import ApiToken, Call, Finding, Run
@@ -49,6 +50,29 @@ def test_tokens_are_kept_as_digests_and_can_be_revoked(db, django_user_model, cl
     assert client.get("/api/runs", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 200
     call_command("api_token", "bot", "--name", "nightly", "--revoke", stdout=StringIO())
     assert client.get("/api/runs", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 401
+
+
+def test_a_token_ends_at_its_expiry_at_a_password_change_and_with_its_owner(db, django_user_model, client):
+    from django.utils import timezone
+
+    user = join(django_user_model.objects.create_user("bot", password="the-first-password-1"), "viewer")
+    out = StringIO()
+    call_command("api_token", "bot", "--name", "weekly", "--expires-in-days", "7", stdout=out)
+    expiring, lasting = out.getvalue().strip(), token_for(user, "nightly")
+    answer = lambda token: client.get("/api/runs", HTTP_AUTHORIZATION=f"Bearer {token}").status_code  # noqa: E731
+    assert answer(expiring) == 200 and answer(lasting) == 200
+    ApiToken.objects.filter(name="weekly").update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+    assert answer(expiring) == 401 and answer(lasting) == 200
+    user.set_password("a-new-password-after-a-leak-2")
+    user.save()
+    assert answer(lasting) == 401, "a password change ends every token made under the old one"
+    fresh = token_for(user, "after the reset")
+    assert answer(fresh) == 200
+    user.is_active = False
+    user.save()
+    assert answer(fresh) == 401
+    with pytest.raises(CommandError):
+        call_command("api_token", "bot", "--name", "x", "--expires-in-days", "0", stdout=StringIO())
 
 
 def test_lists_page_by_key_to_the_end_and_agree_with_the_rows(demo_root, db, client, django_user_model):
@@ -101,3 +125,20 @@ def test_an_unknown_filter_value_is_a_400_as_on_the_pages(db, client, django_use
     client.force_login(join(django_user_model.objects.create_user("reader"), "viewer"))
     response = client.get(url)
     assert response.status_code == 400 and "zzz" in response.json()["detail"]
+
+
+def test_the_migration_fingerprints_the_tokens_made_before_it(db, django_user_model, client):
+    import importlib
+
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    name = "0017_api_token_expiry_and_password"
+    migration = importlib.import_module(f"receipts.migrations.{name}")
+    token = token_for(join(django_user_model.objects.create_user("old-bot", password="a-password-1"), "viewer"))
+    ApiToken.objects.update(password_fingerprint="")  # as a token made before the field existed
+    assert client.get("/api/runs", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 401
+    migration.fingerprint_existing_tokens(
+        MigrationExecutor(connection).loader.project_state(("receipts", name)).apps, None
+    )
+    assert client.get("/api/runs", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 200
