@@ -10,6 +10,7 @@ function for a tool name with ``register_evidence``.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -39,7 +40,11 @@ __all__ = [
 ]
 
 EvidenceFunction = Callable[[Path, Mapping[str, Any], str], Evidence]
-_REGISTRY: dict[str, EvidenceFunction] = {}
+# A page reads this much of the end of an outbox, not a whole outbox of any size on every view.
+PAGE_OUTBOX_BYTES = 8 * 2**20
+_REGISTRY: dict[str, EvidenceFunction] = {
+    "send_message": functools.partial(send_message_evidence, tail_bytes=PAGE_OUTBOX_BYTES),
+}
 
 
 def register_evidence(tool: str, function: EvidenceFunction) -> None:

@@ -44,6 +44,36 @@ def test_a_message_never_sent_has_no_line(run_dir):
     )
 
 
+def test_a_page_reads_the_end_of_a_big_outbox_and_never_calls_the_rest_absent(run_dir):
+    """A page looks at the last PAGE_OUTBOX_BYTES of the outbox; the runtime reads it whole."""
+    call_id = killed_call(run_dir, "send_message", MESSAGE, "after_effect")
+    outbox = run_dir / "outbox.jsonl"
+    ours = outbox.read_bytes()
+    filler = b"".join(
+        json.dumps({"call_id": f"{n:064x}", "to": "x", "body": "y" * 200}).encode() + b"\n"
+        for n in range(doubt.PAGE_OUTBOX_BYTES // 250 + 1000)
+    )
+    assert len(filler) > doubt.PAGE_OUTBOX_BYTES
+    adapter = runtime.BUILTIN_ADAPTERS["send_message"]
+    outbox.write_bytes(filler + ours)  # the call's line at the end, where a recent one is
+    assert doubt.evidence_for(run_dir, "send_message", MESSAGE, call_id).verdict == doubt.PRESENT
+    outbox.write_bytes(ours + filler)  # at the start: beyond what a page reads
+    seen = doubt.evidence_for(run_dir, "send_message", MESSAGE, call_id)
+    assert seen.verdict == doubt.UNCLEAR and f"search it for {call_id}" in seen.facts[0], seen
+    assert adapter.evidence(run_dir, MESSAGE, call_id).verdict == doubt.PRESENT, "the runtime reads it whole"
+
+
+def test_a_line_whose_call_id_is_written_with_escapes_is_still_found(run_dir):
+    """Lines of other calls are passed over without parsing; an escaped id must not slip by."""
+    call_id = "a" * 64
+    escaped = "".join(f"\\u{ord(char):04x}" for char in call_id)
+    (run_dir / "outbox.jsonl").write_text(
+        json.dumps({"call_id": "b" * 64, "to": "x", "body": "y"}) + "\n"
+        + '{"call_id": "' + escaped + '", "message_id": "msg-1", "to": "ops@example.com", "body": "deployed"}\n'
+    )  # fmt: skip
+    assert doubt.send_message_evidence(run_dir, MESSAGE, call_id).verdict == doubt.PRESENT
+
+
 def test_an_old_line_without_a_call_id_makes_it_unclear(run_dir):
     (run_dir / "outbox.jsonl").write_text(json.dumps(MESSAGE) + "\n" + '{"torn": ' + "\n")
     evidence = doubt.send_message_evidence(run_dir, MESSAGE, "c" * 64)
