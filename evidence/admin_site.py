@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.contrib.admin.apps import AdminConfig
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.core.exceptions import ValidationError
+
+
+def may_administer(user) -> bool:
+    # The admin role manages people (receipts/roles.py); staff status stays Django's, for superusers.
+    return user.is_active and (user.is_staff or user.has_perm("auth.change_user"))
+
+
+class RoleAdminLoginForm(AdminAuthenticationForm):
+    """The admin's own login asks what its door asks, not the staff flag."""
+
+    def confirm_login_allowed(self, user) -> None:
+        if not may_administer(user):
+            raise ValidationError(self.error_messages["invalid_login"], code="invalid_login",
+                                  params={"username": self.username_field.verbose_name})  # fmt: skip
 
 
 class RoleAdminSite(admin.AdminSite):
     site_header = "Callproof administration"
     site_title = "Callproof administration"
+    login_form = RoleAdminLoginForm
 
     def has_permission(self, request) -> bool:
-        # The admin role manages people (receipts/roles.py); staff status stays Django's, for superusers.
-        user = request.user
-        return user.is_active and (user.is_staff or user.has_perm("auth.change_user"))
-
-
-class RoleAdminConfig(AdminConfig):
-    default_site = "evidence.admin_site.RoleAdminSite"
+        return may_administer(request.user)

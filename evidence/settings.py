@@ -82,7 +82,7 @@ EVIDENCE_SIGNING_KEY_FILES = env_list("EVIDENCE_SIGNING_KEY_FILES", "")
 EVIDENCE_SIGNED_RUNS_ONLY = env_bool("EVIDENCE_SIGNED_RUNS_ONLY", "0")
 
 INSTALLED_APPS = [
-    "evidence.admin_site.RoleAdminConfig",
+    "evidence.admin_apps.RoleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -154,3 +154,11 @@ def test_a_superuser_keeps_djangos_whole_user_admin(client, root, bob):
     client.post(change_url(bob), change_form(bob, is_staff="on"))
     bob.refresh_from_db()
     assert bob.is_staff
+
+
+def test_the_admin_login_lets_in_the_role_and_no_one_else(client, mallory, bob):
+    login = reverse("admin:login")
+    refused = client.post(login, {"username": "bob", "password": "bobs-own-password-1"})
+    assert refused.status_code == HTTPStatus.OK and "_auth_user_id" not in client.session, "a viewer stays out"
+    let_in = client.post(login, {"username": "mallory", "password": PASSWORD, "next": reverse("admin:index")})
+    assert let_in.status_code == HTTPStatus.FOUND and client.get(reverse("admin:index")).status_code == HTTPStatus.OK
