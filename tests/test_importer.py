@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import random
 import signal
 import subprocess
@@ -312,7 +313,9 @@ def test_watch_imports_what_changes_until_interrupted(demo_root, tmp_path):
     try:
         first = json.loads(child.stdout.readline())
         assert len(first["runs"]) == len(SCENARIOS)
-        runtime.run_init(demo_root / "new-run", contract_sha256=CONTRACT)
+        # Made beside the root and moved in whole: a pass between init's files would see half a run.
+        runtime.run_init(tmp_path / "new-run", contract_sha256=CONTRACT)
+        os.rename(tmp_path / "new-run", demo_root / "new-run")
         second = json.loads(child.stdout.readline())
         assert [run["run_id"] for run in second["runs"]] == ["new-run"]
         durable.append_event(demo_root / "clean-run", "note", {})

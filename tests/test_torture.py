@@ -172,7 +172,9 @@ def test_random_kills_never_break_a_promise(tmp_path):
         trials = report.of(tool)
         sent, landed = sum(t.kills_sent for t in trials), sum(t.kills_landed for t in trials)
         windows = {window for window, count in report.windows(tool).items() if count}
-        assert len(trials) == 100 and landed >= sent / 2, table
+        # At least a third land in a running writer (58% to 94% unloaded, 48% for write-task on a
+        # loaded machine: a reuse ends before most kills come); the windows below are the real test.
+        assert len(trials) == 100 and landed >= sent / 3, table
         assert len(windows) >= 3 and windows & EFFECT_DONE_UNRECORDED[tool], table
         together = report.of(mode_name(tool, True))
         assert len(together) == 4 and sum(t.kills_landed for t in together) > 0, table
