@@ -130,12 +130,12 @@ def _run_record(run: Run, policy: Policy) -> dict[str, Any]:
     return {
         "run_id": clear(run.run_id, policy),
         "state": clear(run.state, policy),
-        "attempts": run.attempts,
+        "attempts": clear(run.attempts, policy),
         "contract_sha256": run.contract_sha256,
         "events": run.event_count,
         "first_event_at": _time(run.first_event_at),
         "last_event_at": _time(run.last_event_at),
-        "calls_by_status": summary.calls_by_status,
+        "calls_by_status": clear(summary.calls_by_status, policy),
         "verdict": summary.verdict,
         "open_findings": summary.open_findings,
     }
@@ -144,13 +144,13 @@ def _run_record(run: Run, policy: Policy) -> dict[str, Any]:
 def _call_record(call: Call, policy: Policy) -> dict[str, Any]:
     allowed = [name for name in (call.args or {}) if policy.allows(call.tool, name)]
     return {
-        "call_id": call.call_id,
+        "call_id": clear(call.call_id, policy),
         "tool": clear(call.tool, policy),
         "tool_version": clear(call.tool_version, policy),
         "identity": clear(call.identity, policy),
-        "attempt": call.attempt,
+        "attempt": clear(call.attempt, policy),
         "status": clear(call.status, policy),
-        "shown_status": call.shown_status,
+        "shown_status": clear(call.shown_status, policy),
         "input_sha256": clear(call.input_sha256, policy),
         "output_sha256": clear(call.output_sha256, policy),
         "identity_verified": call.verification == protocol.VERIFIED,
@@ -171,7 +171,7 @@ def _submission_records(run: Run, policy: Policy) -> Iterator[dict[str, Any]]:
         ).order_by("seq")
         yield {
             "client_submission_id": clear(submission.client_submission_id, policy),
-            "state": submission.state,
+            "state": clear(submission.state, policy),
             "task_id": clear(submission.task_id, policy),
             "request_digest": clear(submission.request_digest, policy),
             "request": redacted(submission.request),
@@ -181,8 +181,8 @@ def _submission_records(run: Run, policy: Policy) -> Iterator[dict[str, Any]]:
                     "seq": event.seq,
                     "ts": _time(event.ts),
                     "disposition": event.disposition,
-                    "action_taken": event.payload.get("action_taken"),
-                    "request_digest": event.request_digest,
+                    "action_taken": clear(event.payload.get("action_taken"), policy),
+                    "request_digest": clear(event.request_digest, policy),
                     "reason": _reason(event.payload.get("reason")),
                 }
                 for event in history
@@ -223,8 +223,8 @@ def _digest_or_redacted(value: str) -> Any:
 
 def _confirmation_record(confirmation: Confirmation, policy: Policy) -> dict[str, Any]:
     return {
-        "call_id": confirmation.call_id,
-        "resolution": confirmation.resolution,
+        "call_id": clear(confirmation.call_id, policy),
+        "resolution": clear(confirmation.resolution, policy),
         "valid": confirmation.valid,
         "actor": redacted(confirmation.actor),
         "reason": redacted(confirmation.reason),

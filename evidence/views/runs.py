@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from evidence.export import export_run
 from evidence.pagination import cursor_page
-from evidence.redaction import Policy
+from evidence.redaction import Policy, file_name
 from evidence.views.common import (
     HtmxHttpRequest,
     choice,
@@ -144,14 +144,17 @@ def run(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
 def run_evidence(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     """The run's redacted evidence as a zip (evidence.json and index.html), made on request."""
     run = get_run_or_404(run_id)
+    policy = Policy()
+    # The names carry the run_id as the export shows it: a run_id the scanner redacts is its digest here too.
+    stem = f"{file_name(run.run_id, policy)}-evidence"
     with tempfile.TemporaryDirectory() as folder:
-        export_run(run=run, out=Path(folder), policy=Policy(), actor=request.user.get_username(), user=request.user)
+        export_run(run=run, out=Path(folder), policy=policy, actor=request.user.get_username(), user=request.user)
         archive = io.BytesIO()
         with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bundle:
             for name in ("evidence.json", "index.html"):
-                bundle.write(Path(folder) / name, f"{run.run_id}-evidence/{name}")
+                bundle.write(Path(folder) / name, f"{stem}/{name}")
     archive.seek(0)
-    return FileResponse(archive, as_attachment=True, filename=f"{run.run_id}-evidence.zip")
+    return FileResponse(archive, as_attachment=True, filename=f"{stem}.zip")
 
 
 @require_POST
