@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest
 
+from receipts import __version__
 from receipts.inbox import inbox_total
 from receipts.roles import BROWSE
 
@@ -16,3 +17,8 @@ def inbox(request: HttpRequest) -> dict[str, int]:
     if user is None or not user.has_perm(BROWSE):
         return {}
     return {"inbox_count": inbox_total()}
+
+
+def version(request: HttpRequest) -> dict[str, str]:
+    """The version every page's footer names (one place: ``receipts.__version__``)."""
+    return {"callproof_version": __version__}

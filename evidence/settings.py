@@ -130,6 +130,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "evidence.context_processors.inbox",
+                "evidence.context_processors.version",
             ],
             "builtins": ["template_partials.templatetags.partials"],
         },

@@ -3,3 +3,5 @@
 Importing this package imports nothing from Django: ``protocol``, ``runtime``
 and ``replay`` are standard library only.
 """
+
+__version__ = "0.1.0"

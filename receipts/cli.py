@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from receipts import protocol, runtime
+from receipts import __version__, protocol, runtime
 from receipts.replay import replay_run
 
 EXIT_OK, EXIT_ERROR, EXIT_CONFLICT, EXIT_AWAITING, EXIT_DONE_UNRECORDED = 0, 1, 3, 4, 5
@@ -82,6 +82,20 @@ def cmd_replay(options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_verify_evidence(options: argparse.Namespace) -> int:
+    from evidence.verify import verify_export  # standard library and the reader, as this module
+
+    against = Path(options.against) if options.against else None
+    problems = verify_export(Path(options.export_dir), against)
+    for problem in problems:
+        sys.stderr.write(f"{problem}\n")
+    if problems:
+        return EXIT_ERROR
+    # As manage.py verify_evidence says it: the same check, for a machine without the dashboard.
+    sys.stdout.write(f"{options.export_dir}: intact" + (f", and it matches {against}" if against else "") + "\n")
+    return EXIT_OK
+
+
 def cmd_confirm(options: argparse.Namespace) -> int:
     try:
         document, written = runtime.confirm_call(
@@ -139,11 +153,12 @@ OVERRIDE_HELP = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m receipts",
+        prog="callproof",
         description="The Callproof writer: run directories, idempotent task creation, receipts around tool calls.",
         epilog="Exit codes: 0 done, 1 error (nothing done), 2 usage, 3 conflict or rejected, 4 a person must "
         "decide, 5 done but recording it is incomplete (do not retry as new).",
     )
+    parser.add_argument("--version", action="version", version=f"callproof {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     init = commands.add_parser("init", help="create a run directory")
@@ -209,6 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("run_dir")
     sweep.add_argument("--older-than-minutes", type=float, default=60, help="temp files younger than this stay")
     sweep.set_defaults(handler=cmd_sweep)
+
+    verify = commands.add_parser(
+        "verify-evidence", help="check an evidence export (and, with --against, the original run); no Django needed"
+    )
+    verify.add_argument("export_dir")
+    verify.add_argument("--against", default=None, metavar="RUN_DIR", help="the original run directory")
+    verify.set_defaults(handler=cmd_verify_evidence)
 
     demo = commands.add_parser("demo", help="write the demo run directories under ROOT")
     demo.add_argument("root")

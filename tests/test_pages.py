@@ -97,3 +97,10 @@ def test_csv_cells_that_could_be_formulas_are_neutralised(logged_in, demo):
     assert not [cell for row in rows[1:] for cell in row if cell[:1] in ("=", "+", "-", "@", "\t", "\r")]
     seqs = [row[0] for row in rows[1:]]
     assert all(seq.isdigit() for seq in seqs), "numbers stay numbers"
+
+
+def test_every_page_names_the_version_in_its_footer(logged_in, demo):
+    from receipts import __version__
+
+    for url in ("/", "/findings/", "/inbox/", "/audit/", "/accounts/login/"):
+        assert f'<footer class="site">Callproof {__version__}</footer>' in content(logged_in.get(url)), url
