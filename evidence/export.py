@@ -235,7 +235,7 @@ def _confirmation_record(confirmation: Confirmation, policy: Policy) -> dict[str
 
 
 def _write_page(out: Path, run: Run, policy: Policy, manifest: dict[str, Any], counts: dict[str, int]) -> bytes:
-    css = (Path(settings.BASE_DIR) / "static" / "css" / "site.css").read_text(encoding="utf-8")
+    css = (Path(settings.SITE_FILES) / "static" / "css" / "site.css").read_text(encoding="utf-8")
     context = {
         "run": _run_record(run, policy),
         "calls": [_call_record(call, policy) for call in Call.objects.filter(run=run).order_by("call_id")[:PAGE_ROWS]],

@@ -19,7 +19,14 @@ import dj_database_url
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+# In a checkout the site's templates/ and static/ sit beside the packages, with manage.py; a
+# wheel carries them inside the evidence package (pyproject.toml maps them there).
+_CHECKOUT = Path(__file__).resolve().parent.parent
+INSTALLED_FROM_WHEEL = not (_CHECKOUT / "manage.py").is_file()
+SITE_FILES = Path(__file__).resolve().parent if INSTALLED_FROM_WHEEL else _CHECKOUT
+# Where the site keeps its own files by default (a SQLite database, var/): the checkout, or for
+# an installed wheel the working directory. A deployment names each one (README, "Settings").
+BASE_DIR = Path.cwd() if INSTALLED_FROM_WHEEL else _CHECKOUT
 
 
 def env_bool(name: str, default: str) -> bool:
@@ -122,7 +129,7 @@ WSGI_APPLICATION = "evidence.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [SITE_FILES / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -194,7 +201,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT") or BASE_DIR / "var" / "staticfiles")
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [SITE_FILES / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {

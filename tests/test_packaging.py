@@ -96,3 +96,64 @@ def test_the_writer_runs_from_its_wheel_with_no_third_party_package(writer_only,
     (out / "index.html").write_bytes((out / "index.html").read_bytes() + b" ")
     assert run(writer_only, callproof, "verify-evidence", str(out), cwd=tmp_path).returncode == 1
     assert os.path.isdir(run_dir / "receipts") and not (tmp_path / "db.sqlite3").exists()
+
+
+def test_the_wheel_carries_every_package_of_the_checkout_and_the_sites_files(wheel):
+    """pyproject.toml lists the packages (templates/ and static/ are mapped into evidence/):
+    a new package of the checkout that the list forgot would be missing from every install."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    packages = {str(init.parent.relative_to(PROJECT)) for top in ("receipts", "evidence")
+                for init in (PROJECT / top).rglob("__init__.py")}  # fmt: skip
+    assert {f"{package}/__init__.py" for package in packages} <= names
+    site_files = {str(path.relative_to(PROJECT)) for top in ("templates", "static")
+                  for path in (PROJECT / top).rglob("*") if path.is_file()}  # fmt: skip
+    assert {f"evidence/{path}" for path in site_files} <= names
+
+
+DASHBOARD_PROBE = """
+import re
+import django
+django.setup()
+from django.contrib.auth import get_user_model
+from django.test import Client
+from receipts.roles import ensure_roles
+user = get_user_model().objects.create_user("operator")
+user.groups.add(ensure_roles()["viewer"])
+client = Client()
+client.force_login(user)
+page = client.get("/")
+stylesheet = re.search(r'<link rel="stylesheet" href="([^"]+)"', page.content.decode()).group(1)
+css = client.get(stylesheet)
+print(page.status_code, "clean-run" in page.content.decode(), stylesheet, css.status_code,
+      b"".join(css.streaming_content if css.streaming else [css.content])[:200].decode(errors="replace").count("{") > 0)
+"""
+
+
+def test_the_dashboard_runs_from_its_wheel_with_its_templates_and_stylesheet(wheel, tmp_path):
+    home = tmp_path / "site"
+    home.mkdir()
+    venv.EnvBuilder(with_pip=True, clear=True).create(home / "venv")
+    bin_dir = home / "venv" / "bin"
+    installed = subprocess.run([bin_dir / "python", "-m", "pip", "install", "-q", f"{wheel}[dashboard]"],
+                               capture_output=True, check=False)  # fmt: skip
+    assert installed.returncode == 0, installed.stderr.decode()[-2000:]
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(home), "DJANGO_SETTINGS_MODULE": "evidence.settings",
+        "DATABASE_URL": f"sqlite:///{home / 'db.sqlite3'}", "DJANGO_SECRET_KEY": "wheel-test-" + "k" * 50,
+        "DJANGO_DEBUG": "0", "DJANGO_HTTPS": "0", "DJANGO_ALLOWED_HOSTS": "testserver",
+        "DJANGO_STATIC_ROOT": str(home / "static"), "EVIDENCE_RUNS_ROOT": str(home / "runs"),
+    }  # fmt: skip
+
+    def step(*args: str) -> str:
+        completed = subprocess.run(list(args), cwd=home, env=env, capture_output=True, check=False)
+        assert completed.returncode == 0, (args, completed.stderr.decode()[-2000:])
+        return completed.stdout.decode()
+
+    step("django-admin", "migrate", "--noinput", "-v", "0")
+    step("callproof", "demo", str(home / "runs"))
+    step("django-admin", "import_runs", str(home / "runs"))
+    step("django-admin", "collectstatic", "--noinput", "-v", "0")
+    status, listed, stylesheet, css_status, is_css = step("python", "-c", DASHBOARD_PROBE).split()
+    assert (status, listed, css_status, is_css) == ("200", "True", "200", "True"), stylesheet
+    assert stylesheet.startswith("/static/css/site.") and stylesheet != "/static/css/site.css", "hashed by the manifest"
