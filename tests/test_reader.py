@@ -239,6 +239,19 @@ def test_ledger_seq_gap_duplicate_and_broken_chain(good_run):
     assert "events.jsonl line 4" in found["ledger_chain_broken"]
 
 
+def test_a_payload_edited_with_its_seq_intact_breaks_the_chain_at_the_next_line(good_run):
+    """The chain alone catches it: seq stays in order, the line still parses, only its bytes
+    changed, so the next line's prev_sha256 no longer names them."""
+    lines = ledger_lines(good_run)
+    second = json.loads(lines[1])
+    second["edited"] = "after the fact"
+    lines[1] = protocol.canonical_json(second) + b"\n"
+    (good_run / "events.jsonl").write_bytes(b"".join(lines))
+    found = codes(good_run)
+    assert found["ledger_chain_broken"] == ["events.jsonl line 3"]
+    assert "ledger_seq_gap" not in found and "ledger_seq_duplicate" not in found
+
+
 def test_submission_digest_mismatch_and_conflict(good_run):
     runtime.write_task(good_run, {"subject": "good", "recipient": "OPS"}, "good-sub")
     key = protocol.submission_key("good-sub")

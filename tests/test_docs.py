@@ -1,0 +1,37 @@
+"""Every relative link in the README and docs/ resolves to a file of the checkout (and an
+anchor-only link to a heading of its page): a newcomer following them never meets a 404."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import PROJECT
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+PAGES = [PROJECT / "README.md", PROJECT / "CHANGELOG.md", *sorted((PROJECT / "docs").glob("*.md"))]
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's anchors for a page's headings: lowercase, punctuation dropped, spaces as hyphens."""
+    found = set()
+    for heading in re.findall(r"^#+ (.+)$", page.read_text(encoding="utf-8"), re.MULTILINE):
+        found.add(re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-"))
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(page.relative_to(PROJECT)) for page in PAGES])
+def test_every_relative_link_resolves(page):
+    broken = []
+    for target in LINK.findall(page.read_text(encoding="utf-8")):
+        if re.match(r"[a-z]+:", target):
+            continue  # https:, mailto: — not ours to check offline
+        path, _, anchor = target.partition("#")
+        resolved = (page.parent / path).resolve() if path else page
+        inside = resolved.exists() and resolved.is_relative_to(PROJECT)
+        heading_found = not anchor or resolved.suffix != ".md" or anchor in anchors(resolved)
+        if not (inside and heading_found):
+            broken.append(target)
+    assert broken == [], f"{page.name}: {broken}"
