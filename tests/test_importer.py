@@ -322,7 +322,8 @@ def test_watch_imports_what_changes_until_interrupted(demo_root, tmp_path):
         third = json.loads(child.stdout.readline())
         assert [(run["run_id"], run["events"]) for run in third["runs"]] == [("clean-run", 11)]
     finally:
-        child.send_signal(signal.SIGINT)
+        # SIGTERM, as systemd stops the unit (and a non-interactive shell ignores SIGINT).
+        child.send_signal(signal.SIGTERM)
         _, stderr = child.communicate(timeout=30)
     assert child.returncode == 0
     assert "stopped watching" in stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -71,6 +72,9 @@ class Command(BaseCommand):
         self.emit(report, options["json"], only_changed=False)
         if not options["watch"]:
             return
+        # systemd (and a shell that ignores SIGINT, as a non-interactive one does) stops a watch
+        # with SIGTERM: end as Ctrl-C does, between or inside a pass (its transaction rolls back).
+        previous = signal.signal(signal.SIGTERM, _stop_as_interrupt)
         try:
             while True:
                 time.sleep(options["interval"])
@@ -83,6 +87,8 @@ class Command(BaseCommand):
                 self.emit(report, options["json"], only_changed=True)
         except KeyboardInterrupt:
             self.stderr.write("stopped watching")
+        finally:
+            signal.signal(signal.SIGTERM, previous)
 
     def emit(self, report: ImportReport, as_json: bool, *, only_changed: bool) -> None:
         if only_changed:
@@ -107,3 +113,7 @@ class Command(BaseCommand):
             )
         for finding in report.root_findings:
             self.stdout.write(f"runs root: {finding['code']} {finding['subject']}: {finding['detail']}")
+
+
+def _stop_as_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
