@@ -75,11 +75,10 @@ def read_json_file(path: Path, root: Path | None) -> Any:
     """A strict read of one JSON file; ``None`` when it does not exist. Below ``root`` (the run
     directory) no symlink is followed and only a regular file is read (``UnsafePath``)."""
     try:
-        fd = open_file(path, root, os.O_RDONLY)
+        data = read_file(path, root)
     except FileNotFoundError:
         return None
-    with os.fdopen(fd, "rb") as stream:
-        return load_json_strict(stream.read())
+    return load_json_strict(data)
 
 
 # --- confined paths --------------------------------------------------------
