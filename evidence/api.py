@@ -16,10 +16,11 @@ import functools
 import hashlib
 import hmac
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import BadRequest
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -28,6 +29,7 @@ from ninja.errors import HttpError
 from ninja.security import HttpBearer, SessionAuth
 
 from evidence.pagination import cursor_page
+from evidence.views.common import choice
 from receipts import inbox, protocol, selectors
 from receipts.findings import CODES, ERROR, WARNING
 from receipts.models import ApiToken, Call, Run
@@ -105,6 +107,12 @@ api = NinjaAPI(
     title="Callproof", version="1", description=__doc__, urls_namespace="api", docs_url=None,
     auth=AUTH, docs_decorator=_for_browsers_only,
 )  # fmt: skip
+
+
+@api.exception_handler(BadRequest)
+def bad_request(request: HttpRequest, error: BadRequest) -> HttpResponse:
+    """The pages' 400s (a filter value, a page cursor: ``choice``, ``cursor_page``), in JSON."""
+    return api.create_response(request, {"detail": str(error)}, status=400)
 
 
 class RunOut(Schema):
@@ -228,18 +236,9 @@ class DecisionPage(Schema):
     total: int | None
 
 
-def _one_of(name: str, value: str, allowed: Iterable[str]) -> str:
-    """A filter must be one of its values, as on the pages: one silently ignored returns a list
-    nobody asked for."""
-    allowed = list(allowed)
-    if value and value not in allowed:
-        raise HttpError(400, f"{name}={value[:80]!r} is not one of: {', '.join(allowed[:30])}")
-    return value
-
-
 @api.get("/runs", response=RunPage, summary="Runs, by run_id")
 def runs(request: HttpRequest, state: str = "", attention: bool = False, limit: int = 50):
-    _one_of("state", state, selectors.run_states())
+    choice(request, "state", selectors.run_states())
     items = selectors.runs_list(state=state, attention=attention).order_by("run_id")
     return _page(request, items, keys=("run_id",), limit=limit, total=None, out=_run_out)
 
@@ -258,8 +257,8 @@ def calls(request: HttpRequest, run_id: str, limit: int = 50):
 
 @api.get("/findings", response=FindingPage, summary="Open findings across runs, newest first")
 def findings(request: HttpRequest, code: str = "", run_id: str = "", severity: str = "", limit: int = 50):
-    _one_of("code", code, CODES)
-    _one_of("severity", severity, (ERROR, WARNING))
+    choice(request, "code", CODES)
+    choice(request, "severity", (ERROR, WARNING))
     items = selectors.open_findings(code=code, run_id=run_id, severity=severity)
     return _page(
         request, items, keys=("-id",), limit=limit, total=None,
@@ -276,8 +275,8 @@ def reservations(request: HttpRequest):
 
 @api.get("/inbox", response=list[InboxOut], summary="What needs a person, most serious first (1,000 of each kind)")
 def inbox_items(request: HttpRequest, kind: str = "", severity: str = "", run_id: str = ""):
-    _one_of("kind", kind, inbox.KINDS)
-    _one_of("severity", severity, (ERROR, WARNING))
+    choice(request, "kind", inbox.KINDS)
+    choice(request, "severity", (ERROR, WARNING))
     return [item.__dict__ for item in inbox.inbox_items(kind=kind, severity=severity, run_id=run_id)]
 
 

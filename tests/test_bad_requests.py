@@ -51,7 +51,10 @@ def test_a_nul_anywhere_in_the_address_is_a_400(viewer, demo, url):
     ],
 )
 def test_a_cursor_of_the_wrong_kind_for_its_column_is_a_400(viewer, demo, url):
-    assert viewer.get(url).status_code == 400, url
+    response = viewer.get(url)
+    assert response.status_code == 400, url
+    if url.startswith("/api/"):
+        assert "cursor" in response.json()["detail"]
 
 
 def test_a_host_the_site_does_not_serve_is_a_400_page(demo):
