@@ -104,7 +104,7 @@ def _below(path: Path, root: Path) -> tuple[str, ...]:
         parts = Path(path).relative_to(root).parts
     except ValueError:
         raise UnsafePath(f"{path} is not inside the run directory {root}") from None
-    if not parts or any(part in ("..", ".") for part in parts):
+    if any(part in ("..", ".") for part in parts):
         raise UnsafePath(f"{path}: not a plain name inside the run directory {root}")
     return parts
 
@@ -126,25 +126,31 @@ def _enter(dir_fd: int, name: str, *, create: bool) -> int:
 
 
 @contextlib.contextmanager
-def folder_of(path: Path, root: Path | None, *, create: bool = True) -> Iterator[tuple[int, str]]:
-    """An fd on ``path``'s folder, and ``path``'s last name. Below ``root`` every folder is
-    entered without following a symlink (``UnsafePath``), and made when missing and ``create``.
-    ``root=None``: a path of the operator's (an archive), not below any run directory."""
+def folder(directory: Path, root: Path | None, *, create: bool = True) -> Iterator[int]:
+    """An fd on ``directory``. Below ``root`` every folder is entered without following a
+    symlink (``UnsafePath``), and made when missing and ``create``. ``root=None``: a path of
+    the operator's (an archive), not below any run directory."""
     if root is None:
         if create:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(Path(path).parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        name = Path(path).name
+            Path(directory).mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     else:
-        parts = _below(path, root)
         fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        for part in parts[:-1]:
+        for part in _below(directory, root):
             fd = _enter(fd, part, create=create)
-        name = parts[-1]
     try:
-        yield fd, name
+        yield fd
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def folder_of(path: Path, root: Path | None, *, create: bool = True) -> Iterator[tuple[int, str]]:
+    """An fd on ``path``'s folder (as ``folder`` opens it), and ``path``'s last name."""
+    if root is not None and not _below(path, root):
+        raise UnsafePath(f"{path}: not a plain name inside the run directory {root}")
+    with folder(Path(path).parent, root, create=create) as dir_fd:
+        yield dir_fd, Path(path).name
 
 
 def open_in(dir_fd: int, name: str, flags: int, mode: int = 0o644) -> int:
@@ -177,7 +183,7 @@ def read_file(path: Path, root: Path | None) -> bytes:
 
 
 def fsync_directory(directory: Path, root: Path | None) -> None:
-    with folder_of(Path(directory) / "-", root, create=False) as (dir_fd, _):
+    with folder(directory, root, create=False) as dir_fd:
         os.fsync(dir_fd)
 
 
@@ -342,9 +348,9 @@ def sweep_temp_files(run_dir: Path, older_than: float = TEMP_SWEEP_AGE_SECONDS) 
     removed: list[Path] = []
     now = time.time()
     with exclusive_lock(run_dir / WRITER_DIR / "sweep.lock", root=run_dir):
-        for folder in ("submissions", "tasks", "confirmations", WRITER_DIR, "workspace"):
+        for top in ("submissions", "tasks", "confirmations", WRITER_DIR, "workspace"):
             try:
-                with folder_of(run_dir / folder / "-", run_dir, create=False) as (top_fd, _):
+                with folder(run_dir / top, run_dir, create=False) as top_fd:
                     for directory, _, names, dir_fd in os.fwalk(".", dir_fd=top_fd):
                         for name in names:
                             if not is_temp_name(name):
@@ -353,7 +359,7 @@ def sweep_temp_files(run_dir: Path, older_than: float = TEMP_SWEEP_AGE_SECONDS) 
                                 info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
                                 if now - info.st_mtime > older_than:
                                     os.unlink(name, dir_fd=dir_fd)
-                                    removed.append(run_dir / folder / directory / name)
+                                    removed.append(run_dir / top / directory / name)
             except (FileNotFoundError, UnsafePath):
                 continue  # a folder that is missing, or a symlink: nothing of ours is in it
     return removed
@@ -368,7 +374,7 @@ def sweep_locks(run_dir: Path) -> list[Path]:
     """
     writer = Path(run_dir) / WRITER_DIR
     try:
-        with folder_of(writer / "-", Path(run_dir), create=False) as (dir_fd, _):
+        with folder(writer, Path(run_dir), create=False) as dir_fd:
             names = sorted(entry.name for entry in os.scandir(dir_fd) if entry.name.endswith(".lock"))
     except FileNotFoundError:
         return []
