@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 
 
 def may_administer(user) -> bool:
-    # The admin role manages people (receipts/roles.py); staff status stays Django's, for superusers.
+    # The admin role manages people (evidence/roles.py); staff status stays Django's, for superusers.
     return user.is_active and (user.is_staff or user.has_perm("auth.change_user"))
 
 

@@ -28,13 +28,14 @@ from ninja import NinjaAPI, Schema
 from ninja.errors import HttpError
 from ninja.security import HttpBearer, SessionAuth
 
+from evidence import inbox, selectors
+from evidence.models import ApiToken, Call, Run
 from evidence.pagination import cursor_page
+from evidence.roles import BROWSE
+from evidence.stats import RunSummary
 from evidence.views.common import choice
-from receipts import inbox, protocol, selectors
+from receipts import protocol
 from receipts.findings import CODES, ERROR, WARNING
-from receipts.models import ApiToken, Call, Run
-from receipts.roles import BROWSE
-from receipts.stats import RunSummary
 
 MAX_LIMIT = 200
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django.http import HttpRequest
 
+from evidence.inbox import inbox_total
+from evidence.roles import BROWSE
 from receipts import __version__
-from receipts.inbox import inbox_total
-from receipts.roles import BROWSE
 
 
 def inbox(request: HttpRequest) -> dict[str, int]:

@@ -21,11 +21,12 @@ from typing import Any, BinaryIO
 from django.conf import settings
 from django.template.loader import render_to_string
 
+from evidence import selectors
+from evidence.models import AuditEntry, Call, Confirmation, Event, Finding, Run, Submission
 from evidence.redaction import Policy, clear, fields
-from evidence.verify import FORMAT, SECTIONS, whole_digest
-from receipts import protocol, selectors
-from receipts.models import AuditEntry, Call, Confirmation, Event, Finding, Run, Submission
+from receipts import protocol
 from receipts.protocol import EVENT_FACT_FIELDS, redacted
+from receipts.reader.verify import FORMAT, SECTIONS, whole_digest
 
 log = logging.getLogger("callproof.export")
 

@@ -19,10 +19,10 @@ from django.http import HttpRequest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from evidence.models import AuditEntry, Call, Confirmation, Finding, HumanDecision, Run
 from evidence.proxy import behind_proxy
 from receipts import protocol
 from receipts.findings import DIGEST_CODES
-from receipts.models import AuditEntry, Call, Confirmation, Finding, HumanDecision, Run
 
 
 def may_scrape(request: HttpRequest) -> bool:

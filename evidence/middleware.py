@@ -1,4 +1,4 @@
-"""Every page needs a role: logging in is not enough to browse (receipts/roles.py)."""
+"""Every page needs a role: logging in is not enough to browse (evidence/roles.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from django.core.exceptions import BadRequest, PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.cache import patch_cache_control
 
-from receipts.roles import BROWSE
+from evidence.roles import BROWSE
 
 
 class RoleRequiredMiddleware:

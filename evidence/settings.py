@@ -100,7 +100,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "axes",
-    "receipts",
+    # The dashboard (its app label is still "receipts": evidence/apps.py says why).
     "evidence",
 ]
 

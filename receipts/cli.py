@@ -83,7 +83,7 @@ def cmd_replay(options: argparse.Namespace) -> int:
 
 
 def cmd_verify_evidence(options: argparse.Namespace) -> int:
-    from evidence.verify import verify_export  # standard library and the reader, as this module
+    from receipts.reader.verify import verify_export  # standard library and the reader, as this module
 
     against = Path(options.against) if options.against else None
     problems = verify_export(Path(options.export_dir), against)

@@ -26,7 +26,7 @@ def corpus_files() -> list[Path]:
 
 def import_as_seen_later(root: Path) -> None:
     """Import as a person would see the demo 20 minutes after it ran: the killed calls are stale."""
-    from receipts import importer
+    from evidence import importer
 
     importer.root_import(root=root, now=protocol.utc_now() + dt.timedelta(minutes=20))
 
@@ -38,19 +38,19 @@ def content(response) -> str:
 
 def first_call_of(run_id: str):
     """The run's call with the smallest call_id."""
-    from receipts.models import Call
+    from evidence.models import Call
 
     return Call.objects.filter(run__run_id=run_id).order_by("call_id").first()
 
 
 def join(user, *roles: str):
-    """Give ``user`` these roles (receipts/roles.py); returns the user.
+    """Give ``user`` these roles (evidence/roles.py); returns the user.
 
     The data migration makes the groups, but a transactional test's flush empties
     every table, and only permissions are made again after it: ``ensure_roles``
     makes the groups again if they are gone (``test_roles`` checks the migration).
     """
-    from receipts.roles import ensure_roles
+    from evidence.roles import ensure_roles
 
     groups = ensure_roles()
     user.groups.add(*(groups[role] for role in roles))

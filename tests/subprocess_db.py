@@ -41,7 +41,7 @@ def manage(url: str, *args: str, check: bool = False) -> subprocess.CompletedPro
 
 DUMP_SCRIPT = f"""
 import hashlib, json
-from receipts.models import Call, Confirmation, Event, EventTally, Finding, Run, Submission
+from evidence.models import Call, Confirmation, Event, EventTally, Finding, Run, Submission
 skip = {{"id", "run_id", *{IMPORT_TIMESTAMPS!r}}}
 run_ids = dict(Run.objects.values_list("id", "run_id"))
 for model in (Run, Call, Submission, Event, EventTally, Finding, Confirmation):

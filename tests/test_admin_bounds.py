@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import Group, Permission
 from django.urls import reverse
 
-from receipts.roles import ROLES
+from evidence.roles import ROLES
 from tests.helpers import join
 
 PASSWORD = "a-long-password-1"

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from evidence.api import new_token
-from receipts.models import ApiToken, Call, Finding, Run
+from evidence.models import ApiToken, Call, Finding, Run
 from tests.helpers import CONTRACT, import_as_seen_later, join
 from tests.volume import synthetic_run
 
@@ -134,7 +134,7 @@ def test_the_migration_fingerprints_the_tokens_made_before_it(db, django_user_mo
     from django.db.migrations.executor import MigrationExecutor
 
     name = "0017_api_token_expiry_and_password"
-    migration = importlib.import_module(f"receipts.migrations.{name}")
+    migration = importlib.import_module(f"evidence.migrations.{name}")
     token = token_for(join(django_user_model.objects.create_user("old-bot", password="a-password-1"), "viewer"))
     ApiToken.objects.update(password_fingerprint="")  # as a token made before the field existed
     assert client.get("/api/runs", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 401

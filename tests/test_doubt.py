@@ -9,7 +9,8 @@ from typing import Any, ClassVar
 import pytest
 from django.urls import reverse
 
-from receipts import doubt, importer, runtime
+from evidence import importer
+from receipts import doubt, runtime
 from receipts.demo import run_writer
 from tests.helpers import content, first_call_of
 from tests.writer import FILE_ARGS, MESSAGE

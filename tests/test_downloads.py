@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from receipts import importer, protocol, runtime
+from evidence import importer
+from receipts import protocol, runtime
 from tests.helpers import CONTRACT, content, data_path
 
 pytestmark = pytest.mark.django_db

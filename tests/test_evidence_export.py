@@ -11,10 +11,11 @@ import pytest
 from django.core.management import call_command
 from django.utils.html import escape
 
+from evidence import importer
 from evidence.redaction import Policy, load_policy, secret_kind
-from evidence.verify import verify_export
-from receipts import durable, importer, protocol, runtime
+from receipts import durable, protocol, runtime
 from receipts.demo import run_writer
+from receipts.reader.verify import verify_export
 from tests.helpers import CONTRACT, first_call_of
 
 pytestmark = pytest.mark.django_db
@@ -80,7 +81,7 @@ def planted(tmp_path: Path) -> Path:
 
 
 def first_call_of_all(run_id: str):
-    from receipts.models import Call
+    from evidence.models import Call
 
     return list(Call.objects.filter(run__run_id=run_id))
 
@@ -552,7 +553,7 @@ def test_what_the_allowlist_drops_is_in_no_exported_byte_though_no_scanner_knows
 ):
     """Reasons, actors, free text, args the policy does not allow, results, errors, requests and
     finding details are redacted because the allowlist drops them, not because they look like secrets."""
-    from receipts.models import Confirmation, Finding
+    from evidence.models import Confirmation, Finding
 
     policy = Policy()
     assert all(secret_kind(phrase, policy) is None for phrase in UNRECOGNISED.values()), "the scanner must not help"
@@ -631,7 +632,7 @@ def test_the_reviews_canaries_in_ids_keys_and_names_are_in_no_exported_byte_nor_
 ):
     """Issue 19: with the default policy, no canary of the review is in evidence.json, index.html,
     the zip's entries or its names; each id it was in is its digest, the same one everywhere."""
-    from receipts.models import Call, Event, Finding, Run, Submission
+    from evidence.models import Call, Event, Finding, Run, Submission
 
     canary = REVIEW_CANARIES
     run_id = canary["run_id"]

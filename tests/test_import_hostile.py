@@ -12,8 +12,9 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from receipts import durable, importer, protocol, runtime
-from receipts.models import Call, Event, Finding, Run, Submission
+from evidence import importer
+from evidence.models import Call, Event, Finding, Run, Submission
+from receipts import durable, protocol, runtime
 from tests.helpers import CONTRACT
 
 pytestmark = pytest.mark.django_db

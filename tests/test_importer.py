@@ -16,10 +16,11 @@ import pytest
 from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 
-from receipts import durable, importer, protocol, runtime, selectors
+from evidence import importer, selectors
+from evidence.models import Call, Event, Finding, Run, Submission
+from evidence.selectors import calls_with_prefix
+from receipts import durable, protocol, runtime
 from receipts.demo import SCENARIOS
-from receipts.models import Call, Event, Finding, Run, Submission
-from receipts.selectors import calls_with_prefix
 from tests.helpers import CONTRACT, IMPORT_TIMESTAMPS, first_call_of
 from tests.subprocess_db import child_env, database_url_for_children, manage, manage_command, normalized_dump
 from tests.volume import synthetic_ledger
@@ -330,7 +331,7 @@ def test_watch_imports_what_changes_until_interrupted(demo_root, tmp_path):
 
 
 def test_the_progress_bar_draws_only_on_a_terminal():
-    from receipts.management.commands.import_runs import ProgressBar
+    from evidence.management.commands.import_runs import ProgressBar
 
     class Stream(StringIO):
         def __init__(self, tty: bool) -> None:

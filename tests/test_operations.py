@@ -8,8 +8,9 @@ import logging
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from receipts import importer, protocol
-from receipts.models import Call, Run
+from evidence import importer
+from evidence.models import Call, Run
+from receipts import protocol
 from tests.helpers import first_call_of, join
 
 

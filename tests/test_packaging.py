@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from receipts import __version__, importer
+from evidence import importer
+from receipts import __version__
 from receipts.demo import login_request
 from tests.helpers import CONTRACT, PROJECT
 
@@ -98,6 +99,30 @@ def test_the_writer_runs_from_its_wheel_with_no_third_party_package(writer_only,
     assert os.path.isdir(run_dir / "receipts") and not (tmp_path / "db.sqlite3").exists()
 
 
+IMPORT_EVERY_MODULE = """
+import importlib, pkgutil, receipts
+# __main__ is the command itself: running it is what the other test does.
+names = [info.name for info in pkgutil.walk_packages(receipts.__path__, "receipts.")]
+names = [name for name in names if name != "receipts.__main__"]
+for name in names:
+    importlib.import_module(name)
+print(len(names), " ".join(names))
+"""
+
+
+def test_every_module_of_the_writer_and_the_reader_imports_with_no_third_party_package(writer_only, tmp_path):
+    """The folders are the boundary: everything under receipts/ is what a runtime embeds, and
+    loads where nothing but the standard library is installed."""
+    completed = run(writer_only, str(writer_only / "python"), "-c", IMPORT_EVERY_MODULE, cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr.decode()[-2000:]
+    count, *names = completed.stdout.decode().split()
+    in_checkout = {
+        ".".join(path.relative_to(PROJECT).with_suffix("").parts).removesuffix(".__init__")
+        for path in (PROJECT / "receipts").rglob("*.py")
+    } - {"receipts", "receipts.__main__"}
+    assert set(names) == in_checkout and int(count) == len(in_checkout)
+
+
 def test_the_wheel_carries_every_package_of_the_checkout_and_the_sites_files(wheel):
     """pyproject.toml lists the packages (templates/ and static/ are mapped into evidence/):
     a new package of the checkout that the list forgot would be missing from every install."""
@@ -117,7 +142,7 @@ import django
 django.setup()
 from django.contrib.auth import get_user_model
 from django.test import Client
-from receipts.roles import ensure_roles
+from evidence.roles import ensure_roles
 user = get_user_model().objects.create_user("operator")
 user.groups.add(ensure_roles()["viewer"])
 client = Client()

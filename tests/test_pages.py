@@ -9,7 +9,8 @@ from http import HTTPStatus
 import pytest
 from django.urls import reverse
 
-from receipts import durable, importer
+from evidence import importer
+from receipts import durable
 from tests.helpers import content, first_call_of
 from tests.volume import synthetic_ledger
 

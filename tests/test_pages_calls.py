@@ -7,8 +7,8 @@ import json
 import pytest
 from django.urls import reverse
 
-from receipts import stats
-from receipts.models import Call
+from evidence import stats
+from evidence.models import Call
 from tests.helpers import content, first_call_of
 
 pytestmark = pytest.mark.django_db
@@ -56,7 +56,7 @@ def test_the_recovery_page_shows_every_pending_problem_reservations_included(log
 
 
 def test_a_commit_the_writer_refused_to_reuse_shows_as_disputed_and_can_be_settled(client, django_user_model, run_dir):
-    from receipts import importer
+    from evidence import importer
     from tests.helpers import join
     from tests.writer import MESSAGE, cli_call, output
 

@@ -11,8 +11,9 @@ from http import HTTPStatus
 import pytest
 from django.urls import reverse
 
-from receipts import durable, importer, protocol, runtime
-from receipts.models import Run
+from evidence import importer
+from evidence.models import Run
+from receipts import durable, protocol, runtime
 from tests.helpers import content, first_call_of
 
 pytestmark = pytest.mark.django_db

@@ -79,7 +79,7 @@ def proxied(tmp_path: Path) -> Iterator[Ports]:
     """nginx's ports, with gunicorn behind them on a database the test shares."""
     url = database_url_for_children(tmp_path)
     manage(url, "shell", "-c", f"from django.contrib.auth import get_user_model; "
-           f"from receipts.roles import ensure_roles; u = get_user_model().objects.create_user('alice', "
+           f"from evidence.roles import ensure_roles; u = get_user_model().objects.create_user('alice', "
            f"password={PASSWORD!r}); u.groups.add(ensure_roles()['viewer'])", check=True)  # fmt: skip
     static_root = tmp_path / "static"
     env = {

@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from receipts.models import Call, Event, Run
+from evidence.models import Call, Event, Run
 from tests.helpers import CONTRACT, first_call_of, import_as_seen_later
 from tests.volume import synthetic_ledger, synthetic_run
 

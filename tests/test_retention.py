@@ -9,8 +9,9 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from receipts import protocol, retention, stats
-from receipts.models import Call, HumanDecision, Run
+from evidence import retention, stats
+from evidence.models import Call, HumanDecision, Run
+from receipts import protocol
 from tests.helpers import content, first_call_of
 
 pytestmark = pytest.mark.django_db
@@ -98,7 +99,7 @@ def test_a_legal_hold_is_set_and_lifted_with_a_reason_audited_and_it_keeps_the_r
 
     from django.contrib.auth.models import Permission
 
-    from receipts.models import AuditEntry
+    from evidence.models import AuditEntry
 
     client.force_login(user)
     Run.objects.filter(run_id="clean-run").update(last_event_at=protocol.utc_now() - dt.timedelta(days=100))
@@ -128,7 +129,7 @@ def test_a_legal_hold_is_set_and_lifted_with_a_reason_audited_and_it_keeps_the_r
 
 
 def test_applying_retention_is_audited(demo, monkeypatch, settings, tmp_path):
-    from receipts.models import AuditEntry
+    from evidence.models import AuditEntry
 
     monkeypatch.setenv("RECEIPTS_CLOCK", "2036-01-01T00:00:00Z")
     settings.EVIDENCE_ARCHIVE_ROOT = tmp_path / "archive"

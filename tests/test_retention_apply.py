@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from evidence.verify import verify_export
-from receipts import durable, importer, protocol, runtime
-from receipts.models import Event, Run
+from evidence import importer
+from evidence.models import Event, Run
+from receipts import durable, protocol, runtime
+from receipts.reader.verify import verify_export
 from tests.helpers import content, first_call_of
 from tests.subprocess_db import child_env, database_url_for_children, manage, manage_command
 from tests.volume import synthetic_ledger
@@ -89,7 +90,7 @@ def run_files(run_dir: Path) -> dict[Path, bytes]:
 
 def child_query(url: str, expression: str) -> str:
     """What ``expression`` gives in the child processes' database (on SQLite, not the test's own)."""
-    code = f"from receipts.models import Call, Run; print({expression})"
+    code = f"from evidence.models import Call, Run; print({expression})"
     return manage(url, "shell", "-v", "0", "-c", code, check=True).stdout.strip()
 
 

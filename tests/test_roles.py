@@ -1,5 +1,5 @@
 """Who may do what: every URL and every action, as anonymous, as a login with no role,
-and as each role (receipts/roles.py). Nothing unauthorised succeeds."""
+and as each role (evidence/roles.py). Nothing unauthorised succeeds."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from receipts.models import Call, HumanDecision, Run
-from receipts.roles import ROLES
+from evidence.models import Call, HumanDecision, Run
+from evidence.roles import ROLES
 from tests.helpers import first_call_of, join
 
 OK, REDIRECT, SEE_OTHER = HTTPStatus.OK, HTTPStatus.FOUND, HTTPStatus.SEE_OTHER
@@ -132,7 +132,7 @@ def test_a_person_without_a_role_sees_no_count_of_anything(demo, client, django_
 
 
 def test_the_data_migration_makes_the_four_roles_and_keeps_the_old_confirmers(django_user_model):
-    migration = importlib.import_module("receipts.migrations.0014_roles")
+    migration = importlib.import_module("evidence.migrations.0014_roles")
     Group.objects.filter(name__in=[*ROLES, "confirmers"]).delete()
     old = Group.objects.create(name="confirmers")
     carol = django_user_model.objects.create_user("carol")

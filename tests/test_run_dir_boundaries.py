@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from receipts import durable, importer, runtime
+from evidence import importer
+from evidence.models import Finding, HumanDecision
+from receipts import durable, runtime
 from receipts.demo import login_request, writer_command, writer_env
-from receipts.models import Finding, HumanDecision
 from tests.helpers import content, first_call_of, join
 from tests.writer import FILE_ARGS, MESSAGE, cli_call, cli_write_task, outbox_lines
 

@@ -6,8 +6,9 @@ from collections import Counter
 
 import pytest
 
-from receipts import protocol, selectors, stats
-from receipts.models import Call, Event, Finding, Run
+from evidence import selectors, stats
+from evidence.models import Call, Event, Finding, Run
+from receipts import protocol
 from tests.helpers import first_call_of
 
 pytestmark = pytest.mark.django_db

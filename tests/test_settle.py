@@ -17,8 +17,9 @@ from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 from django.urls import reverse
 
-from receipts import importer, protocol, runtime, settle
-from receipts.models import Call, Finding, HumanDecision
+from evidence import importer, settle
+from evidence.models import Call, Finding, HumanDecision
+from receipts import protocol, runtime
 from tests.helpers import content, first_call_of, join
 from tests.ledger import events_of
 
@@ -62,7 +63,7 @@ def nothing_recorded(run_dir: Path, call: Call) -> None:
 
 
 def test_a_data_migration_makes_the_confirmers_group_with_the_permission():
-    migration = importlib.import_module("receipts.migrations.0005_confirmers_group")
+    migration = importlib.import_module("evidence.migrations.0005_confirmers_group")
     Group.objects.filter(name="confirmers").delete()  # whatever an earlier test's flush left
     state = MigrationExecutor(connection).loader.project_state(("receipts", "0005_confirmers_group"))
     migration.make_group(state.apps, None)

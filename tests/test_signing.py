@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from receipts import durable, importer, protocol, runtime, signing
+from evidence import importer
+from evidence.models import Finding
+from receipts import durable, protocol, runtime, signing
 from receipts.demo import run_writer
-from receipts.models import Finding
 from tests.helpers import CONTRACT, join
 from tests.ledger import read_ledger
 from tests.writer import (

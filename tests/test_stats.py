@@ -12,8 +12,8 @@ from django.db.migrations.executor import MigrationExecutor
 from django.db.models import Count
 from django.test.utils import CaptureQueriesContext
 
-from receipts import importer, stats
-from receipts.models import Call, Event, EventTally, Run
+from evidence import importer, stats
+from evidence.models import Call, Event, EventTally, Run
 from tests.helpers import CONTRACT
 from tests.volume import synthetic_ledger, synthetic_run
 
@@ -59,7 +59,7 @@ def test_the_histogram_is_the_tallies_spread_over_the_runs_span(tmp_path, db):
     synthetic_run(run_dir, events=3_000, receipts=0, contract=CONTRACT)
     importer.run_import(path=run_dir)
     run = Run.objects.get(run_id="spread")
-    from receipts import selectors
+    from evidence import selectors
 
     buckets = selectors.events_histogram(run=run)
     assert len(buckets) == 24 and sum(count for _, count in buckets) == 3_000
@@ -71,7 +71,7 @@ def test_the_migration_counts_runs_imported_before_it(demo):
     expected = {run.run_id: (stored(run), run.summary) for run in Run.objects.all()}
     EventTally.objects.all().delete()
     Run.objects.update(event_type_counts={}, summary=None, needs_attention=False)
-    migration = importlib.import_module("receipts.migrations.0009_run_stats_and_keyset_indexes")
+    migration = importlib.import_module("evidence.migrations.0009_run_stats_and_keyset_indexes")
     state = MigrationExecutor(connection).loader.project_state(("receipts", "0009_run_stats_and_keyset_indexes"))
     migration.count_what_was_imported(state.apps, None)
     assert {run.run_id: (stored(run), run.summary) for run in Run.objects.all()} == expected

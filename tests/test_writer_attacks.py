@@ -307,8 +307,8 @@ def submission_lock(run_dir: Path) -> Path:
 
 @pytest.mark.django_db
 def test_the_lock_sweep_never_removes_a_lock_a_writer_holds(run_dir):
-    from receipts import retention
-    from receipts.models import Run
+    from evidence import retention
+    from evidence.models import Run
 
     run = Run.objects.create(run_id=run_dir.name, path=str(run_dir))
     lock = submission_lock(run_dir)

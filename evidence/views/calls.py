@@ -14,7 +14,9 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from evidence import downloads, inbox, selectors, settle
 from evidence.forms import ConfirmForm
+from evidence.models import Call, Run
 from evidence.pagination import cursor_page
 from evidence.proxy import client_address
 from evidence.views.common import (
@@ -26,8 +28,7 @@ from evidence.views.common import (
     get_run_or_404,
     query_without,
 )
-from receipts import downloads, inbox, protocol, selectors, settle
-from receipts.models import Call, Run
+from receipts import protocol
 
 
 def pretty(value: object) -> str:

@@ -16,7 +16,7 @@ from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django_htmx.middleware import HtmxDetails
 
-from receipts.models import Call, Run
+from evidence.models import Call, Run
 from receipts.protocol import MAX_INT
 
 PER_PAGE = 50

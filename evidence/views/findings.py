@@ -6,8 +6,9 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from evidence import downloads, selectors
 from evidence.views.common import HtmxHttpRequest, choice, download, download_format, paginate, query_without
-from receipts import downloads, protocol, selectors
+from receipts import protocol
 from receipts.findings import CODES, DIGEST_CODES, ERROR, WARNING
 
 

@@ -6,8 +6,8 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from evidence import downloads, inbox
 from evidence.views.common import HtmxHttpRequest, choice, download, download_format, paginate, query_without
-from receipts import downloads, inbox
 from receipts.findings import ERROR, WARNING
 
 

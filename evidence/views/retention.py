@@ -6,8 +6,9 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from evidence import downloads, retention
 from evidence.views.common import HtmxHttpRequest, choice, download, download_format, paginate, query_without
-from receipts import downloads, protocol, retention
+from receipts import protocol
 
 
 @require_GET

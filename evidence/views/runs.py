@@ -17,6 +17,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from evidence import downloads, inbox, retention, selectors
 from evidence.export import export_run
 from evidence.pagination import cursor_page
 from evidence.redaction import Policy, file_name
@@ -31,7 +32,7 @@ from evidence.views.common import (
     url_of,
     whole_number,
 )
-from receipts import downloads, inbox, protocol, retention, selectors
+from receipts import protocol
 
 INBOX_ON_HOME = 5
 

@@ -73,7 +73,7 @@ def build_world(small_runs: int) -> Path:
 def watch_pass_seconds(url: str, world: Path) -> list[float]:
     """Three passes of the watch (``root_import`` without reports) over the unchanged root."""
     code = (
-        "import time; from pathlib import Path; from receipts.importer import root_import\n"
+        "import time; from pathlib import Path; from evidence.importer import root_import\n"
         "for _ in range(3):\n"
         "    started = time.perf_counter()\n"
         f"    root_import(root=Path({str(world)!r}), report_unchanged=False)\n"
@@ -88,7 +88,7 @@ def watch_pass_seconds(url: str, world: Path) -> list[float]:
 
 
 def open_findings(url: str) -> int:
-    code = "from receipts.models import Finding; print(Finding.objects.filter(closed_at=None).count())"
+    code = "from evidence.models import Finding; print(Finding.objects.filter(closed_at=None).count())"
     completed = subprocess.run(
         [sys.executable, "manage.py", "shell", "-v", "0", "-c", code],
         env={**os.environ, "DATABASE_URL": url, "DJANGO_DEBUG": "1"}, cwd=PROJECT, capture_output=True, text=True,

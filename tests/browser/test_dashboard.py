@@ -7,8 +7,9 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from receipts import durable, importer
-from receipts.models import Call
+from evidence import importer
+from evidence.models import Call
+from receipts import durable
 from tests.browser.conftest import log_in, screenshot
 from tests.helpers import CONTRACT, import_as_seen_later, join
 from tests.volume import synthetic_run

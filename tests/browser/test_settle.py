@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
+from evidence.models import Call, HumanDecision
 from receipts.demo import run_writer
-from receipts.models import Call, HumanDecision
 from tests.browser.conftest import log_in, screenshot
 from tests.helpers import join
 
@@ -72,7 +72,7 @@ def test_a_person_who_mistypes_the_call_id_is_told_and_nothing_is_recorded(page,
 def test_a_disputed_commit_is_settled_in_the_browser_and_the_writer_reuses_it(page, demo):
     """The clean run's message line is gone from the outbox: the writer refuses to reuse the commit,
     the page says disputed, a person settles it, and the runtime follows without sending again."""
-    from receipts import importer
+    from evidence import importer
 
     join(User.objects.get(username="alice"), "confirmer")
     run_dir = demo / "clean-run"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from receipts.models import Call
+from evidence.models import Call
 from tests.browser.conftest import PASSWORD, screenshot
 from tests.helpers import join
 

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from evidence.api import new_token
-from receipts.models import ApiToken
+from evidence.models import ApiToken
 
 
 class Command(BaseCommand):

@@ -8,8 +8,9 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from receipts import protocol, retention
-from receipts.models import AuditEntry, Run
+from evidence import retention
+from evidence.models import AuditEntry, Run
+from receipts import protocol
 
 
 class Command(BaseCommand):

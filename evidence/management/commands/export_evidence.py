@@ -8,8 +8,8 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from evidence.export import export_run
+from evidence.models import Run
 from evidence.redaction import load_policy
-from receipts.models import Run
 
 
 class Command(BaseCommand):

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from evidence.verify import verify_export
+from receipts.reader.verify import verify_export
 
 
 class Command(BaseCommand):

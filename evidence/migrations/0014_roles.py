@@ -5,9 +5,9 @@ from django.db import migrations
 
 
 def make_roles(apps, schema_editor):
-    """The four roles of receipts/roles.py. The "confirmers" group of 0005 becomes the
+    """The four roles of evidence/roles.py. The "confirmers" group of 0005 becomes the
     confirmer role: its members keep settling, and also browse, as every role does."""
-    from receipts.roles import ensure_roles
+    from evidence.roles import ensure_roles
 
     # Permissions are made after migrations run; the new one is needed now.
     for label in ("auth", "receipts"):
@@ -23,7 +23,7 @@ def make_roles(apps, schema_editor):
 
 
 def remove_roles(apps, schema_editor):
-    from receipts.roles import ROLES
+    from evidence.roles import ROLES
 
     apps.get_model("auth", "Group").objects.filter(name__in=list(ROLES)).delete()
 

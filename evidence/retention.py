@@ -21,9 +21,10 @@ from pathlib import Path
 
 from django.conf import settings
 
-from receipts import durable, protocol, stats
+from evidence import stats
+from evidence.models import AuditEntry, Call, Run
+from receipts import durable, protocol
 from receipts.findings import DIGEST_CODES
-from receipts.models import AuditEntry, Call, Run
 
 log = logging.getLogger("callproof.retention")
 
@@ -194,7 +195,7 @@ def strip_bodies(*, run: Run, now: dt.datetime) -> None:
     """
     from django.db import transaction
 
-    from receipts.models import Event, Submission
+    from evidence.models import Event, Submission
 
     with transaction.atomic():
         calls = list(Call.objects.filter(run=run))

@@ -25,9 +25,9 @@ from django.db import connection
 from django.db.models import Count, Max, Sum
 from django.db.models.functions import Coalesce, Length
 
+from evidence.models import EventTally, Run
 from receipts import protocol
 from receipts.findings import DIGEST_CODES
-from receipts.models import EventTally, Run
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -145,7 +145,7 @@ def refresh_run_summary(run: Run, apps: Any = None) -> RunSummary:
         names = ("Call", "Confirmation", "Finding", "HumanDecision", "Run", "Submission")
         Call, Confirmation, Finding, HumanDecision, Run, Submission = (apps.get_model("receipts", n) for n in names)  # noqa: N806
     else:
-        from receipts.models import Call, Confirmation, Finding, HumanDecision, Run, Submission
+        from evidence.models import Call, Confirmation, Finding, HumanDecision, Run, Submission
     summary = RunSummary()
     body = Coalesce(Length("args"), 0) + Coalesce(Length("result"), 0) + Coalesce(Length("error"), 0)
     calls = (

@@ -2,7 +2,7 @@
 
 from django.db import migrations, models
 
-import receipts.models
+import evidence.models
 
 
 class Migration(migrations.Migration):
@@ -24,12 +24,12 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name="call",
             name="args",
-            field=receipts.models.JSONTextField(null=True),
+            field=evidence.models.JSONTextField(null=True),
         ),
         migrations.AlterField(
             model_name="call",
             name="error",
-            field=receipts.models.JSONTextField(null=True),
+            field=evidence.models.JSONTextField(null=True),
         ),
         migrations.AlterField(
             model_name="call",
@@ -39,12 +39,12 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name="call",
             name="result",
-            field=receipts.models.JSONTextField(null=True),
+            field=evidence.models.JSONTextField(null=True),
         ),
         migrations.AlterField(
             model_name="event",
             name="payload",
-            field=receipts.models.JSONTextField(),
+            field=evidence.models.JSONTextField(),
         ),
         migrations.AlterField(
             model_name="run",
@@ -54,11 +54,11 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name="submission",
             name="creation_result",
-            field=receipts.models.JSONTextField(null=True),
+            field=evidence.models.JSONTextField(null=True),
         ),
         migrations.AlterField(
             model_name="submission",
             name="request",
-            field=receipts.models.JSONTextField(null=True),
+            field=evidence.models.JSONTextField(null=True),
         ),
     ]

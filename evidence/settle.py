@@ -20,9 +20,10 @@ from pathlib import Path
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
-from receipts import importer, protocol, runtime
+from evidence import importer
+from evidence.models import Call, HumanDecision, Run
+from receipts import protocol, runtime
 from receipts.durable import UnsafePath, read_json_file
-from receipts.models import Call, HumanDecision, Run
 
 log = logging.getLogger("callproof.settle")
 

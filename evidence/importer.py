@@ -31,10 +31,11 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import DateTimeField
 
-from receipts import durable, protocol, signing, stats
+from evidence import stats
+from evidence.models import Call, Confirmation, Event, Finding, JSONTextField, Run, Submission
+from receipts import durable, protocol, signing
 from receipts.durable import json_file
 from receipts.findings import FILES, LEDGER, FindingRecord, storable_text
-from receipts.models import Call, Confirmation, Event, Finding, JSONTextField, Run, Submission
 from receipts.reader import (
     BATCH_EVENTS,
     DEFAULT_LIMITS,
@@ -581,7 +582,7 @@ def _import_run_locked(
     run.refresh_from_db()
     if run.bodies_stripped_at is not None:
         # Retention stripped this run's bodies: what was read again is stripped again.
-        from receipts.retention import strip_bodies
+        from evidence.retention import strip_bodies
 
         strip_bodies(run=run, now=now)
     return _report(run, changed=True)

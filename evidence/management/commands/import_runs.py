@@ -13,7 +13,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from receipts.importer import ImportReport, root_import
+from evidence.importer import ImportReport, root_import
 from receipts.reader import MAX_JSON_BYTES, MAX_LINE_BYTES, Limits
 
 

@@ -18,9 +18,8 @@ from pathlib import Path
 
 from django.db.models import Case, Count, Q, QuerySet, Value, When
 
-from receipts import doubt, protocol, stats
-from receipts.findings import DIGEST_CODES
-from receipts.models import (
+from evidence import stats
+from evidence.models import (
     AuditEntry,
     Call,
     Confirmation,
@@ -32,8 +31,10 @@ from receipts.models import (
     Submission,
     with_run,
 )
+from evidence.stats import RunSummary
+from receipts import doubt, protocol
+from receipts.findings import DIGEST_CODES
 from receipts.recovery import reservation_resume
-from receipts.stats import RunSummary
 from receipts.tools import BUILTIN_ADAPTERS
 
 STALE_CODES = ("stale_reservation", "stale_call")

@@ -11,8 +11,8 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from receipts import selectors
-from receipts.models import AuditEntry, Finding, HumanDecision, Run
+from evidence import selectors
+from evidence.models import AuditEntry, Finding, HumanDecision, Run
 
 Rows = tuple[Sequence[str], Iterator[Sequence[Any]]]
 

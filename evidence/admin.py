@@ -17,8 +17,8 @@ from django.contrib.auth.admin import UserAdmin
 from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied
 
-from receipts.models import AuditEntry, HumanDecision
-from receipts.roles import ROLES
+from evidence.models import AuditEntry, HumanDecision
+from evidence.roles import ROLES
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

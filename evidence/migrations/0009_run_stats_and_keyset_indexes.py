@@ -3,7 +3,7 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-import receipts.models
+import evidence.models
 
 
 def count_what_was_imported(apps, schema_editor):
@@ -13,7 +13,7 @@ def count_what_was_imported(apps, schema_editor):
 
     from django.db.models import Count
 
-    from receipts import stats
+    from evidence import stats
 
     Run, Event, EventTally = (apps.get_model("receipts", name) for name in ("Run", "Event", "EventTally"))  # noqa: N806 - models, named as models
     for run in Run.objects.all():
@@ -48,7 +48,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="run",
             name="event_type_counts",
-            field=receipts.models.JSONTextField(default=dict),
+            field=evidence.models.JSONTextField(default=dict),
         ),
         migrations.AddField(
             model_name="run",
@@ -58,7 +58,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="run",
             name="summary",
-            field=receipts.models.JSONTextField(null=True),
+            field=evidence.models.JSONTextField(null=True),
         ),
         migrations.AddIndex(
             model_name="call",

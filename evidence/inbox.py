@@ -14,9 +14,9 @@ import datetime as dt
 
 from django.db.models import QuerySet
 
+from evidence.models import Call, Finding
 from receipts import protocol
 from receipts.findings import ERROR, WARNING
-from receipts.models import Call, Finding
 
 IN_DOUBT, TAMPERED, CONFLICT, STALE, LEDGER = "in doubt", "tampered", "conflict", "stale reservation", "ledger"
 KINDS = (TAMPERED, LEDGER, IN_DOUBT, CONFLICT, STALE)  # the order of the filter, most serious first
