@@ -427,9 +427,10 @@ def _known_receipts(run: Run) -> dict[str, CallRecord]:
             record = object.__new__(CallRecord)
             record.__dict__ = defaults | dict(zip(KNOWN_FIELDS, row, strict=True))
             known[row[0]] = record
-    in_doubt = [call_id for call_id, record in known.items() if record.status in protocol.IN_DOUBT_STATUSES]
-    for start in range(0, len(in_doubt), 500):
-        times = calls.filter(call_id__in=in_doubt[start : start + 500]).values_list(
+    # Their times, for the stale_call check of an open receipt.
+    open_calls = [call_id for call_id, record in known.items() if record.status in protocol.OPEN_STATUSES]
+    for start in range(0, len(open_calls), 500):
+        times = calls.filter(call_id__in=open_calls[start : start + 500]).values_list(
             "call_id", "created_at", "updated_at"
         )
         for call_id, created_at, updated_at in times:

@@ -36,10 +36,12 @@ class InboxItem:
 
 
 def _calls(kind: str) -> QuerySet[Call]:
-    unsettled = Call.objects.filter(receipt_present=True, decision__in=protocol.UNSETTLED_DECISIONS)
+    """The calls in doubt, split in two: those whose receipt proves nothing (altered, unverifiable,
+    or a commit its target does not show), and the rest."""
+    in_doubt = Call.objects.in_doubt()
     if kind == TAMPERED:
-        return unsettled.exclude(verification=protocol.VERIFIED)
-    return unsettled.filter(status__in=protocol.IN_DOUBT_STATUSES, verification=protocol.VERIFIED)
+        return in_doubt.filter(receipt_present=True).exclude(verification=protocol.VERIFIED)
+    return in_doubt.filter(verification=protocol.VERIFIED) | in_doubt.filter(receipt_present=False)
 
 
 def _findings(kind: str) -> QuerySet[Finding]:
@@ -58,7 +60,8 @@ def inbox_counts(*, run_id: str = "") -> dict[str, int]:
     return counts
 
 
-CALL_FIELDS = ("status", "verification", "updated_at", "created_at", "run__run_id", "call_id", "tool", "decision")
+CALL_FIELDS = ("status", "verification", "updated_at", "created_at", "run__run_id", "call_id", "tool", "decision",
+               "receipt_present")  # fmt: skip
 FINDING_FIELDS = ("severity", "first_seen", "run__run_id", "subject", "detail", "code")
 
 
@@ -88,8 +91,11 @@ def inbox_items(*, kind: str = "", severity: str = "", run_id: str = "", limit: 
     return items
 
 
-def _call_item(kind, status, verification, updated_at, created_at, run_id, call_id, tool, decision) -> InboxItem:
+def _call_item(kind, status, verification, updated_at, created_at, run_id, call_id, tool, decision, present):
     since = updated_at or created_at
+    if not present:
+        detail = "the ledger names this call but its receipt is missing: what happened?"
+        return InboxItem(kind, ERROR, since, run_id, call_id, detail, "settle")
     if kind == TAMPERED:
         detail = f"{status} receipt that fails its identity check ({verification}): never reused"
         return InboxItem(kind, ERROR, since, run_id, call_id, detail, "settle")
@@ -105,8 +111,6 @@ def _finding_item(kind, severity, first_seen, run_id, subject, detail, code) -> 
 
 def inbox_total() -> int:
     """How many items need a person, for the header of every page (two counts)."""
-    calls = Call.objects.filter(receipt_present=True, decision__in=protocol.UNSETTLED_DECISIONS)
-    in_doubt = calls.filter(status__in=protocol.IN_DOUBT_STATUSES) | calls.exclude(verification=protocol.VERIFIED)
     codes = ("submission_conflict", "stale_reservation", *LEDGER_CODES)
     findings = Finding.objects.filter(closed_at__isnull=True, code__in=codes, run__isnull=False)
-    return in_doubt.count() + findings.count()
+    return Call.objects.in_doubt().count() + findings.count()

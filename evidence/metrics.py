@@ -14,7 +14,7 @@ import ipaddress
 from collections.abc import Iterator
 
 from django.conf import settings
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Max
 from django.http import HttpRequest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -47,11 +47,11 @@ def _seconds(moment) -> float:
 
 class DashboardCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        unsettled = Call.objects.filter(receipt_present=True, decision__in=protocol.UNSETTLED_DECISIONS)
         in_doubt = GaugeMetricFamily(
-            "callproof_calls_in_doubt", "Calls written prepared or unknown that no one has settled"
+            "callproof_calls_in_doubt",
+            "Calls whose recovery waits for the target or a person: open, altered, disputed or missing receipts",
         )
-        in_doubt.add_metric([], unsettled.filter(status__in=protocol.IN_DOUBT_STATUSES).count())
+        in_doubt.add_metric([], Call.objects.in_doubt().count())
         yield in_doubt
 
         by_code = dict(
@@ -78,8 +78,7 @@ class DashboardCollector(Collector):
             labels=["run_id"],
         )
         now = protocol.utc_now()
-        finished = Q(state__in=protocol.FINISHED_STATES) | Q(archived=True)
-        for run_id, imported_at in Run.objects.exclude(finished).values_list("run_id", "imported_at"):
+        for run_id, imported_at in Run.objects.unfinished().values_list("run_id", "imported_at"):
             lag.add_metric([run_id], (now - imported_at).total_seconds() if imported_at else float("nan"))
         yield lag
 

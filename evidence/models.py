@@ -37,6 +37,12 @@ class JSONTextField(models.TextField):
         return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
+class RunQuerySet(models.QuerySet):
+    def unfinished(self) -> RunQuerySet:
+        """Runs that may still write: ``protocol.run_is_finished``, said in SQL."""
+        return self.exclude(state__in=protocol.FINISHED_STATES)
+
+
 class Run(models.Model):
     run_id = models.CharField(max_length=128, unique=True)
     path = models.TextField()
@@ -77,6 +83,8 @@ class Run(models.Model):
     summary = JSONTextField(null=True)
     needs_attention = models.BooleanField(default=False)
 
+    objects = RunQuerySet.as_manager()
+
     class Meta:
         ordering = ["run_id"]
         indexes = [models.Index(fields=["state"]), models.Index(fields=["last_event_at"])]
@@ -91,8 +99,8 @@ class Run(models.Model):
 
     @property
     def is_finished(self) -> bool:
-        """A finished run writes nothing more: its page stops refreshing."""
-        return self.state.lower() in protocol.FINISHED_STATES
+        """A finished run writes nothing more: its page stops refreshing, retention may act."""
+        return protocol.run_is_finished(self.state)
 
     @property
     def is_live(self) -> bool:
@@ -106,6 +114,13 @@ def with_run(rows: models.QuerySet) -> models.QuerySet:
     """Rows joined with their run, without the run's stored counts: JSON that would be
     decoded once per row by a list that only shows the run's name."""
     return rows.select_related("run").defer("run__summary", "run__event_type_counts")
+
+
+class CallQuerySet(models.QuerySet):
+    def in_doubt(self) -> CallQuerySet:
+        """Calls whose recovery decision waits for the target or a person: ``protocol.in_doubt``,
+        said in SQL (on the index that leads with the decision)."""
+        return self.filter(decision__in=protocol.IN_DOUBT_DECISIONS)
 
 
 class Call(models.Model):
@@ -139,6 +154,8 @@ class Call(models.Model):
     # size.mtime_ns.ctime_ns.inode of the receipt when read: unchanged, it is not read again.
     file_signature = models.CharField(max_length=100, blank=True)
 
+    objects = CallQuerySet.as_manager()
+
     class Meta:
         ordering = ["run", "call_id"]
         constraints = [models.UniqueConstraint(fields=["run", "call_id"], name="call_unique_per_run")]
@@ -153,6 +170,11 @@ class Call(models.Model):
 
     def __str__(self) -> str:
         return self.call_id
+
+    @property
+    def in_doubt(self) -> bool:
+        """Its recovery decision waits for the target or a person (``protocol.in_doubt``)."""
+        return protocol.in_doubt(self.decision)
 
     @property
     def shown_status(self) -> str:

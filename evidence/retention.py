@@ -36,14 +36,12 @@ ACTIONS = (KEEP, STRIP_BODIES, ARCHIVE)
 class RetentionPolicy:
     strip_after: dt.timedelta
     archive_after: dt.timedelta
-    finished_states: tuple[str, ...]
 
     @classmethod
     def from_settings(cls) -> RetentionPolicy:
         return cls(
             strip_after=dt.timedelta(days=settings.RETENTION_STRIP_AFTER_DAYS),
             archive_after=dt.timedelta(days=settings.RETENTION_ARCHIVE_AFTER_DAYS),
-            finished_states=tuple(settings.RETENTION_FINISHED_STATES),
         )
 
 
@@ -86,7 +84,7 @@ def plan_runs(*, policy: RetentionPolicy, now: dt.datetime, runs=None) -> list[R
 
 def _blockers(run: Run | RunFacts, policy: RetentionPolicy, in_doubt: int, codes: dict[str, int]) -> list[str]:
     blockers = [f"a legal hold ({run.legal_hold_by}: {run.legal_hold_reason})"] if run.legal_hold else []
-    if run.state.lower() not in policy.finished_states:
+    if not protocol.run_is_finished(run.state):
         blockers.append(f"unfinished (state {run.state or 'none'})")
     if in_doubt:
         blockers.append(f"{in_doubt} call{'s' if in_doubt > 1 else ''} in doubt, not yet settled")
@@ -101,7 +99,7 @@ def _blockers(run: Run | RunFacts, policy: RetentionPolicy, in_doubt: int, codes
 
 
 def _plan(run: Run | RunFacts, policy: RetentionPolicy, now: dt.datetime, summary: stats.RunSummary) -> RunPlan:
-    blockers = _blockers(run, policy, summary.unsettled, summary.findings_by_code)
+    blockers = _blockers(run, policy, summary.in_doubt, summary.findings_by_code)
     moments = (run.last_event_at, summary.last_decision_at, run.legal_hold_since)
     clock_from = max(filter(None, moments), default=None)
     strip_on = clock_from + policy.strip_after if clock_from else None

@@ -3,7 +3,7 @@
 Variables (documented in the README): DATABASE_URL, DATABASE_CONN_MAX_AGE,
 DJANGO_DEBUG, DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS, DJANGO_HTTPS,
 EVIDENCE_RUNS_ROOT, EVIDENCE_ARCHIVE_ROOT, EVIDENCE_READ_ONLY, EVIDENCE_STRIP_AFTER_DAYS,
-EVIDENCE_ARCHIVE_AFTER_DAYS, EVIDENCE_FINISHED_STATES, EVIDENCE_PROXY_COUNT,
+EVIDENCE_ARCHIVE_AFTER_DAYS, EVIDENCE_PROXY_COUNT,
 EVIDENCE_METRICS_TOKEN, EVIDENCE_SIGNING_KEY_FILES, EVIDENCE_SIGNED_RUNS_ONLY. Parsers are strict: a malformed
 value stops start-up. What is unset is what a deployment needs: debugging off,
 HTTPS on.
@@ -18,6 +18,8 @@ from pathlib import Path
 import dj_database_url
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
+
+from receipts.protocol import FINISHED_STATES
 
 # In a checkout the site's templates/ and static/ sit beside the packages, with manage.py; a
 # wheel carries them inside the evidence package (pyproject.toml maps them there).
@@ -73,10 +75,16 @@ EVIDENCE_RUNS_ROOT = env_path("EVIDENCE_RUNS_ROOT", BASE_DIR / "var" / "runs")
 # Where retention puts the archives of whole runs.
 EVIDENCE_ARCHIVE_ROOT = env_path("EVIDENCE_ARCHIVE_ROOT", BASE_DIR / "var" / "archive")
 # Retention: days after a run's last event (or a person's later decision) until its
-# bodies are stripped, and until the whole run is archived; the states that count as finished.
+# bodies are stripped, and until the whole run is archived. Only a finished run is (its state
+# one of the protocol's FINISHED_STATES: the one rule, which pages and /metrics follow too).
 RETENTION_STRIP_AFTER_DAYS = env_int("EVIDENCE_STRIP_AFTER_DAYS", 30)
 RETENTION_ARCHIVE_AFTER_DAYS = env_int("EVIDENCE_ARCHIVE_AFTER_DAYS", 365)
-RETENTION_FINISHED_STATES = env_list("EVIDENCE_FINISHED_STATES", "finished,succeeded,failed,cancelled")
+if "EVIDENCE_FINISHED_STATES" in os.environ:
+    raise ImproperlyConfigured(
+        "EVIDENCE_FINISHED_STATES is no longer read: a run is finished when its state is one of the "
+        f"protocol's finished states ({', '.join(FINISHED_STATES)}), for retention as for every page. "
+        "Unset it (docs/RUN_DIRECTORY.md, run states)."
+    )
 # /metrics answers a request with "Authorization: Bearer <this>", or, when it is unset,
 # only a request made on this machine (README, "Operations").
 EVIDENCE_METRICS_TOKEN = os.environ.get("EVIDENCE_METRICS_TOKEN", "")

@@ -44,16 +44,16 @@ class Settlement:
     created: bool  # False: the same decision was already on record (a double click, a retry)
 
 
-def call_in_doubt(call: Call) -> bool:
-    """Prepared, unknown, or a receipt that fails its identity check: what a person may settle."""
-    return call.receipt_present and (
-        call.status in protocol.IN_DOUBT_STATUSES or call.verification != protocol.VERIFIED
-    )
+def may_be_settled(call: Call) -> bool:
+    """In doubt (``Call.in_doubt``), with a receipt for the decision to hold to: a call the
+    ledger names without one is in doubt too, but nothing here can say which bytes were seen."""
+    return call.in_doubt and call.receipt_present
 
 
 def needs_second_tick(call: Call) -> bool:
-    """The runtime can ask the target itself: a person confirms anyway only when they say so."""
-    return call.queryable and call.verification == protocol.VERIFIED
+    """The runtime can ask the target itself (its decision is ``query``): a person confirms
+    anyway only when they say so."""
+    return call.decision == "query"
 
 
 def settle_call(
@@ -86,8 +86,11 @@ def settle_call(
             if existing.confirmation_id == wanted:
                 return Settlement(existing, False)
             raise SettleError(HTTPStatus.CONFLICT, _already_decided(existing), existing=existing)
-        if not call_in_doubt(call):
-            message = "This call is not in doubt: its verified receipt says what happened."
+        if not may_be_settled(call):
+            if not call.receipt_present:
+                message = "This call has no receipt: a decision has nothing to hold to. Its findings say what is known."
+            else:
+                message = f"This call is not in doubt: {call.decision_reason}."
             raise SettleError(HTTPStatus.CONFLICT, message)
         if receipt_sha256 != call.file_sha256:
             # The decision is about the receipt the dashboard imported and showed, not whatever

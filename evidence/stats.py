@@ -77,8 +77,7 @@ class RunSummary:
     """What the runs list, the run page, retention and the evidence say of a run first."""
 
     calls_by_status: dict[str, int] = dataclasses.field(default_factory=dict)  # as shown: see Call.shown_status
-    in_doubt: int = 0  # calls shown prepared or unknown that a person (or a query) must still settle
-    unsettled: int = 0  # calls written prepared or unknown and not settled, whatever their identity check
+    in_doubt: int = 0  # calls whose recovery decision waits for the target or a person (Call.in_doubt)
     findings_by_code: dict[str, int] = dataclasses.field(default_factory=dict)  # open findings
     decisions: dict[str, int] = dataclasses.field(default_factory=dict)
     submissions: int = 0
@@ -127,7 +126,7 @@ class RunSummary:
             return "tampered"
         if "submission_conflict" in self.finding_codes:
             return "conflict"
-        if self.in_doubt or self.stale_reservations or self.calls_by_status.get("unverified"):
+        if self.in_doubt or self.stale_reservations:
             return "in doubt"
         return "ok"
 
@@ -157,11 +156,8 @@ def refresh_run_summary(run: Run, apps: Any = None) -> RunSummary:
     for status, verification, decision, present, count, body_bytes in calls:
         shown = (protocol.SHOWN_FOR_VERDICT.get(verification, status) if present else "") or "missing"
         summary.calls_by_status[shown] = summary.calls_by_status.get(shown, 0) + count
-        unsettled = decision in protocol.UNSETTLED_DECISIONS
-        if shown in protocol.IN_DOUBT_STATUSES and unsettled:
+        if protocol.in_doubt(decision):
             summary.in_doubt += count
-        if status in protocol.IN_DOUBT_STATUSES and unsettled:
-            summary.unsettled += count
         if decision:
             summary.decisions[decision] = summary.decisions.get(decision, 0) + count
         summary.body_bytes += body_bytes or 0

@@ -39,7 +39,9 @@ REQUEST_FIELDS = (
 # One order for each list, used wherever they are shown: statuses as the charts
 # stack them, decisions most urgent first.
 RECEIPT_STATUSES = ("committed", "prepared", "unknown", "rejected")
-IN_DOUBT_STATUSES = ("prepared", "unknown")  # a person (or a query) must settle these
+# The receipt statuses that do not say whether the effect happened: what a query or a person
+# settles. Whether a call is in doubt is its recovery decision's to say (``in_doubt``).
+OPEN_STATUSES = ("prepared", "unknown")
 # What the pages show instead of a receipt's status when it fails its check: whatever the
 # receipt says, it proves nothing, and is never shown as committed. "disputed" is a
 # committed receipt that passes its check but whose target the writer found without
@@ -47,7 +49,12 @@ IN_DOUBT_STATUSES = ("prepared", "unknown")  # a person (or a query) must settle
 SHOWN_FOR_VERDICT = {"mismatch": "tampered", "unverifiable": "unverified", "disputed": "disputed"}
 LEGACY_STATUS = "failed"
 DECISIONS = ("confirm", "query", "retry", "stop", "reuse")
-UNSETTLED_DECISIONS = ("confirm", "query")  # a call with another decision is settled, or needs nobody
+# The one rule for "in doubt": a call whose recovery decision (``recovery.decide``) waits for
+# its target to be asked or for a person. It covers an open status, a receipt that fails its
+# identity check, a commit its target does not show, a legacy "failed" and a missing receipt;
+# a call with another decision is settled, or needs nobody. The writer, the inbox, the run's
+# counts, retention, settling and /metrics all ask it (the dashboard through ``Call.in_doubt``).
+IN_DOUBT_DECISIONS = ("confirm", "query")
 RESOLUTIONS = ("committed", "rejected")  # what a person's confirmation may say
 # Event fields that are ids, digests, statuses, tool names, times or counts: facts, never bodies.
 # Evidence shows them in clear; retention keeps them when it strips a run's bodies.
@@ -80,6 +87,9 @@ EVENT_FACT_FIELDS = {
 # The seed's rule: tools run only while the run may still act. A run starts in
 # "running" at attempt 1; "retrying" means the next attempt is due.
 CALLABLE_STATES = ("running", "retrying")
+# The one rule for "finished": a run in one of these states writes nothing more. Its page stops
+# refreshing, retention may strip and archive it, /metrics stops watching its import lag. Names
+# are matched exactly, as the runtime wrote them (``in_doubt``'s twin: ``run_is_finished``).
 FINISHED_STATES = ("finished", "succeeded", "completed", "failed", "cancelled", "stopped")
 SUBMISSION_STATES = ("reserved", "task_created", "committed")
 DISPOSITIONS = ("created", "reused", "conflict")
@@ -97,6 +107,16 @@ MAX_JSON_DEPTH = 256
 # The largest integer the format gives a meaning to (seq, attempt, attempts): what a
 # 64-bit signed column holds. Larger numbers are a schema error, never a crash.
 MAX_INT = 2**63 - 1
+
+
+def in_doubt(decision: str) -> bool:
+    """Whether a call with this recovery decision waits for its target or a person."""
+    return decision in IN_DOUBT_DECISIONS
+
+
+def run_is_finished(state: str) -> bool:
+    """Whether a run in this state writes nothing more (``FINISHED_STATES``)."""
+    return state in FINISHED_STATES
 
 
 def canonical_json(value: Any) -> bytes:

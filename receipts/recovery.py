@@ -49,7 +49,7 @@ def decide(
         return Decision("confirm", "the receipt's identity cannot be checked (an input is missing): a person decides")
     if status == "committed":
         return Decision("reuse", "committed: its result is reused, never executed again")
-    if status in protocol.IN_DOUBT_STATUSES:
+    if status in protocol.OPEN_STATUSES:
         if queryable:
             return Decision("query", f"{status}: the adapter asks the target whether the effect happened")
         return Decision("confirm", f"{status} and not queryable: a person must decide whether it happened")

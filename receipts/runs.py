@@ -185,4 +185,4 @@ def unsettled_calls(run_dir: Path, adapters: Mapping[str, Any] | None = None) ->
 
     files, _ = read_run(Path(run_dir), keep_events=False, keys=run_keys())
     apply_decisions(files, adapters)
-    return [(call.call_id, call.attempt) for call in files.calls if call.decision in protocol.UNSETTLED_DECISIONS]
+    return [(call.call_id, call.attempt) for call in files.calls if protocol.in_doubt(call.decision)]

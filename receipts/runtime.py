@@ -316,7 +316,7 @@ class Executor:
         outcome: the effect happened and must not happen again. Anything less
         proves nothing and is removed by the caller.
         """
-        if existing["status"] not in protocol.IN_DOUBT_STATUSES or not held.interrupted:
+        if existing["status"] not in protocol.OPEN_STATUSES or not held.interrupted:
             return None
         call_id = held.call_id
         if not held.check(existing, contract).verified:
@@ -367,7 +367,7 @@ class Executor:
                 contract, other, adapter.name, receipt["args"], adapter.version, receipt["identity"]
             )
             decision = self._decision_of(adapter, call_id, contract, key)
-            if decision is not None and decision.decision in protocol.UNSETTLED_DECISIONS:
+            if decision is not None and protocol.in_doubt(decision.decision):
                 unsettled.append(call_id)
         if unsettled:
             action = f"call {receipt['call_id']} ({adapter.name}) at attempt {attempt}"
@@ -494,7 +494,7 @@ class Executor:
         if status == "rejected":
             # Not executed at this attempt; a retry goes under the next attempt.
             return CallOutcome(call_id, "rejected", False, None, receipt.get("error"))
-        if status not in protocol.IN_DOUBT_STATUSES:
+        if status not in protocol.OPEN_STATUSES:
             raise ValueError(f"receipt {call_id} has status {status[:32]!r}: a person has to look")
         if adapter_can_query(adapter):
             return self._resume_by_query(adapter, receipt, held)
@@ -712,8 +712,13 @@ def call_in_doubt(
     adapters: Mapping[str, Any] = BUILTIN_ADAPTERS,
     signing_key: SigningKey | None = None,
 ) -> bool:
-    """Prepared, unknown, a receipt that does not prove it is this call, or a commit its target
-    does not show (the writer would not reuse it): a person may settle it."""
+    """Whether a person may settle the call: its recovery decision, made from its receipt (and,
+    for a commit, its target) with no confirmation, waits for someone (``protocol.in_doubt``).
+
+    Prepared, unknown, a receipt that does not prove it is this call, a commit its target does
+    not show (the writer would not reuse it), a legacy "failed": yes. Rejected or a proven
+    commit: no.
+    """
     try:
         receipt = protocol.load_json_strict(receipt_bytes)
     except ValueError:
@@ -722,7 +727,10 @@ def call_in_doubt(
         return True
     contract = run_contract(run_dir)
     check = protocol.check_receipt_identity(receipt, call_id=call_id, contract_sha256=contract, signing_key=signing_key)
-    if receipt.get("status") in protocol.IN_DOUBT_STATUSES or not check.verified:
-        return True
-    adapter = adapters.get(receipt.get("tool")) if isinstance(receipt.get("tool"), str) else None
-    return receipt.get("status") == "committed" and commit_problem(run_dir, adapter, receipt) is not None
+    status = receipt.get("status") if isinstance(receipt.get("status"), str) else ""
+    verification = check.verdict
+    if check.verified and status == "committed":
+        adapter = adapters.get(receipt.get("tool")) if isinstance(receipt.get("tool"), str) else None
+        if commit_problem(run_dir, adapter, receipt) is not None:
+            verification = protocol.DISPUTED
+    return protocol.in_doubt(decide(status=status, verification=verification).decision)

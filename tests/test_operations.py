@@ -8,8 +8,8 @@ import logging
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from evidence import importer
-from evidence.models import Call, Run
+from evidence import importer, inbox
+from evidence.models import Run
 from receipts import protocol
 from tests.helpers import first_call_of, join
 
@@ -27,9 +27,10 @@ def scrape(client, **headers) -> dict[tuple[str, tuple], float]:
 
 def test_metrics_say_what_needs_a_person_from_the_rows(demo, client):
     values = scrape(client)
-    unsettled = Call.objects.filter(receipt_present=True, status__in=protocol.IN_DOUBT_STATUSES,
-                                    decision__in=protocol.UNSETTLED_DECISIONS).count()  # fmt: skip
-    assert unsettled > 0 and values[("callproof_calls_in_doubt", ())] == unsettled
+    # The same calls the inbox asks a person about, the altered receipt among them.
+    calls = [item for item in inbox.inbox_items() if item.kind in (inbox.IN_DOUBT, inbox.TAMPERED)]
+    assert {"tampered-receipt", "send-message-killed"} <= {item.run_id for item in calls}
+    assert values[("callproof_calls_in_doubt", ())] == len(calls)
     assert values[("callproof_stale_reservations", ())] == 1
     assert values[("callproof_open_findings", (("code", "stale_reservation"), ("digest", "false")))] == 1
     live = Run.objects.exclude(state__in=protocol.FINISHED_STATES).values_list("run_id", flat=True)

@@ -19,7 +19,6 @@ pytestmark = pytest.mark.django_db
 POLICY = retention.RetentionPolicy(
     strip_after=dt.timedelta(days=30),
     archive_after=dt.timedelta(days=365),
-    finished_states=("finished", "succeeded", "failed", "cancelled"),
 )
 
 

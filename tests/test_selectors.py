@@ -20,7 +20,7 @@ def test_runs_needing_attention_are_those_with_open_findings_or_calls_in_doubt(d
         run.run_id
         for run in Run.objects.all()
         if run.findings.filter(closed_at__isnull=True).exists()
-        or run.calls.filter(status__in=protocol.IN_DOUBT_STATUSES).exists()
+        or run.calls.filter(status__in=protocol.OPEN_STATUSES).exists()
     }
     assert attention == expected and "tampered-receipt" in attention and "clean-run" not in attention
     assert selectors.run_totals() == {"runs": Run.objects.count(), "attention": len(expected)}

@@ -379,7 +379,7 @@ def expected_decisions(tool: str, status: str) -> set[str]:
     """What replay must say of a receipt in ``status`` (RUN_DIRECTORY.md, "Recovery decisions")."""
     if status == "committed":
         return {"reuse"}
-    if status in protocol.IN_DOUBT_STATUSES:
+    if status in protocol.OPEN_STATUSES:
         return {"query"} if tool == "write_file" else {"confirm"}
     if status == "rejected":
         return {"retry", "stop"}
@@ -605,7 +605,7 @@ class CallIntent(Intent):
                 problems.append("exit 0, but the effect is not there exactly once")
         elif finished.returncode == 4 and self.tool == "send_message":
             outcome = "exit 4 in doubt"
-            if output.get("needs") != "confirmation" or receipt.get("status") not in protocol.IN_DOUBT_STATUSES:
+            if output.get("needs") != "confirmation" or receipt.get("status") not in protocol.OPEN_STATUSES:
                 problems.append(f"exit 4 without a call in doubt: {finished.describe()}")
         else:
             outcome = f"exit {finished.returncode}"

@@ -51,9 +51,8 @@ def call_page(
     status: int = HTTPStatus.OK,
 ) -> HttpResponse:
     detail = selectors.call_detail(run=run, call=call)
-    in_doubt = settle.call_in_doubt(call)
-    settled = detail.decision is not None or (detail.confirmation is not None and detail.confirmation.valid)
-    can_settle = in_doubt and may_settle(request.user) and not settled
+    in_doubt = settle.may_be_settled(call)
+    can_settle = in_doubt and may_settle(request.user)
     if can_settle and form is None:
         form = ConfirmForm(initial={"receipt_sha256": call.file_sha256})
     context = {
@@ -69,7 +68,7 @@ def call_page(
         "findings": detail.findings,
         "decision": detail.decision,
         "in_doubt": in_doubt,
-        "doubt": selectors.doubt_panel(run=run, call=call) if in_doubt and not settled else None,
+        "doubt": selectors.doubt_panel(run=run, call=call) if in_doubt else None,
         "form": form if can_settle else None,
         "second_tick": settle.needs_second_tick(call),
         "settle_error": error,

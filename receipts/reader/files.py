@@ -261,7 +261,7 @@ class _RunReader(SubmissionChecks):
                     call_id=call.call_id,
                 )
             confirmation = confirmations.get(call.call_id)
-            if call.status in protocol.IN_DOUBT_STATUSES and not (confirmation is not None and confirmation.valid):
+            if call.status in protocol.OPEN_STATUSES and not (confirmation is not None and confirmation.valid):
                 self.check_stale_call(call)
 
     def check_against_the_ledger(self) -> None:
