@@ -5,16 +5,30 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RUNS ?= var/runs
 ADDR ?= 127.0.0.1:8000
+PIP_VERSION := 26.3
+UV_VERSION := 0.13.9
 
-.PHONY: install demo browser nginx test test-postgres lint format bench bench-import bench-export bench-pages torture clean
+.PHONY: install lock demo browser nginx test test-postgres lint format bench bench-import bench-export bench-pages torture clean
 
-$(STAMP): pyproject.toml
+# Everything comes from the lock file, each package by its hash (the test and deploy extras,
+# so the suite, the proxy tests and the benchmarks run on the same versions everywhere);
+# the project itself goes on top, editable, with nothing more.
+$(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q pip==$(PIP_VERSION)
+	$(BIN)/python -m pip install -q --require-hashes -r requirements.lock
+	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# After a change to the dependencies in pyproject.toml: the newest versions that satisfy them,
+# pinned with their hashes (tests/test_packaging.py fails while the lock is behind).
+lock:
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q uv==$(UV_VERSION)
+	$(BIN)/uv pip compile pyproject.toml --extra test --extra deploy --generate-hashes --upgrade --custom-compile-command "make lock" \
+	  --python-version 3.11 --python-platform x86_64-unknown-linux-gnu -o requirements.lock -q
 
 # The demo serves what a deployment would: debugging off, collected static files
 # served by whitenoise, the branded error pages, a secret key made once under var/.
@@ -75,9 +89,8 @@ bench-import: install
 	$(BIN)/python tests/bench/bench_import.py
 	$(BIN)/python tests/bench/bench_import.py --postgres
 
-# Every page under gunicorn (the deploy extra), driven by wrk (Debian's package), on both databases.
+# Every page under gunicorn (in the lock, with the deploy extra), driven by wrk (Debian's package), on both databases.
 bench-pages: install
-	$(BIN)/python -m pip install -q -e '.[test,deploy]'
 	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; $$SUDO apt-get install -y -qq wrk; }
 	$(BIN)/python tests/bench/bench_pages.py
 	$(BIN)/python tests/bench/bench_pages.py --postgres

@@ -182,3 +182,31 @@ def test_the_dashboard_runs_from_its_wheel_with_its_templates_and_stylesheet(whe
     status, listed, stylesheet, css_status, is_css = step("python", "-c", DASHBOARD_PROBE).split()
     assert (status, listed, css_status, is_css) == ("200", "True", "200", "True"), stylesheet
     assert stylesheet.startswith("/static/css/site.") and stylesheet != "/static/css/site.css", "hashed by the manifest"
+
+
+def test_the_lock_file_pins_every_dependency_the_project_names():
+    """`make install` installs requirements.lock by hash: a dependency added to pyproject.toml
+    and not locked (`make lock`) would be missing from every install, or drift."""
+    import re
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((PROJECT / "pyproject.toml").read_text())["project"]
+    lock = (PROJECT / "requirements.lock").read_text()
+    pinned = {
+        name.lower().replace("_", "-"): version
+        for name, version in re.findall(r"^([A-Za-z0-9_.-]+)==(\S+) \\$", lock, flags=re.MULTILINE)
+    }
+    assert re.findall(r"--hash=sha256:[0-9a-f]{64}", lock), "pinned by hash"
+    named = [
+        Requirement(text)
+        for extra in ("dashboard", "test", "deploy")
+        for text in project["optional-dependencies"][extra]
+    ]
+    for requirement in named:
+        if requirement.name == "callproof":
+            continue
+        name = requirement.name.lower().replace("_", "-")
+        assert name in pinned, f"{name} is not in requirements.lock: run make lock"
+        assert requirement.specifier.contains(pinned[name]), f"{name}=={pinned[name]} is not {requirement.specifier}"
