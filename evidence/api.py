@@ -17,7 +17,7 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import BadRequest
@@ -27,12 +27,13 @@ from django.utils import timezone
 from ninja import NinjaAPI, Schema
 from ninja.errors import HttpError
 from ninja.security import HttpBearer, SessionAuth
+from pydantic import WithJsonSchema
 
-from evidence import inbox, selectors
-from evidence.models import ApiToken, Call, Run
+from evidence import inbox, listings, selectors
+from evidence import retention as retention_plans
+from evidence.models import ApiToken, Run
 from evidence.pagination import cursor_page
 from evidence.roles import BROWSE
-from evidence.stats import RunSummary
 from evidence.views.common import choice
 from receipts import protocol
 from receipts.findings import CODES, ERROR, WARNING
@@ -116,20 +117,39 @@ def bad_request(request: HttpRequest, error: BadRequest) -> HttpResponse:
     return api.create_response(request, {"detail": str(error)}, status=400)
 
 
+# A time as the twins give it (``listings.json_value``: ISO 8601 to the microsecond), not as
+# pydantic would write it again (to the millisecond).
+Moment = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
+
+# One schema an item, field for field the list's (``evidence.listings``): the API answers one
+# page of the items the CSV and JSON twins hold in full (a test holds the two to each other).
+
+
 class RunOut(Schema):
     run_id: str
     state: str
     attempts: int | None
     verdict: str
+    first_event_at: Moment | None
+    last_event_at: Moment | None
     events: int
     calls: int
+    calls_by_status: dict[str, int]
     in_doubt: int
-    open_findings: int
     stale_reservations: int
-    first_event_at: dt.datetime | None
-    last_event_at: dt.datetime | None
+    open_findings: int
     archived: bool
     legal_hold: bool
+
+
+class EventOut(Schema):
+    seq: int
+    ts: Moment | None
+    type: str
+    call_id: str
+    client_submission_id: str
+    disposition: str
+    payload: Any
 
 
 class CallOut(Schema):
@@ -137,12 +157,30 @@ class CallOut(Schema):
     status: str  # as a page shows it: "tampered" or "unverified" for a receipt that fails its check
     written_status: str
     tool: str
+    tool_version: str
     attempt: int | None
     verification: str
     decision: str
     decision_reason: str
-    created_at: dt.datetime | None
-    updated_at: dt.datetime | None
+    created_at: Moment | None
+    updated_at: Moment | None
+
+
+class SubmissionOut(Schema):
+    client_submission_id: str
+    state: str
+    task_id: str
+    request_digest: str
+    task_present: bool
+    updated_at: Moment | None
+
+
+class DecisionOut(Schema):
+    call_id: str
+    status: str
+    tool: str
+    decision: str
+    decision_reason: str
 
 
 class FindingOut(Schema):
@@ -154,15 +192,15 @@ class FindingOut(Schema):
     call_id: str
     stored_value: str
     recomputed_value: str
-    first_seen: dt.datetime
+    first_seen: Moment
 
 
-class ReservationOut(Schema):
+class StaleOut(Schema):
     kind: str
     run_id: str
     subject: str
     state: str
-    since: dt.datetime | None
+    since: Moment | None
     task_present: bool | None
     digests_match: bool | None
     resume: str
@@ -171,124 +209,133 @@ class ReservationOut(Schema):
 class InboxOut(Schema):
     kind: str
     severity: str
-    since: dt.datetime | None
+    since: Moment | None
     run_id: str
     subject: str
     detail: str
+    action: str
     code: str
 
 
-class DecisionOut(Schema):
+class HumanDecisionOut(Schema):
+    decided_at: Moment
+    actor: str
     run_id: str
     call_id: str
     resolution: str
     reason: str
+    receipt_sha256: str
+
+
+class ActionOut(Schema):
+    at: Moment
     actor: str
-    decided_at: dt.datetime
+    run_id: str
+    action: str
+    reason: str
 
 
-def _run_out(run: Run) -> RunOut:
-    summary = RunSummary.of(run)
-    return RunOut(
-        run_id=run.run_id, state=run.state, attempts=run.attempts, verdict=summary.verdict, events=run.event_count,
-        calls=summary.calls, in_doubt=summary.in_doubt, open_findings=summary.open_findings,
-        stale_reservations=summary.stale_reservations, first_event_at=run.first_event_at,
-        last_event_at=run.last_event_at, archived=run.archived, legal_hold=run.legal_hold,
-    )  # fmt: skip
+class PlanOut(Schema):
+    run_id: str
+    action: str
+    reason: str
+    blockers: list[str]
+    clock_from: Moment | None
+    strip_on: Moment | None
+    archive_on: Moment | None
+    body_bytes: int
 
 
-def _call_out(call: Call) -> CallOut:
-    return CallOut(
-        call_id=call.call_id, status=call.shown_status, written_status=call.status, tool=call.tool,
-        attempt=call.attempt, verification=call.verification, decision=call.decision,
-        decision_reason=call.decision_reason, created_at=call.created_at, updated_at=call.updated_at,
-    )  # fmt: skip
+def paged(item: type[Schema]) -> type[Schema]:
+    """A page of ``item``s: the same shape as a list's JSON twin, which holds every item."""
+    return type(f"{item.__name__.removesuffix('Out')}Page", (Schema,), {
+        "__annotations__": {"items": list[item], "next": str | None, "total": int | None},
+    })  # fmt: skip
 
 
-def _page(request: HttpRequest, items, *, keys, limit: int, total: int | None, out) -> dict:
-    """One page by key: ``items`` and the ``next`` cursor (null on the last page)."""
+def _page(request: HttpRequest, listing: listings.Listing, limit: int) -> dict:
+    """One page by key: its items and the ``next`` cursor (null on the last page)."""
     if not 1 <= limit <= MAX_LIMIT:
         raise HttpError(400, f"limit must be from 1 to {MAX_LIMIT}")
-    page = cursor_page(request, items, keys=keys, param="cursor", per_page=limit, total=total)
-    return {"items": [out(item) for item in page.object_list], "next": page.older, "total": total}
+    page = cursor_page(request, listing.segments, param="cursor", per_page=limit, total=listing.total)
+    return {"items": [listing.item(row) for row in page.object_list], "next": page.older, "total": listing.total}
 
 
-class RunPage(Schema):
-    items: list[RunOut]
-    next: str | None
-    total: int | None
+def _run(run_id: str) -> Run:
+    return get_object_or_404(Run, run_id=run_id)
 
 
-class CallPage(Schema):
-    items: list[CallOut]
-    next: str | None
-    total: int | None
-
-
-class FindingPage(Schema):
-    items: list[FindingOut]
-    next: str | None
-    total: int | None
-
-
-class DecisionPage(Schema):
-    items: list[DecisionOut]
-    next: str | None
-    total: int | None
-
-
-@api.get("/runs", response=RunPage, summary="Runs, by run_id")
+@api.get("/runs", response=paged(RunOut), summary="Runs, the most recent activity first")
 def runs(request: HttpRequest, state: str = "", attention: bool = False, limit: int = 50):
-    choice(request, "state", selectors.run_states())
-    items = selectors.runs_list(state=state, attention=attention).order_by("run_id")
-    return _page(request, items, keys=("run_id",), limit=limit, total=None, out=_run_out)
+    choice(request, "state", selectors.run_facets().states)
+    return _page(request, listings.runs(state=state, attention=attention), limit)
 
 
 @api.get("/runs/{run_id}", response=RunOut, summary="One run: its counts as the run page shows them")
 def run(request: HttpRequest, run_id: str):
-    return _run_out(get_object_or_404(Run, run_id=run_id))
+    return listings.run_item(_run(run_id))
 
 
-@api.get("/runs/{run_id}/calls", response=CallPage, summary="A run's calls, by call_id")
+@api.get("/runs/{run_id}/events", response=paged(EventOut), summary="A run's ledger, newest first")
+def events(request: HttpRequest, run_id: str, type: str = "", limit: int = 50):
+    found = _run(run_id)
+    choice(request, "type", selectors.event_types(run=found))
+    return _page(request, listings.events(run=found, event_type=type), limit)
+
+
+@api.get("/runs/{run_id}/calls", response=paged(CallOut), summary="A run's calls, by call_id")
 def calls(request: HttpRequest, run_id: str, limit: int = 50):
-    found = get_object_or_404(Run, run_id=run_id)
-    total = RunSummary.of(found).calls
-    return _page(request, selectors.run_calls(run=found), keys=("call_id",), limit=limit, total=total, out=_call_out)
+    return _page(request, listings.calls(run=_run(run_id)), limit)
 
 
-@api.get("/findings", response=FindingPage, summary="Open findings across runs, newest first")
+@api.get("/runs/{run_id}/submissions", response=paged(SubmissionOut), summary="A run's submissions")
+def submissions(request: HttpRequest, run_id: str, limit: int = 50):
+    return _page(request, listings.submissions(run=_run(run_id)), limit)
+
+
+@api.get("/runs/{run_id}/decisions", response=paged(DecisionOut), summary="What a resume would do with each call")
+def decisions(request: HttpRequest, run_id: str, decision: str = "", limit: int = 50):
+    choice(request, "decision", protocol.DECISIONS)
+    return _page(request, listings.decisions(run=_run(run_id), decision=decision), limit)
+
+
+@api.get("/findings", response=paged(FindingOut), summary="Open findings: digest mismatches first, by code")
 def findings(request: HttpRequest, code: str = "", run_id: str = "", severity: str = "", limit: int = 50):
     choice(request, "code", CODES)
     choice(request, "severity", (ERROR, WARNING))
-    items = selectors.open_findings(code=code, run_id=run_id, severity=severity)
-    return _page(
-        request, items, keys=("-id",), limit=limit, total=None,
-        out=lambda f: FindingOut(run_id=f.run.run_id if f.run else None, code=f.code, severity=f.severity,
-                                 subject=f.subject, detail=f.detail, call_id=f.call_id, stored_value=f.stored_value,
-                                 recomputed_value=f.recomputed_value, first_seen=f.first_seen),
-    )  # fmt: skip
+    return _page(request, listings.findings(code=code, run_id=run_id, severity=severity), limit)
 
 
-@api.get("/reservations", response=list[ReservationOut], summary="Stale reservations and stale calls, oldest first")
-def reservations(request: HttpRequest):
-    return [item.__dict__ for item in selectors.stale_items(now=protocol.utc_now())]
+@api.get("/reservations", response=paged(StaleOut), summary="Stale reservations and calls, as they went stale")
+def reservations(request: HttpRequest, limit: int = 50):
+    return _page(request, listings.stale(now=protocol.utc_now()), limit)
 
 
-@api.get("/inbox", response=list[InboxOut], summary="What needs a person, most serious first (1,000 of each kind)")
-def inbox_items(request: HttpRequest, kind: str = "", severity: str = "", run_id: str = ""):
+@api.get("/inbox", response=paged(InboxOut), summary="What needs a person, most serious first")
+def inbox_items(request: HttpRequest, kind: str = "", severity: str = "", run_id: str = "", limit: int = 50):
     choice(request, "kind", inbox.KINDS)
     choice(request, "severity", (ERROR, WARNING))
-    return [item.__dict__ for item in inbox.inbox_items(kind=kind, severity=severity, run_id=run_id)]
+    return _page(request, listings.inbox(kind=kind, severity=severity, run_id=run_id), limit)
 
 
-@api.get("/audit", response=DecisionPage, summary="Decisions people made on the dashboard, newest first")
-def audit(request: HttpRequest, run_id: str = "", actor: str = "", limit: int = 50):
-    items = selectors.human_decisions(run_id=run_id, actor=actor)
-    return _page(
-        request, items, keys=("-id",), limit=limit, total=None,
-        out=lambda d: DecisionOut(run_id=d.run.run_id, call_id=d.call_id, resolution=d.resolution, reason=d.reason,
-                                  actor=d.actor, decided_at=d.decided_at),
-    )  # fmt: skip
+@api.get("/audit", response=paged(HumanDecisionOut), summary="Decisions people made on the dashboard, newest first")
+def audit(request: HttpRequest, run_id: str = "", actor: str = "", resolution: str = "", limit: int = 50):
+    choice(request, "resolution", protocol.RESOLUTIONS)
+    return _page(request, listings.audit_decisions(run_id=run_id, actor=actor, resolution=resolution), limit)
+
+
+@api.get("/audit/actions", response=paged(ActionOut), summary="Legal holds, retention and exports, newest first")
+def audit_actions(request: HttpRequest, run_id: str = "", actor: str = "", limit: int = 50):
+    return _page(request, listings.audit_actions(run_id=run_id, actor=actor), limit)
+
+
+@api.get("/retention", response=paged(PlanOut), summary="Each run's retention plan, by run_id")
+def retention(request: HttpRequest, action: str = "", blocked: bool = False, limit: int = 50):
+    choice(request, "action", retention_plans.ACTIONS)
+    listing = listings.retention(
+        policy=retention_plans.RetentionPolicy.from_settings(), now=protocol.utc_now(), action=action, blocked=blocked
+    )
+    return _page(request, listing, limit)
 
 
 def urls() -> tuple:

@@ -1,26 +1,31 @@
 """The inbox: everything that needs a person's decision, across runs, one list.
 
-Five sources, each an index-backed query: calls in doubt, receipts that fail
-their identity check, submission conflicts, stale reservations, and rewritten
-ledgers or broken chains. Each item says its severity, its age, its run and
-the next action. A settled call leaves the inbox: its decision is no longer
-``confirm`` or ``query``.
+Five kinds, each an index-backed query: calls in doubt (``Call.in_doubt``),
+receipts among them that fail their identity check, submission conflicts,
+stale reservations, and rewritten ledgers or broken chains. Each item says its
+severity, its age, its run and the next action. The list is keyset-paged like
+every other (``inbox_segments``). A settled call leaves the inbox: it is no
+longer in doubt.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Callable
+from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 
-from evidence.models import Call, Finding
+from evidence.models import Call, Finding, with_run
+from evidence.pagination import Segment, every_row
 from receipts import protocol
-from receipts.findings import ERROR, WARNING
+from receipts.findings import CODES, ERROR, WARNING
 
 IN_DOUBT, TAMPERED, CONFLICT, STALE, LEDGER = "in doubt", "tampered", "conflict", "stale reservation", "ledger"
 KINDS = (TAMPERED, LEDGER, IN_DOUBT, CONFLICT, STALE)  # the order of the filter, most serious first
 LEDGER_CODES = ("ledger_rewritten", "ledger_chain_broken")
+FINDING_KINDS = {LEDGER: LEDGER_CODES, CONFLICT: ("submission_conflict",), STALE: ("stale_reservation",)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,82 +40,105 @@ class InboxItem:
     code: str = ""  # the finding code, for a finding
 
 
-def _calls(kind: str) -> QuerySet[Call]:
-    """The calls in doubt, split in two: those whose receipt proves nothing (altered, unverifiable,
-    or a commit its target does not show), and the rest."""
-    in_doubt = Call.objects.in_doubt()
+def _sources(
+    *, kind: str = "", severity: str = "", run_id: str = ""
+) -> list[tuple[str, QuerySet, Callable[[list[Any]], list[InboxItem]]]]:
+    """(severity, rows, present) in the inbox's order: the errors, then the warnings; in each,
+    the calls in doubt, then the findings. A call in doubt is an error when a person must
+    decide, a warning when the runtime can ask the target (its decision, on the index that
+    leads with it); a finding has its code's severity."""
+    calls = with_run(Call.objects.in_doubt())
+    findings = with_run(Finding.objects.filter(closed_at__isnull=True, run__isnull=False))
+    if run_id:
+        calls, findings = calls.filter(run__run_id=run_id), findings.filter(run__run_id=run_id)
     if kind == TAMPERED:
-        return in_doubt.filter(receipt_present=True).exclude(verification=protocol.VERIFIED)
-    return in_doubt.filter(verification=protocol.VERIFIED) | in_doubt.filter(receipt_present=False)
+        calls = calls.filter(receipt_present=True).exclude(verification=protocol.VERIFIED)
+    elif kind == IN_DOUBT:
+        calls = calls.filter(verification=protocol.VERIFIED) | calls.filter(receipt_present=False)
+    elif kind:
+        calls = calls.none()
+    sources = []
+    for level, decision in ((ERROR, "confirm"), (WARNING, "query")):
+        codes = [code for each, codes in FINDING_KINDS.items() if kind in ("", each) for code in codes
+                 if CODES[code][0] == level]  # fmt: skip
+        if severity in ("", level):
+            sources.append((level, calls.filter(decision=decision), _call_items))
+            if codes:
+                sources.append((level, findings.filter(code__in=codes), _finding_items))
+    return sources
 
 
-def _findings(kind: str) -> QuerySet[Finding]:
-    codes = {CONFLICT: ("submission_conflict",), STALE: ("stale_reservation",), LEDGER: LEDGER_CODES}[kind]
-    return Finding.objects.filter(closed_at__isnull=True, code__in=codes, run__isnull=False)
+def inbox_segments(*, kind: str = "", severity: str = "", run_id: str = "") -> list[Segment]:
+    """The inbox as segments on their indexes (``evidence.pagination``): each oldest first, a
+    call by its receipt's last update (those without one after), a finding by when it was first
+    seen."""
+    segments = []
+    for _, rows, present in _sources(kind=kind, severity=severity, run_id=run_id):
+        if rows.model is Call:
+            segments.append(Segment(rows.filter(updated_at__isnull=False), ("updated_at", "id"), present))
+            segments.append(Segment(rows.filter(updated_at__isnull=True), ("id",), present))
+        else:
+            segments.append(Segment(rows, ("first_seen", "id"), present))
+    return segments
 
 
 def inbox_counts(*, run_id: str = "") -> dict[str, int]:
-    """How many items of each kind (five counts)."""
-    counts = {}
-    for kind in KINDS:
-        rows = _calls(kind) if kind in (IN_DOUBT, TAMPERED) else _findings(kind)
-        if run_id:
-            rows = rows.filter(run__run_id=run_id)
-        counts[kind] = rows.count()
+    """How many items of each kind, for the filters: two grouped queries."""
+    calls = Call.objects.in_doubt()
+    findings = Finding.objects.filter(closed_at__isnull=True, run__isnull=False)
+    if run_id:
+        calls, findings = calls.filter(run__run_id=run_id), findings.filter(run__run_id=run_id)
+    counts = dict.fromkeys(KINDS, 0)
+    grouped = calls.values_list("receipt_present", "verification").annotate(n=Count("id")).order_by()
+    for present, verification, count in grouped:
+        counts[_call_kind(present, verification)] += count
+    kind_of = {code: kind for kind, codes in FINDING_KINDS.items() for code in codes}
+    grouped = findings.filter(code__in=kind_of).values_list("code").annotate(n=Count("id")).order_by()
+    for code, count in grouped:
+        counts[kind_of[code]] += count
     return counts
 
 
-CALL_FIELDS = ("status", "verification", "updated_at", "created_at", "run__run_id", "call_id", "tool", "decision",
-               "receipt_present")  # fmt: skip
-FINDING_FIELDS = ("severity", "first_seen", "run__run_id", "subject", "detail", "code")
+def inbox_items(*, kind: str = "", severity: str = "", run_id: str = "") -> list[InboxItem]:
+    """Every item, in the inbox's order (the tests)."""
+    return list(every_row(inbox_segments(kind=kind, severity=severity, run_id=run_id)))
 
 
-def inbox_items(*, kind: str = "", severity: str = "", run_id: str = "", limit: int = 1000) -> list[InboxItem]:
-    """The items, most serious first, then the oldest first; at most ``limit`` of each kind.
+def _call_kind(present: bool, verification: str) -> str:
+    return TAMPERED if present and verification != protocol.VERIFIED else IN_DOUBT
 
-    Read as plain rows: up to a thousand items of each kind are sorted together, and
-    model instances would cost more than the page that shows fifty.
-    """
-    items: list[InboxItem] = []
-    for source in KINDS if not kind else (kind,):
-        calls = source in (IN_DOUBT, TAMPERED)
-        rows = _calls(source) if calls else _findings(source)
-        if run_id:
-            rows = rows.filter(run__run_id=run_id)
-        if calls:
-            rows = rows.order_by("updated_at", "call_id").values_list(*CALL_FIELDS)
-            items += [_call_item(source, *row) for row in rows[:limit]]
+
+def _call_items(calls: list[Call]) -> list[InboxItem]:
+    items = []
+    for call in calls:
+        kind, since, run_id = _call_kind(call.receipt_present, call.verification), _since(call), call.run.run_id
+        if not call.receipt_present:
+            detail = "the ledger names this call but its receipt is missing: what happened?"
+        elif kind == TAMPERED:
+            detail = f"{call.status} receipt that fails its identity check ({call.verification}): never reused"
         else:
-            rows = rows.order_by("first_seen", "id").values_list(*FINDING_FIELDS)
-            items += [_finding_item(source, *row) for row in rows[:limit]]
-    if severity:
-        items = [item for item in items if item.severity == severity]
-    rank = {ERROR: 0, WARNING: 1}
-    oldest = dt.datetime.max.replace(tzinfo=dt.UTC)
-    items.sort(key=lambda item: (rank.get(item.severity, 2), item.since or oldest, item.run_id, item.subject))
+            asked = " (the runtime can ask the target when it resumes)" if call.decision == "query" else ""
+            detail = f"{call.tool}: {call.status}, did it happen?{asked}"
+        severity = WARNING if call.decision == "query" else ERROR
+        items.append(InboxItem(kind, severity, since, run_id, call.call_id, detail, "settle"))
     return items
 
 
-def _call_item(kind, status, verification, updated_at, created_at, run_id, call_id, tool, decision, present):
-    since = updated_at or created_at
-    if not present:
-        detail = "the ledger names this call but its receipt is missing: what happened?"
-        return InboxItem(kind, ERROR, since, run_id, call_id, detail, "settle")
-    if kind == TAMPERED:
-        detail = f"{status} receipt that fails its identity check ({verification}): never reused"
-        return InboxItem(kind, ERROR, since, run_id, call_id, detail, "settle")
-    queryable = " (the runtime can ask the target when it resumes)" if decision == "query" else ""
-    detail = f"{tool}: {status}, did it happen?{queryable}"
-    return InboxItem(kind, WARNING if decision == "query" else ERROR, since, run_id, call_id, detail, "settle")
+def _finding_items(findings: list[Finding]) -> list[InboxItem]:
+    kind_of = {code: kind for kind, codes in FINDING_KINDS.items() for code in codes}
+    return [
+        InboxItem(kind_of[f.code], f.severity, f.first_seen, f.run.run_id, f.subject, f.detail,
+                  "reservation" if kind_of[f.code] == STALE else "finding", f.code)
+        for f in findings
+    ]  # fmt: skip
 
 
-def _finding_item(kind, severity, first_seen, run_id, subject, detail, code) -> InboxItem:
-    action = "reservation" if kind == STALE else "finding"
-    return InboxItem(kind, severity, first_seen, run_id, subject, detail, action, code)
+def _since(call: Call) -> dt.datetime | None:
+    return call.updated_at or call.created_at
 
 
 def inbox_total() -> int:
     """How many items need a person, for the header of every page (two counts)."""
-    codes = ("submission_conflict", "stale_reservation", *LEDGER_CODES)
+    codes = [code for codes in FINDING_KINDS.values() for code in codes]
     findings = Finding.objects.filter(closed_at__isnull=True, code__in=codes, run__isnull=False)
     return Call.objects.in_doubt().count() + findings.count()

@@ -82,12 +82,22 @@ class Run(models.Model):
     event_type_counts = JSONTextField(default=dict)
     summary = JSONTextField(null=True)
     needs_attention = models.BooleanField(default=False)
+    # Retention's facts, kept with the summary: when the run's clock started (its last event, a
+    # person's later decision or hold) and whether anything keeps it whatever its age. The
+    # retention page filters, pages and totals on these, never by planning every run.
+    retention_clock_from = models.DateTimeField(null=True)
+    retention_blocked = models.BooleanField(default=False)
+    body_bytes = models.BigIntegerField(default=0)  # what stripping the bodies would free
 
     objects = RunQuerySet.as_manager()
 
     class Meta:
         ordering = ["run_id"]
-        indexes = [models.Index(fields=["state"]), models.Index(fields=["last_event_at"])]
+        indexes = [
+            models.Index(fields=["state"]),
+            # The runs list, newest activity first, paged by key.
+            models.Index(fields=["last_event_at", "run_id"], name="run_activity_idx"),
+        ]
         permissions = [
             ("browse", "Can browse runs, calls, findings, the inbox, the audit and retention"),
             ("export_evidence", "Can download a run's redacted evidence"),
@@ -297,7 +307,8 @@ class Finding(models.Model):
             ),
         ]
         indexes = [
-            models.Index(fields=["closed_at", "code"]),
+            # Open findings by code, paged by key (the findings page, the inbox, the stale page).
+            models.Index(fields=["closed_at", "code", "id"], name="finding_open_code_idx"),
             models.Index(fields=["closed_at", "severity"]),
             models.Index(fields=["run", "closed_at"]),
             models.Index(fields=["run", "call_id"]),

@@ -7,7 +7,7 @@ person still has to look at keeps the run: a call in doubt, a stale
 reservation or an open conflict, an unfinished run, an open digest mismatch,
 tampering or rewritten ledger. A person's decision restarts the clock.
 
-``plan_runs`` only plans. ``strip_bodies`` and ``archive_run`` apply a plan:
+``plan_runs`` and ``plan_segment`` only plan. ``strip_bodies`` and ``archive_run`` apply a plan:
 ``manage.py apply_retention --apply`` calls them.
 """
 
@@ -17,12 +17,17 @@ import dataclasses
 import datetime as dt
 import hashlib
 import logging
+import types
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
+from django.db.models import Count, Q, Sum
 
 from evidence import stats
 from evidence.models import AuditEntry, Call, Run
+from evidence.pagination import Segment, every_row
 from receipts import durable, protocol
 from receipts.findings import DIGEST_CODES
 
@@ -57,35 +62,86 @@ class RunPlan:
     body_bytes: int  # what stripping the bodies would free in the database
 
 
-@dataclasses.dataclass
-class RunFacts:
-    """What a plan reads of a run (its summary holds the counts): a row, not a model
-    instance, because the retention page plans every run."""
-
-    run_id: str
-    state: str
-    last_event_at: dt.datetime | None
-    archived: bool
-    bodies_stripped_at: dt.datetime | None
-    summary: dict | None
-    legal_hold: bool
-    legal_hold_by: str
-    legal_hold_reason: str
-    legal_hold_since: dt.datetime | None
+PLAN_FIELDS = ("run_id", "state", "last_event_at", "archived", "bodies_stripped_at", "summary", "legal_hold",
+               "legal_hold_by", "legal_hold_reason", "legal_hold_since")  # fmt: skip
 
 
-def plan_runs(*, policy: RetentionPolicy, now: dt.datetime, runs=None) -> list[RunPlan]:
-    """The plan of every run (or of ``runs``) from the counts stored at import: one query."""
-    if runs is None:
-        names = [field.name for field in dataclasses.fields(RunFacts)]
-        runs = [RunFacts(*row) for row in Run.objects.order_by("run_id").values_list(*names)]
-    return [_plan(run, policy, now, stats.RunSummary.of(run)) for run in runs]
+def plan_segment(*, policy: RetentionPolicy, now: dt.datetime, action: str = "", blocked: bool = False) -> Segment:
+    """Every run's plan, by run_id, or only those ``action`` takes, or only the ``blocked``: the
+    filters are conditions on the facts kept with each run's summary (``retention_facts``), so
+    a page of plans reads one page of runs."""
+    runs = Run.objects.all()
+    if blocked:
+        runs = runs.filter(retention_blocked=True)
+    if action:
+        runs = runs.filter(_due(policy, now)[action])
+    return Segment(
+        runs.only(*PLAN_FIELDS),
+        ("run_id",),
+        present=lambda rows: [_plan(run, policy, now, stats.RunSummary.of(run)) for run in rows],
+    )
 
 
-def _blockers(run: Run | RunFacts, policy: RetentionPolicy, in_doubt: int, codes: dict[str, int]) -> list[str]:
+def plan_runs(*, policy: RetentionPolicy, now: dt.datetime) -> Iterator[RunPlan]:
+    """Every run's plan, by run_id (what ``apply_retention`` acts on)."""
+    return every_row(plan_segment(policy=policy, now=now))
+
+
+def plan_totals(*, policy: RetentionPolicy, now: dt.datetime) -> dict[str, object]:
+    """How many runs each action takes, how many are blocked, and what stripping and archiving
+    would free in the database: one query over the runs' kept facts."""
+    due = _due(policy, now)
+    counts = Run.objects.aggregate(
+        **{action: Count("pk", filter=condition) for action, condition in due.items()},
+        blocked=Count("pk", filter=Q(retention_blocked=True)),
+        freed=Sum("body_bytes", filter=due[STRIP_BODIES] | due[ARCHIVE], default=0),
+    )
+    return {
+        "counts": {action: counts[action] for action in ACTIONS},
+        "body_bytes_freed": counts["freed"],
+        "blocked": counts["blocked"],
+    }
+
+
+def _due(policy: RetentionPolicy, now: dt.datetime) -> dict[str, Q]:
+    """``_plan``'s choice of action, as conditions on the kept facts (a test holds them to it)."""
+    movable = Q(archived=False, retention_blocked=False, retention_clock_from__isnull=False)
+    archive = movable & Q(retention_clock_from__lte=now - policy.archive_after)
+    strip = (
+        movable
+        & Q(retention_clock_from__lte=now - policy.strip_after, retention_clock_from__gt=now - policy.archive_after)
+        & Q(body_bytes__gt=0, bodies_stripped_at__isnull=True)
+    )
+    keep = (
+        Q(archived=True)
+        | Q(retention_blocked=True)
+        | Q(retention_clock_from__isnull=True)
+        | Q(retention_clock_from__gt=now - policy.strip_after)
+        | (
+            Q(retention_clock_from__gt=now - policy.archive_after)
+            & (Q(body_bytes=0) | Q(bodies_stripped_at__isnull=False))
+        )
+    )
+    return {KEEP: keep, STRIP_BODIES: strip, ARCHIVE: archive}
+
+
+def retention_facts(run: Any, summary: stats.RunSummary) -> dict[str, Any]:
+    """What the plan's filters read, kept with the summary: whether anything keeps the run
+    whatever its age, and when its clock started. ``run``: its state and legal hold (a mapping)."""
+    run = types.SimpleNamespace(**run) if isinstance(run, dict) else run
+    return {"retention_blocked": bool(_blockers(run, summary)), "retention_clock_from": _clock_from(run, summary)}
+
+
+def _clock_from(run: Any, summary: stats.RunSummary) -> dt.datetime | None:
+    moments = (run.last_event_at, summary.last_decision_at, run.legal_hold_since)
+    return max(filter(None, moments), default=None)
+
+
+def _blockers(run: Any, summary: stats.RunSummary) -> list[str]:
     blockers = [f"a legal hold ({run.legal_hold_by}: {run.legal_hold_reason})"] if run.legal_hold else []
     if not protocol.run_is_finished(run.state):
         blockers.append(f"unfinished (state {run.state or 'none'})")
+    in_doubt, codes = summary.in_doubt, summary.findings_by_code
     if in_doubt:
         blockers.append(f"{in_doubt} call{'s' if in_doubt > 1 else ''} in doubt, not yet settled")
     if codes.get("stale_reservation"):
@@ -98,10 +154,9 @@ def _blockers(run: Run | RunFacts, policy: RetentionPolicy, in_doubt: int, codes
     return blockers
 
 
-def _plan(run: Run | RunFacts, policy: RetentionPolicy, now: dt.datetime, summary: stats.RunSummary) -> RunPlan:
-    blockers = _blockers(run, policy, summary.in_doubt, summary.findings_by_code)
-    moments = (run.last_event_at, summary.last_decision_at, run.legal_hold_since)
-    clock_from = max(filter(None, moments), default=None)
+def _plan(run: Run, policy: RetentionPolicy, now: dt.datetime, summary: stats.RunSummary) -> RunPlan:
+    blockers = _blockers(run, summary)
+    clock_from = _clock_from(run, summary)
     strip_on = clock_from + policy.strip_after if clock_from else None
     archive_on = clock_from + policy.archive_after if clock_from else None
     body_bytes = summary.body_bytes
@@ -119,13 +174,6 @@ def _plan(run: Run | RunFacts, policy: RetentionPolicy, now: dt.datetime, summar
         due = archive_on if now >= strip_on else strip_on
         action, reason = KEEP, f"nothing is due before {protocol.format_time(due)}"
     return RunPlan(run.run_id, action, reason, blockers, clock_from, strip_on, archive_on, body_bytes)
-
-
-def plan_totals(plans: list[RunPlan]) -> dict[str, object]:
-    """How many runs each action takes, and what stripping and archiving would free in the database."""
-    counts = {action: sum(plan.action == action for plan in plans) for action in ACTIONS}
-    freed = sum(plan.body_bytes for plan in plans if plan.action in (STRIP_BODIES, ARCHIVE))
-    return {"counts": counts, "body_bytes_freed": freed, "blocked": sum(bool(plan.blockers) for plan in plans)}
 
 
 # --- legal holds ----------------------------------------------------------------
@@ -146,9 +194,11 @@ def set_legal_hold(*, run: Run, user, hold: bool, reason: str, now: dt.datetime)
         )
         action = AuditEntry.LEGAL_HOLD_SET if hold else AuditEntry.LEGAL_HOLD_LIFTED
         log.info(action.replace("_", " "), extra={"event": action, "run_id": run.run_id, "actor": user.get_username()})
-        return AuditEntry.objects.create(
+        entry = AuditEntry.objects.create(
             run=run, action=action, actor=user.get_username(), user=user, at=now, reason=reason.strip()
         )
+        stats.refresh_run_summary(run)  # a hold keeps the run, and restarts its clock
+        return entry
 
 
 def audit(*, run: Run, action: str, now: dt.datetime, reason: str) -> None:

@@ -61,23 +61,42 @@ def calls_with_prefix(*, prefix: str) -> QuerySet[Call]:
 
 
 def runs_list(*, state: str = "", attention: bool = False) -> QuerySet[Run]:
-    """Runs, newest activity first; ``attention``: those with open findings or calls in doubt
-    (as counted at import time)."""
+    """Runs in ``state``; ``attention``: those with open findings or calls in doubt (as counted
+    at import time). ``listings.runs`` gives their order."""
     runs = Run.objects.all()
     if state:
         runs = runs.filter(state=state)
     if attention:
         runs = runs.filter(needs_attention=True)
-    return runs.order_by("-last_event_at", "run_id")
+    return runs
 
 
-def run_totals() -> dict[str, int]:
-    """How many runs, and how many need attention: one query."""
-    return Run.objects.aggregate(runs=Count("pk"), attention=Count("pk", filter=Q(needs_attention=True)))
+@dataclasses.dataclass(frozen=True)
+class RunFacets:
+    """How many runs there are by state and by whether they need attention: the runs list's
+    filters and counts, from one grouped query over the runs (a row a run, never an event)."""
+
+    counts: dict[tuple[str, bool], int]
+
+    @property
+    def states(self) -> list[str]:
+        return sorted({state for state, _ in self.counts})
+
+    @property
+    def runs(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def attention(self) -> int:
+        return self.total(attention=True)
+
+    def total(self, *, state: str = "", attention: bool = False) -> int:
+        return sum(n for (s, needs), n in self.counts.items() if (not state or s == state) and (needs or not attention))
 
 
-def run_states() -> list[str]:
-    return list(Run.objects.order_by("state").values_list("state", flat=True).distinct())
+def run_facets() -> RunFacets:
+    rows = Run.objects.values_list("state", "needs_attention").annotate(n=Count("id")).order_by()
+    return RunFacets({(state, needs): count for state, needs, count in rows})
 
 
 def run_summaries(*, runs: Iterable[Run]) -> dict[int, RunSummary]:
@@ -318,8 +337,10 @@ def decision_segments(*, run: Run, decision: str = "") -> list[QuerySet[Call]]:
 # --- findings and reservations --------------------------------------------
 
 
-def open_findings(*, code: str = "", run_id: str = "", severity: str = "") -> QuerySet[Finding]:
-    """Open findings, digest mismatches first, then by code, run and subject."""
+def open_findings(
+    *, code: str = "", run_id: str = "", severity: str = ""
+) -> tuple[QuerySet[Finding], QuerySet[Finding]]:
+    """Open findings: (the digest mismatches, every other), each to be read by code and id."""
     findings = with_run(Finding.objects.filter(closed_at__isnull=True))
     if code:
         findings = findings.filter(code=code)
@@ -327,7 +348,7 @@ def open_findings(*, code: str = "", run_id: str = "", severity: str = "") -> Qu
         findings = findings.filter(run__run_id=run_id)
     if severity:
         findings = findings.filter(severity=severity)
-    return findings.order_by("code", "run__run_id", "subject")
+    return findings.filter(code__in=DIGEST_CODES), findings.exclude(code__in=DIGEST_CODES)
 
 
 def finding_counts() -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
@@ -350,37 +371,36 @@ class StaleItem:
     resume: str
 
 
-def stale_items(*, now: dt.datetime) -> list[StaleItem]:
-    """Stale reservations and stale calls, oldest first, with what a resume would do (three queries).
+def stale_findings() -> QuerySet[Finding]:
+    """The open stale_reservation and stale_call findings (the stale page reads them by key)."""
+    return Finding.objects.filter(closed_at__isnull=True, code__in=STALE_CODES, run__isnull=False)
 
-    Plain rows, not model instances: every stale item is read to sort them by age,
-    and a thousand instances cost more than the page that shows fifty.
-    """
-    findings = list(
-        Finding.objects.filter(closed_at__isnull=True, code__in=STALE_CODES)
-        .order_by("run__run_id", "subject")
-        .values_list("code", "run_id", "run__run_id", "record_key", "call_id")
-    )
-    keys = {key for code, _, _, key, _ in findings if code == "stale_reservation"}
+
+def stale_items(findings: Iterable[Finding]) -> list[StaleItem]:
+    """What each stale finding is about, with what a resume would do: two queries a page,
+    for the submissions and the calls its findings name."""
+    findings = list(findings)
+    runs = dict(Run.objects.filter(pk__in={f.run_id for f in findings}).values_list("pk", "run_id"))
+    keys = {finding.record_key for finding in findings if finding.code == "stale_reservation"}
     fields = ("run_id", "record_key", "client_submission_id", "state", "updated_at", "reserved_at", "task_present")
     submissions = {
         (row[0], row[1]): row
         for row in Submission.objects.filter(record_key__in=keys).values_list(*fields, "task_matches")
     }
-    call_ids = {call_id for code, _, _, _, call_id in findings if code == "stale_call"}
+    call_ids = {finding.call_id for finding in findings if finding.code == "stale_call"}
     fields = ("run_id", "call_id", "status", "updated_at", "created_at", "decision", "decision_reason")
     calls = {(row[0], row[1]): row for row in Call.objects.filter(call_id__in=call_ids).values_list(*fields)}
     items = []
-    for code, run_pk, run_id, record_key, call_id in findings:
-        if code == "stale_reservation":
-            submission = submissions.get((run_pk, record_key))
+    for finding in findings:
+        run_id = runs[finding.run_id]
+        if finding.code == "stale_reservation":
+            submission = submissions.get((finding.run_id, finding.record_key))
             if submission is not None:
                 items.append(_stale_reservation(run_id, *submission[2:]))
-        elif (call := calls.get((run_pk, call_id))) is not None:
+        elif (call := calls.get((finding.run_id, finding.call_id))) is not None:
             _, _, status, updated_at, created_at, decision, reason = call
-            resume = f"{decision}: {reason}"
-            items.append(StaleItem("call", run_id, call_id, status, updated_at or created_at, None, None, resume))
-    items.sort(key=lambda item: (item.since or now, item.run_id))
+            since = updated_at or created_at
+            items.append(StaleItem("call", run_id, finding.call_id, status, since, None, None, f"{decision}: {reason}"))
     return items
 
 

@@ -170,6 +170,19 @@ def refresh_run_summary(run: Run, apps: Any = None) -> RunSummary:
         HumanDecision.objects.filter(run=run).aggregate(m=Max("decided_at"))["m"],
     )
     summary.last_decision_at = max(filter(None, moments), default=None)
-    Run.objects.filter(pk=run.pk).update(summary=summary.as_stored(), needs_attention=summary.needs_attention)
-    run.summary, run.needs_attention = summary.as_stored(), summary.needs_attention
+    from evidence.retention import retention_facts
+
+    facts = {"summary": summary.as_stored(), "needs_attention": summary.needs_attention}
+    facts["body_bytes"] = summary.body_bytes
+    facts |= retention_facts(Run.objects.filter(pk=run.pk).values(*RUN_FACTS).get(), summary)
+    # An older migration's models lack the columns added since: each migration keeps what it has.
+    known = {field.name for field in Run._meta.get_fields()}
+    facts = {name: value for name, value in facts.items() if name in known}
+    Run.objects.filter(pk=run.pk).update(**facts)
+    for name, value in facts.items():
+        setattr(run, name, value)
     return summary
+
+
+# What retention's rules read of a run beside its summary.
+RUN_FACTS = ("state", "last_event_at", "legal_hold", "legal_hold_by", "legal_hold_reason", "legal_hold_since")

@@ -64,8 +64,8 @@ def test_the_inbox_page_has_filters_twins_and_a_count_in_every_header(logged_in,
     assert "Settle" in page and "Look at the reservation" in page and "Look at the finding" in page
     only = content(logged_in.get("/inbox/?kind=tampered"))
     assert "tampered-receipt" in only and "send-message-killed</a>" not in only
-    rows = json.loads(content(logged_in.get("/inbox/?format=json&severity=warning")))["rows"]
-    assert {row[1] for row in rows} == {"warning"}
+    items = json.loads(content(logged_in.get("/inbox/?format=json&severity=warning")))["items"]
+    assert items and {item["severity"] for item in items} == {"warning"}
     assert 'title="items that need a person">6</span>' in content(logged_in.get("/findings/"))
 
 

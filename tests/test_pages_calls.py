@@ -35,7 +35,7 @@ def test_replay_page_groups_decisions_with_counts(logged_in, demo):
     page = content(logged_in.get("/runs/send-message-killed/replay/"))
     assert "all 1" in page and "a person must decide" in page
     document = json.loads(content(logged_in.get("/runs/send-message-killed/replay/?format=json")))
-    assert [row[3] for row in document["rows"]] == ["confirm"]
+    assert [item["decision"] for item in document["items"]] == ["confirm"]
 
 
 def test_replay_puts_a_persons_decisions_first_and_filters(logged_in, demo):

@@ -24,13 +24,13 @@ def test_findings_page_puts_digest_mismatches_first_with_both_values(logged_in, 
 def test_findings_filters_and_download(logged_in, demo):
     page = content(logged_in.get("/findings/?code=stale_call"))
     assert "send-message-killed" in page and "tampered-receipt</a>" not in page
-    rows = json.loads(content(logged_in.get("/findings/?run=conflict-same-id&format=json")))["rows"]
-    assert {row[1] for row in rows} == {"submission_conflict"}
+    items = json.loads(content(logged_in.get("/findings/?run=conflict-same-id&format=json")))["items"]
+    assert {item["code"] for item in items} == {"submission_conflict"}
 
 
 def test_reservations_page_is_read_only_and_says_what_a_resume_would_do(logged_in, demo):
     page = content(logged_in.get("/reservations/"))
     assert "stale-submission" in page and "adopts the task file" in page
     assert '<form method="post"' not in page.split("</header>")[1]
-    rows = json.loads(content(logged_in.get("/reservations/?format=json")))["rows"]
-    assert {row[0] for row in rows} == {"reservation", "call"}
+    items = json.loads(content(logged_in.get("/reservations/?format=json")))["items"]
+    assert {item["kind"] for item in items} == {"reservation", "call"}

@@ -84,8 +84,8 @@ def test_the_retention_page_shows_plans_totals_filters_and_twins(logged_in, demo
     assert "Retention" in page and "a stale reservation" in page and "stripping and archiving would free" in page
     blocked = content(logged_in.get("/retention/?blocked=1"))
     assert "clean-run</a>" not in blocked and "tampered-receipt</a>" in blocked
-    rows = json.loads(content(logged_in.get("/retention/?format=json&action=keep")))["rows"]
-    assert {row[1] for row in rows} == {"keep"} and len(rows) == Run.objects.count()
+    items = json.loads(content(logged_in.get("/retention/?format=json&action=keep")))["items"]
+    assert {item["action"] for item in items} == {"keep"} and len(items) == Run.objects.count()
     assert logged_in.get("/retention/?action=delete").status_code == 400
 
 
@@ -137,3 +137,28 @@ def test_applying_retention_is_audited(demo, monkeypatch, settings, tmp_path):
     assert actions == {("bodies_stripped", "apply_retention"), ("run_archived", "apply_retention")}
     call_command("apply_retention", "--apply", stdout=StringIO())
     assert AuditEntry.objects.filter(run__run_id="clean-run").count() == 2, "nothing done twice, nothing logged twice"
+
+
+@pytest.mark.parametrize("days", [0, 29, 31, 364, 366, 10_000])
+def test_the_facts_kept_with_each_run_choose_what_its_plan_chooses(demo, user, days):
+    """The page filters, pages and totals on columns kept at import (``retention_facts``), not
+    by planning every run: over the demo, a stripped run and a held one, at every age, the
+    conditions pick exactly the runs the plan picks."""
+    Run.objects.filter(run_id="a2-lost-response").update(bodies_stripped_at=protocol.utc_now())
+    retention.set_legal_hold(run=Run.objects.get(run_id="a4-concurrent"), user=user, hold=True, reason="a case",
+                             now=protocol.utc_now())  # fmt: skip
+    now = protocol.utc_now() + dt.timedelta(days=days)
+    plans = list(retention.plan_runs(policy=POLICY, now=now))
+    assert len(plans) == Run.objects.count()
+    for action in retention.ACTIONS:
+        chosen = retention.plan_segment(policy=POLICY, now=now, action=action).rows.values_list("run_id", flat=True)
+        assert set(chosen) == {plan.run_id for plan in plans if plan.action == action}, action
+    blocked = retention.plan_segment(policy=POLICY, now=now, blocked=True).rows.values_list("run_id", flat=True)
+    assert set(blocked) == {plan.run_id for plan in plans if plan.blockers}
+    totals = retention.plan_totals(policy=POLICY, now=now)
+    assert totals["counts"] == {action: sum(plan.action == action for plan in plans) for action in retention.ACTIONS}
+    assert totals["blocked"] == sum(bool(plan.blockers) for plan in plans)
+    freed = sum(plan.body_bytes for plan in plans if plan.action in (retention.STRIP_BODIES, retention.ARCHIVE))
+    assert totals["body_bytes_freed"] == freed
+    if days in (31, 366):
+        assert totals["counts"][retention.STRIP_BODIES if days == 31 else retention.ARCHIVE] > 0, "the ages matter"

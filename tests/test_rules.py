@@ -129,8 +129,11 @@ def test_finished_means_the_same_to_the_pages_retention_and_metrics(run_dir, cli
     assert run.is_finished == finished
     assert Run.objects.unfinished().filter(pk=run.pk).exists() == (not finished)
     later = protocol.utc_now() + dt.timedelta(days=400)
-    [plan] = retention.plan_runs(policy=retention.RetentionPolicy.from_settings(), now=later, runs=[run])
+    policy = retention.RetentionPolicy.from_settings()
+    [plan] = [plan for plan in retention.plan_runs(policy=policy, now=later) if plan.run_id == run.run_id]
     assert (plan.action == retention.ARCHIVE) == finished, plan.blockers
+    due = retention.plan_segment(policy=policy, now=later, action=retention.ARCHIVE).rows
+    assert due.filter(pk=run.pk).exists() == finished, "the kept facts say what the plan says"
     assert any(blocker.startswith("unfinished") for blocker in plan.blockers) == (not finished)
     watched = {labels for name, labels in scrape(client) if name == "callproof_run_import_lag_seconds"}
     assert ((("run_id", run.run_id),) in watched) == (not finished)
@@ -151,7 +154,7 @@ def test_the_migration_counts_again_the_runs_stored_under_the_old_rule(demo):
     from django.db import connection
     from django.db.migrations.executor import MigrationExecutor
 
-    name = "0018_count_in_doubt_by_decision"
+    name = "0018_rules_once"
     run = Run.objects.get(run_id="tampered-receipt")
     assert stats.RunSummary.of(run).in_doubt == 1 and run.needs_attention
     Run.objects.filter(pk=run.pk).update(summary=run.summary | {"in_doubt": 0}, needs_attention=False)  # as before

@@ -19,11 +19,15 @@ def test_runs_needing_attention_are_those_with_open_findings_or_calls_in_doubt(d
     expected = {
         run.run_id
         for run in Run.objects.all()
-        if run.findings.filter(closed_at__isnull=True).exists()
-        or run.calls.filter(status__in=protocol.OPEN_STATUSES).exists()
+        if run.findings.filter(closed_at__isnull=True).exists() or run.calls.in_doubt().exists()
     }
     assert attention == expected and "tampered-receipt" in attention and "clean-run" not in attention
-    assert selectors.run_totals() == {"runs": Run.objects.count(), "attention": len(expected)}
+    facets = selectors.run_facets()
+    assert (facets.runs, facets.attention) == (Run.objects.count(), len(expected))
+    assert facets.states == sorted(set(Run.objects.values_list("state", flat=True)))
+    assert facets.total(state="finished", attention=True) == len(
+        [run for run in Run.objects.filter(state="finished") if run.run_id in expected]
+    )
 
 
 def test_run_summaries_are_the_counts_stored_at_import(demo, django_assert_num_queries):
@@ -96,7 +100,7 @@ def test_decisions_are_counted_and_ranked_most_urgent_first(demo):
 def test_stale_items_find_their_submission_by_the_findings_record_key(demo):
     finding = Finding.objects.get(code="stale_reservation", closed_at__isnull=True)
     Finding.objects.filter(pk=finding.pk).update(subject="a subject no parser could read")
-    items = selectors.stale_items(now=protocol.utc_now())
+    items = selectors.stale_items(selectors.stale_findings())
     [reservation] = [item for item in items if item.kind == "reservation"]
     assert (reservation.run_id, reservation.subject) == ("stale-reservation", "stale-submission")
     assert reservation.task_present is True and "adopts the task file" in reservation.resume

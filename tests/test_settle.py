@@ -260,8 +260,9 @@ def test_the_audit_lists_every_decision_with_its_twins(as_confirmer, demo):
     page = content(as_confirmer.get("/audit/"))
     assert "carol" in page and "the mail server&#x27;s log shows the message" in page
     assert content(as_confirmer.get("/audit/?resolution=rejected")).count("<tr id=") == 0
-    rows = json.loads(content(as_confirmer.get("/audit/?format=json&actor=carol")))["rows"]
-    assert [(row[1], row[2], row[3], row[4]) for row in rows] == [("carol", RUN, call.call_id, "committed")]
+    items = json.loads(content(as_confirmer.get("/audit/?format=json&actor=carol")))["items"]
+    fields = ("actor", "run_id", "call_id", "resolution")
+    assert [tuple(item[f] for f in fields) for item in items] == [("carol", RUN, call.call_id, "committed")]
     assert "carol" in content(as_confirmer.get("/audit/?format=csv"))
 
 

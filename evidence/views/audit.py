@@ -6,8 +6,9 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from evidence import downloads, selectors
-from evidence.views.common import HtmxHttpRequest, choice, download, download_format, paginate, query_without
+from evidence import listings
+from evidence.pagination import cursor_page
+from evidence.views.common import HtmxHttpRequest, choice, download, download_format, query_without
 from receipts import protocol
 
 
@@ -16,17 +17,17 @@ def audit(request: HtmxHttpRequest) -> HttpResponse:
     run_id = request.GET.get("run", "")
     actor = request.GET.get("actor", "")
     resolution = choice(request, "resolution", protocol.RESOLUTIONS)
-    decisions = selectors.human_decisions(run_id=run_id, actor=actor, resolution=resolution)
-    entries = selectors.audit_entries(run_id=run_id, actor=actor)
+    decisions = listings.audit_decisions(run_id=run_id, actor=actor, resolution=resolution)
+    actions = listings.audit_actions(run_id=run_id, actor=actor)
     listed = choice(request, "list", ("decisions", "actions"), default="decisions")
     fmt = download_format(request)
     if fmt:
-        if listed == "actions":
-            return download(fmt, "audit-actions", *downloads.action_rows(entries))
-        return download(fmt, "audit", *downloads.audit_rows(decisions))
+        return download(fmt, actions if listed == "actions" else decisions)
     context = {
-        "page": paginate(request, decisions),
-        "actions": paginate(request, entries, param="actions_page"),
+        "page": cursor_page(request, decisions.segments, query=query_without(request, "page", "format")),
+        "actions": cursor_page(
+            request, actions.segments, param="actions_page", query=query_without(request, "actions_page", "format")
+        ),
         "run_id": run_id,
         "actor": actor,
         "resolution": resolution,

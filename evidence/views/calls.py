@@ -14,10 +14,10 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from evidence import downloads, inbox, selectors, settle
+from evidence import listings, selectors, settle
 from evidence.forms import ConfirmForm
 from evidence.models import Call, Run
-from evidence.pagination import cursor_page
+from evidence.pagination import cursor_page, first_rows
 from evidence.proxy import client_address
 from evidence.views.common import (
     HtmxHttpRequest,
@@ -29,6 +29,9 @@ from evidence.views.common import (
     query_without,
 )
 from receipts import protocol
+
+# The recovery page lists a run's pending problems first; the inbox has them all.
+PENDING_SHOWN = 50
 
 
 def pretty(value: object) -> str:
@@ -120,23 +123,19 @@ def confirm(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpResponse
 def replay(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = get_run_or_404(run_id)
     decision = choice(request, "decision", protocol.DECISIONS)
+    listing = listings.decisions(run=run, decision=decision)
     fmt = download_format(request)
     if fmt:
-        return download(fmt, f"{run.run_id}-replay", *downloads.decision_rows(run=run, decision=decision))
+        return download(fmt, listing)
     counts = selectors.decision_counts(run=run)
     context = {
         "run": run,
-        "pending": inbox.inbox_items(run_id=run.run_id),
+        "pending": first_rows(listings.inbox(run_id=run.run_id).segments, PENDING_SHOWN),
         "counts": counts,
         "total": sum(count for _, count in counts),
         "decision": decision,
         "page": cursor_page(
-            request,
-            selectors.decision_segments(run=run, decision=decision),
-            keys=("call_id",),
-            per_page=100,
-            total=dict(counts).get(decision, 0) if decision else sum(count for _, count in counts),
-            query=query_without(request, "page", "format"),
+            request, listing.segments, per_page=100, total=listing.total, query=query_without(request, "page", "format")
         ),
         "query": query_without(request, "page", "format"),
     }

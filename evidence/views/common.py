@@ -1,25 +1,22 @@
-"""What every page shares: access helpers, pagination, and the CSV/JSON twin of each list."""
+"""What every page shares: access helpers, query parameters, and the CSV/JSON twin of each list."""
 
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlencode
 
 from django.core.exceptions import BadRequest
-from django.core.paginator import Page, Paginator
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django_htmx.middleware import HtmxDetails
 
+from evidence.listings import Listing, json_value
 from evidence.models import Call, Run
 from receipts.protocol import MAX_INT
-
-PER_PAGE = 50
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -47,11 +44,6 @@ def get_run_or_404(run_id: str) -> Run:
 
 def get_call_or_404(run: Run, call_id: str) -> Call:
     return get_object_or_404(Call, run=run, call_id=call_id)
-
-
-def paginate(request: HttpRequest, items: Any, *, param: str = "page", per_page: int = PER_PAGE) -> Page:
-    """One page of ``items``; a page number out of range gives the nearest page, not an error."""
-    return Paginator(items, per_page).get_page(request.GET.get(param))
 
 
 def query_without(request: HttpRequest, *names: str) -> str:
@@ -92,12 +84,6 @@ def choice(request: HttpRequest, name: str, allowed: Iterable[str], default: str
     return value
 
 
-def _cell(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        return value.isoformat().replace("+00:00", "Z")
-    return value
-
-
 # A spreadsheet runs a cell that starts with one of these as a formula (OWASP, "CSV injection").
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -107,7 +93,7 @@ def csv_cell(value: Any) -> Any:
     leading apostrophe. Numbers stay numbers (a negative number is not text)."""
     if isinstance(value, dict | list):
         value = json.dumps(value, sort_keys=True, ensure_ascii=False)
-    value = _cell(value)
+    value = json_value(value)
     if isinstance(value, str) and value.startswith(FORMULA_STARTS):
         return "'" + value
     return value
@@ -118,28 +104,27 @@ class _Echo:
         return value
 
 
-def download(
-    fmt: str, name: str, columns: Sequence[str], rows: Iterable[Sequence[Any]] | Callable[[], Iterable]
-) -> HttpResponse:
-    """A list as CSV or JSON, streamed so a long list never sits in memory."""
-    rows = rows() if callable(rows) else rows
+def download(fmt: str, listing: Listing) -> HttpResponse:
+    """Every item of a list as CSV (a column a field) or JSON (the API's shape, every item and no
+    ``next``), streamed and read by key, so a long list never sits in memory."""
     if fmt == "csv":
         writer = csv.writer(_Echo())
 
         def lines() -> Iterable[str]:
-            yield writer.writerow(columns)
-            for row in rows:
-                yield writer.writerow([csv_cell(value) for value in row])
+            yield writer.writerow(listing.fields)
+            for values in listing.rows():
+                yield writer.writerow([csv_cell(value) for value in values])
 
         response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
     else:
 
         def chunks() -> Iterable[str]:
-            yield '{"columns": ' + json.dumps(list(columns)) + ', "rows": ['
-            for index, row in enumerate(rows):
-                yield ("," if index else "") + json.dumps([_cell(v) for v in row], ensure_ascii=False)
-            yield "]}\n"
+            yield '{"items": ['
+            count = 0
+            for count, item in enumerate(listing.items(), start=1):
+                yield ("," if count > 1 else "") + json.dumps(item, ensure_ascii=False)
+            yield f'], "next": null, "total": {count}}}\n'
 
         response = StreamingHttpResponse(chunks(), content_type="application/json")
-    response["Content-Disposition"] = f'attachment; filename="{name}.{fmt}"'
+    response["Content-Disposition"] = f'attachment; filename="{listing.name}.{fmt}"'
     return response

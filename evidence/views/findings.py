@@ -6,10 +6,11 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from evidence import downloads, selectors
-from evidence.views.common import HtmxHttpRequest, choice, download, download_format, paginate, query_without
+from evidence import listings, selectors
+from evidence.pagination import cursor_page
+from evidence.views.common import HtmxHttpRequest, choice, download, download_format, query_without
 from receipts import protocol
-from receipts.findings import CODES, DIGEST_CODES, ERROR, WARNING
+from receipts.findings import CODES, ERROR, WARNING
 
 
 @require_GET
@@ -17,14 +18,16 @@ def findings(request: HtmxHttpRequest) -> HttpResponse:
     code = choice(request, "code", CODES)
     run_id = request.GET.get("run", "")
     severity = choice(request, "severity", (ERROR, WARNING))
-    findings = selectors.open_findings(code=code, run_id=run_id, severity=severity)
+    listing = listings.findings(code=code, run_id=run_id, severity=severity)
     fmt = download_format(request)
     if fmt:
-        return download(fmt, "findings", *downloads.finding_rows(findings))
+        return download(fmt, listing)
     digest_counts, other_counts = selectors.finding_counts()
-    # Digest mismatches first: they are the evidence that something was altered.
-    digest_page = paginate(request, findings.filter(code__in=DIGEST_CODES), param="digest_page")
-    other_page = paginate(request, findings.exclude(code__in=DIGEST_CODES), param="page")
+    # Digest mismatches first: they are the evidence that something was altered. Each list has
+    # its own pages; the links keep the other's place.
+    digest, other = listing.segments
+    digest_page = cursor_page(request, digest, param="digest_page", query=query_without(request, "digest_page"))
+    other_page = cursor_page(request, other, param="page", query=query_without(request, "page"))
     context = {
         "digest_counts": digest_counts,
         "other_counts": other_counts,
@@ -43,9 +46,9 @@ def findings(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 def reservations(request: HtmxHttpRequest) -> HttpResponse:
     now = protocol.utc_now()
-    items = selectors.stale_items(now=now)
+    listing = listings.stale(now=now)
     fmt = download_format(request)
     if fmt:
-        return download(fmt, "stale", *downloads.stale_rows(items))
-    page = paginate(request, items)
+        return download(fmt, listing)
+    page = cursor_page(request, listing.segments, query=query_without(request, "page", "format"))
     return render(request, "receipts/reservations.html", {"page": page, "now": now})

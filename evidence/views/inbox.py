@@ -6,8 +6,9 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from evidence import downloads, inbox
-from evidence.views.common import HtmxHttpRequest, choice, download, download_format, paginate, query_without
+from evidence import inbox, listings
+from evidence.pagination import cursor_page
+from evidence.views.common import HtmxHttpRequest, choice, download, download_format, query_without
 from receipts.findings import ERROR, WARNING
 
 
@@ -16,12 +17,12 @@ def inbox_page(request: HtmxHttpRequest) -> HttpResponse:
     kind = choice(request, "kind", inbox.KINDS)
     severity = choice(request, "severity", (ERROR, WARNING))
     run_id = request.GET.get("run", "")
-    items = inbox.inbox_items(kind=kind, severity=severity, run_id=run_id)
+    listing = listings.inbox(kind=kind, severity=severity, run_id=run_id)
     fmt = download_format(request)
     if fmt:
-        return download(fmt, "inbox", *downloads.inbox_rows(items))
+        return download(fmt, listing)
     context = {
-        "page": paginate(request, items),
+        "page": cursor_page(request, listing.segments, query=query_without(request, "page", "format")),
         "counts": inbox.inbox_counts(run_id=run_id),
         "kinds": inbox.KINDS,
         "severities": (ERROR, WARNING),

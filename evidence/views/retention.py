@@ -6,8 +6,9 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from evidence import downloads, retention
-from evidence.views.common import HtmxHttpRequest, choice, download, download_format, paginate, query_without
+from evidence import listings, retention
+from evidence.pagination import cursor_page
+from evidence.views.common import HtmxHttpRequest, choice, download, download_format, query_without
 from receipts import protocol
 
 
@@ -16,15 +17,14 @@ def retention_page(request: HtmxHttpRequest) -> HttpResponse:
     action = choice(request, "action", retention.ACTIONS)
     blocked = choice(request, "blocked", ("1",))
     policy = retention.RetentionPolicy.from_settings()
-    plans = retention.plan_runs(policy=policy, now=protocol.utc_now())
-    totals = retention.plan_totals(plans)
-    shown = [plan for plan in plans if (not action or plan.action == action) and (not blocked or plan.blockers)]
+    now = protocol.utc_now()
+    listing = listings.retention(policy=policy, now=now, action=action, blocked=bool(blocked))
     fmt = download_format(request)
     if fmt:
-        return download(fmt, "retention", *downloads.retention_rows(shown))
+        return download(fmt, listing)
     context = {
-        "page": paginate(request, shown),
-        "totals": totals,
+        "page": cursor_page(request, listing.segments, query=query_without(request, "page", "format")),
+        "totals": retention.plan_totals(policy=policy, now=now),
         "policy": policy,
         "actions": retention.ACTIONS,
         "action": action,

@@ -17,9 +17,9 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from evidence import downloads, inbox, retention, selectors
+from evidence import listings, retention, selectors
 from evidence.export import export_run
-from evidence.pagination import cursor_page
+from evidence.pagination import cursor_page, first_rows
 from evidence.redaction import Policy, file_name
 from evidence.views.common import (
     HtmxHttpRequest,
@@ -27,7 +27,6 @@ from evidence.views.common import (
     download,
     download_format,
     get_run_or_404,
-    paginate,
     query_without,
     url_of,
     whole_number,
@@ -39,28 +38,29 @@ INBOX_ON_HOME = 5
 
 @require_GET
 def runs(request: HtmxHttpRequest) -> HttpResponse:
-    state = choice(request, "state", selectors.run_states())
+    facets = selectors.run_facets()
+    state = choice(request, "state", facets.states)
     attention = request.GET.get("attention") == "1"
-    runs = selectors.runs_list(state=state, attention=attention)
+    listing = listings.runs(state=state, attention=attention)
     fmt = download_format(request)
     if fmt:
-        return download(fmt, "runs", *downloads.runs_rows(runs))
-    page = paginate(request, runs)
-    summaries = selectors.run_summaries(runs=page.object_list)
-    times = [t for run in page.object_list for t in (run.first_event_at, run.last_event_at) if t]
+        return download(fmt, listing)
+    query = query_without(request, "page", "format")
+    page = cursor_page(request, listing.segments, total=facets.total(state=state, attention=attention), query=query)
+    times = [t for run, _ in page.object_list for t in (run.first_event_at, run.last_event_at) if t]
     context = {
         "page": page,
-        "rows": [(run, summaries[run.pk]) for run in page.object_list],
-        "states": selectors.run_states(),
+        "rows": page.object_list,
+        "states": facets.states,
         "state": state,
         "attention": attention,
         "span": (min(times), max(times)) if times else None,
-        "totals": selectors.run_totals(),
-        "query": query_without(request, "page", "format"),
+        "totals": {"runs": facets.runs, "attention": facets.attention},
+        "query": query,
     }
     if not request.htmx:
         # The home page starts with what needs a person, when anything does.
-        context["inbox_first"] = inbox.inbox_items(limit=INBOX_ON_HOME)[:INBOX_ON_HOME]
+        context["inbox_first"] = first_rows(listings.inbox().segments, INBOX_ON_HOME)
     template = "receipts/runs.html#runs-table" if request.htmx else "receipts/runs.html"
     return render(request, template, context)
 
@@ -79,15 +79,20 @@ def run(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = get_run_or_404(run_id)
     event_type = choice(request, "type", selectors.event_types(run=run))
     fmt = download_format(request)
+    submission_filter = request.GET.get("submission", "")
+    lists = {
+        "events": lambda: listings.events(run=run, event_type=event_type),
+        "calls": lambda: listings.calls(run=run),
+        "submissions": lambda: listings.submissions(run=run, client_submission_id=submission_filter),
+    }
     if fmt:
-        which = choice(request, "list", downloads.RUN_LISTS, default="events")
-        return download(fmt, f"{run.run_id}-{which}", *downloads.run_rows(run=run, which=which, event_type=event_type))
+        return download(fmt, lists[choice(request, "list", lists, default="events")]())
     ledger_query = query_without(request, "page", "format", "seq")
+    ledger = lists["events"]()
     timeline = cursor_page(
         request,
-        selectors.run_events(run=run, event_type=event_type),
-        keys=("-seq",),
-        total=run.event_type_counts.get(event_type, 0) if event_type else run.event_count,
+        listings.newest_first(ledger),
+        total=ledger.total,
         query=ledger_query,
         start=[seq] if (seq := whole_number(request, "seq")) is not None else None,
     )
@@ -101,21 +106,19 @@ def run(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     if request.htmx and request.htmx.target == "timeline":  # a filter or a ledger page
         return render(request, "receipts/run.html#timeline", timeline_context)
     summary = selectors.run_summaries(runs=[run])[run.pk]
+    call_list, submission_list = lists["calls"](), lists["submissions"]()
     calls = cursor_page(
         request,
-        selectors.run_calls(run=run),
-        keys=("call_id",),
+        call_list.segments,
         param="calls_page",
-        total=summary.calls,
+        total=call_list.total,
         query=query_without(request, "calls_page", "format"),
     )
-    submission_filter = request.GET.get("submission", "")
     submissions = cursor_page(
         request,
-        selectors.run_submissions(run=run, client_submission_id=submission_filter),
-        keys=("client_submission_id",),
+        submission_list.segments,
         param="submissions_page",
-        total=None if submission_filter else summary.submissions,
+        total=submission_list.total,
         query=query_without(request, "submissions_page", "format"),
     )
     history = selectors.disposition_history(

@@ -25,8 +25,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options) -> None:
         now = protocol.utc_now()
-        runs = Run.objects.order_by("run_id")
-        plans = retention.plan_runs(policy=retention.RetentionPolicy.from_settings(), now=now, runs=runs)
+        plans = list(retention.plan_runs(policy=retention.RetentionPolicy.from_settings(), now=now))
         results = []
         for plan in plans:
             result = {"run_id": plan.run_id, "action": plan.action, "blockers": plan.blockers, "reason": plan.reason}
