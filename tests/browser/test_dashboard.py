@@ -163,3 +163,24 @@ def test_a_hidden_tab_does_not_poll(page, demo):
     polls.clear()
     page.wait_for_timeout(7000)
     assert polls == [], "static/js/dashboard.js cancels the polls of a hidden tab"
+
+
+def test_the_runs_list_and_the_inbox_page_by_key_in_place(page, demo, django_user_model):
+    """Every list pages by key now; two of them walked in a browser, by htmx and by plain link."""
+    for index in range(55):
+        synthetic_run(demo / f"more-{index:02d}", events=3, receipts=1, contract=CONTRACT)
+    import_as_seen_later(demo)
+    log_in(page)
+    pages = page.get_by_role("navigation", name="Run pages")
+    expect(pages.get_by_text("50 shown of 64")).to_be_visible()
+    first = page.locator("#runs-table tbody th").first.inner_text()
+    pages.get_by_role("link", name="Next →").click()
+    pages = page.get_by_role("navigation", name="Run pages")
+    expect(pages.get_by_text("14 shown of 64")).to_be_visible()
+    assert "page=after." in page.url and first not in page.locator("#runs-table tbody").inner_text()
+    screenshot(page, "runs-paged")
+    pages.get_by_role("link", name="← Previous").click()
+    expect(page.locator("#runs-table tbody th").first).to_have_text(first)
+    page.goto("/inbox/?severity=error")
+    expect(page.get_by_role("heading", name="Inbox")).to_be_visible()
+    screenshot(page, "inbox-errors")
