@@ -1,4 +1,4 @@
-"""What every check of a run's files shares: how findings are made, how a JSON file is read."""
+"""What every reader of a run's files shares: the run, where findings go, how a JSON file is read."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from receipts.reader.records import RunFiles
 from receipts.reader.safe_open import Limits, Unsafe, list_names, open_dir, read_regular
 
 
-class RunChecks:
+class RunContext:
     """One pass over a run's files: ``out`` is what is kept, ``out.findings`` what is wrong."""
 
     def __init__(self, run_dir: Path, ledger: LedgerCursor, limits: Limits, now: dt.datetime) -> None:

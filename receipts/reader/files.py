@@ -15,13 +15,14 @@ from typing import Any
 from receipts import protocol
 from receipts.findings import storable_text
 from receipts.protocol import RUN_FOLDERS
+from receipts.reader.checks import RunContext
 from receipts.reader.ledger import LedgerCursor
 from receipts.reader.records import CallRecord, ConfirmationRecord, RunFiles, text, time_field
 from receipts.reader.safe_open import DEFAULT_LIMITS, Limits, Unsafe, _exists, open_dir, read_regular, signature_of
-from receipts.reader.submissions import SubmissionChecks
+from receipts.reader.submissions import read_submissions
 
 
-class _RunReader(SubmissionChecks):
+class _RunReader(RunContext):
     """The files of a run, read once each: state, steer, receipts, confirmations, submissions."""
 
     def read(self) -> RunFiles:
@@ -40,7 +41,7 @@ class _RunReader(SubmissionChecks):
                 folders[name] = self.folder(run_fd, name)
             self.read_receipts(folders["receipts"])
             confirmations = self.read_confirmations(folders["confirmations"])
-            self.read_submissions(folders["submissions"], folders["tasks"])
+            read_submissions(self, folders["submissions"], folders["tasks"])
             self.cross_check(confirmations)
         finally:
             for fd in folders.values():
