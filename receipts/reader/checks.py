@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,20 +20,9 @@ class RunContext:
     def __init__(self, run_dir: Path, ledger: LedgerCursor, limits: Limits, now: dt.datetime) -> None:
         self.run_dir = run_dir
         self.ledger = ledger  # what the ledger says of calls: which it names, commits, disputes
-        self.ledger_call_ids = ledger.call_ids
         self.limits = limits
         self.now = now
         self.out = RunFiles(run_id=run_dir.name)
-        self.receipt_shas: dict[str, str] = {}
-        self.receipt_files: set[str] = set()
-        self.known: dict[str, Any] = {}  # call_id -> CallRecord read before (read_run_files says when)
-        self.known_contract = ""
-        self.listed_signatures: dict[str, str] = {}
-        # Signatures are checked only by a reader given keys (a run is signed when steer.json
-        # names its key id); ``require_signed`` makes an unsigned run a finding too.
-        self.keys: Mapping[str, protocol.SigningKey] = {}
-        self.require_signed = False
-        self.signing_key: protocol.SigningKey | None = None
 
     def mismatch(self, code: str, subject: str, detail: str, stored: str, recomputed: str, **values: str) -> None:
         """A finding that shows what the file says beside what it should say."""
