@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,17 @@ class RunContext:
                 continue
             names.append(name)
         return names
+
+    def call_files(self, dir_fd: int, folder: str, too_long: str) -> Iterator[tuple[str, str, str]]:
+        """The ``.json`` files of a folder named by call id (receipts, confirmations): each one's
+        name, call id and subject. A name too long for a call id is a finding (``too_long``), not read."""
+        for name in self.json_names(dir_fd, folder):
+            subject = f"{folder}/{name}"
+            stem = name[: -len(".json")]
+            if len(stem) > protocol.MAX_CALL_ID_LENGTH:
+                self.finding("unsafe_path", subject, too_long)
+                continue
+            yield name, stem, subject
 
     def storable(self, record: Any, subject: str) -> None:
         """Replace U+0000 in the record's text fields (the database cannot hold it), with a finding."""

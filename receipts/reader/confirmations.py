@@ -21,12 +21,8 @@ def read_confirmations(
     found: dict[str, ConfirmationRecord] = {}
     if dir_fd is None:
         return found
-    for name in run.json_names(dir_fd, "confirmations"):
-        subject = f"confirmations/{name}"
-        stem = name[: -len(".json")]
-        if len(stem) > protocol.MAX_CALL_ID_LENGTH:
-            run.finding("unsafe_path", subject, f"file name over {protocol.MAX_CALL_ID_LENGTH} characters")
-            continue
+    too_long = f"file name over {protocol.MAX_CALL_ID_LENGTH} characters"
+    for name, stem, subject in run.call_files(dir_fd, "confirmations", too_long):
         parsed = run.read_json(name, dir_fd, subject)
         if parsed is None:
             continue

@@ -42,14 +42,8 @@ class ReceiptReader:
         """Every receipt of ``receipts/`` (``dir_fd``; ``None`` when the run has no such folder)."""
         if dir_fd is None:
             return
-        for name in self.run.json_names(dir_fd, "receipts"):
-            subject = f"receipts/{name}"
-            stem = name[: -len(".json")]
-            if len(stem) > protocol.MAX_CALL_ID_LENGTH:
-                self.run.finding(
-                    "unsafe_path", subject, f"file name over {protocol.MAX_CALL_ID_LENGTH} characters: not read"
-                )
-                continue
+        too_long = f"file name over {protocol.MAX_CALL_ID_LENGTH} characters: not read"
+        for name, stem, subject in self.run.call_files(dir_fd, "receipts", too_long):
             self.present.add(stem)
             signature = self.listed_signatures.get(name) or signature_of(name, dir_fd)
             known = self.known.get(stem)
