@@ -11,7 +11,7 @@ from typing import Any
 
 from receipts import protocol
 from receipts.reader.checks import RunContext
-from receipts.reader.records import CallRecord, text, time_field
+from receipts.reader.records import CallRecord, copy_fields, text, time_field
 from receipts.reader.safe_open import signature_of
 
 
@@ -104,24 +104,14 @@ class ReceiptReader:
 
 
 def _optional_fields(run: RunContext, receipt: dict[str, Any], call: CallRecord, subject: str) -> None:
-    wrong = []
-    for name in ("identity", "contract_sha256", "tool_version", "input_sha256", "output_sha256"):
-        value = receipt.get(name)
-        if value is not None and not isinstance(value, str):
-            wrong.append(name)
-        else:
-            setattr(call, name, value or "")
+    texts = ("identity", "contract_sha256", "tool_version", "input_sha256", "output_sha256")
+    wrong = copy_fields(receipt, call, texts, str, "")
     attempt = receipt.get("attempt")
     if attempt is not None and not protocol.is_whole_number(attempt):
         wrong.append(f"attempt (a whole number from 0 to {protocol.MAX_INT})")
     elif attempt is not None:
         call.attempt = attempt
-    for name in ("result", "error"):
-        value = receipt.get(name)
-        if value is not None and not isinstance(value, dict):
-            wrong.append(name)
-        else:
-            setattr(call, name, value)
+    wrong += copy_fields(receipt, call, ("result", "error"), dict, None)
     if isinstance(call.error, dict):
         call.error_kind = text(call.error.get("kind"))[:32]
     queryable = receipt.get("queryable", False)

@@ -11,7 +11,7 @@ from typing import Any
 
 from receipts import protocol
 from receipts.reader.checks import RunContext
-from receipts.reader.records import SubmissionRecord, time_field
+from receipts.reader.records import SubmissionRecord, copy_fields, time_field
 from receipts.reader.safe_open import Unsafe, read_regular
 
 
@@ -52,24 +52,15 @@ def _submission_record(run: RunContext, record: Any, name: str, file_sha: str, s
         run.finding("schema_error", subject, "the file name is not sha256(client_submission_id)")
         return None
     submission = SubmissionRecord(client_submission_id=submission_id, record_key=key, file_sha256=file_sha)
-    wrong = []
-    for field in ("digest_schema_version", "request_digest", "state", "task_id", "task_path", "task_sha256"):
-        value = record.get(field)
-        if value is not None and not isinstance(value, str):
-            wrong.append(field)
-        else:
-            setattr(submission, field, value or "")
+    texts = ("digest_schema_version", "request_digest", "state", "task_id", "task_path", "task_sha256")
+    wrong = copy_fields(record, submission, texts, str, "")
     submission.state = submission.state[:32]
     request = record.get("request")
     if not isinstance(request, dict):
         wrong.append("request")
     else:
         submission.request = request
-    creation = record.get("creation_result")
-    if creation is not None and not isinstance(creation, dict):
-        wrong.append("creation_result")
-    else:
-        submission.creation_result = creation
+    wrong += copy_fields(record, submission, ("creation_result",), dict, None)
     submission.reserved_at = time_field(record, "reserved_at")
     submission.updated_at = time_field(record, "updated_at")
     if submission.state and submission.state not in protocol.SUBMISSION_STATES:
