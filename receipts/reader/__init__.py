@@ -7,7 +7,17 @@ good ones beside it. The package's rooms:
 - ``safe_open``: directory fds, ``O_NOFOLLOW``, regular files only, size limits;
 - ``discovery``: the runs in a runs root, and each run's fingerprint;
 - ``ledger``: the event ledger, streamed from a cursor in batches;
-- ``files`` (with ``submissions`` and ``records``): everything else.
+- ``records``: what the rest is read into, one record per receipt, submission and confirmation;
+- ``checks``: ``RunContext``, one pass over a run's files: the run, its ledger cursor, limits and
+  clock, the ``RunFiles`` kept and the findings made, and the helpers every reader shares;
+- ``receipts``: ``ReceiptReader``, the receipts (their identity and status) and stale calls;
+- ``confirmations``: the confirmations, each against the receipt it confirms;
+- ``submissions``: the submission records and the task files they describe;
+- ``files``: ``read_run_files``, the run as a whole: state, steer and the signed-run checks, then
+  each reader above given the one context, then the cross-checks against the ledger;
+- ``verify``: the offline check of an evidence export (not a run directory: its manifest and page).
+
+No reader inherits from another: each takes the ``RunContext`` and adds to it.
 
 Two entry points: ``read_ledger`` streams the ledger (so a re-import parses only
 the appended lines), and ``read_run_files`` reads everything else once the

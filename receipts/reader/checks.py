@@ -1,10 +1,10 @@
-"""What every check of a run's files shares: how findings are made, how a JSON file is read."""
+"""What every reader of a run's files shares: the run, where findings go, how a JSON file is read."""
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,26 +15,15 @@ from receipts.reader.records import RunFiles
 from receipts.reader.safe_open import Limits, Unsafe, list_names, open_dir, read_regular
 
 
-class RunChecks:
+class RunContext:
     """One pass over a run's files: ``out`` is what is kept, ``out.findings`` what is wrong."""
 
     def __init__(self, run_dir: Path, ledger: LedgerCursor, limits: Limits, now: dt.datetime) -> None:
         self.run_dir = run_dir
         self.ledger = ledger  # what the ledger says of calls: which it names, commits, disputes
-        self.ledger_call_ids = ledger.call_ids
         self.limits = limits
         self.now = now
         self.out = RunFiles(run_id=run_dir.name)
-        self.receipt_shas: dict[str, str] = {}
-        self.receipt_files: set[str] = set()
-        self.known: dict[str, Any] = {}  # call_id -> CallRecord read before (read_run_files says when)
-        self.known_contract = ""
-        self.listed_signatures: dict[str, str] = {}
-        # Signatures are checked only by a reader given keys (a run is signed when steer.json
-        # names its key id); ``require_signed`` makes an unsigned run a finding too.
-        self.keys: Mapping[str, protocol.SigningKey] = {}
-        self.require_signed = False
-        self.signing_key: protocol.SigningKey | None = None
 
     def mismatch(self, code: str, subject: str, detail: str, stored: str, recomputed: str, **values: str) -> None:
         """A finding that shows what the file says beside what it should say."""
@@ -84,6 +73,17 @@ class RunChecks:
                 continue
             names.append(name)
         return names
+
+    def call_files(self, dir_fd: int, folder: str, too_long: str) -> Iterator[tuple[str, str, str]]:
+        """The ``.json`` files of a folder named by call id (receipts, confirmations): each one's
+        name, call id and subject. A name too long for a call id is a finding (``too_long``), not read."""
+        for name in self.json_names(dir_fd, folder):
+            subject = f"{folder}/{name}"
+            stem = name[: -len(".json")]
+            if len(stem) > protocol.MAX_CALL_ID_LENGTH:
+                self.finding("unsafe_path", subject, too_long)
+                continue
+            yield name, stem, subject
 
     def storable(self, record: Any, subject: str) -> None:
         """Replace U+0000 in the record's text fields (the database cannot hold it), with a finding."""

@@ -106,3 +106,18 @@ def time_field(document: dict[str, Any], name: str) -> dt.datetime | None:
 
 def text(value: Any) -> str:
     return value if isinstance(value, str) else ""
+
+
+def copy_fields(document: dict[str, Any], record: Any, names: tuple[str, ...], kind: type, absent: Any) -> list[str]:
+    """Copy each of ``names`` from ``document`` to ``record`` when it is a ``kind`` (``absent`` when
+    the document has none); the names of the others, which leave the record's default in place."""
+    wrong = []
+    for name in names:
+        value = document.get(name)
+        if value is None:
+            setattr(record, name, absent)
+        elif isinstance(value, kind):
+            setattr(record, name, value)
+        else:
+            wrong.append(name)
+    return wrong
