@@ -27,7 +27,7 @@ def client_address(request: HttpRequest) -> str | None:
     hops = [hop.strip() for hop in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if hop.strip()]
     if len(hops) < settings.PROXY_COUNT:
         # The proxies did not say (a configuration without the header): the one fact is the
-        # proxy's own address. The README's snippet and deploy/nginx.conf set the header.
+        # proxy's own address. deploy/nginx.conf sets the header (docs/operations.md).
         return remote
     try:
         return str(ipaddress.ip_address(hops[-settings.PROXY_COUNT]))

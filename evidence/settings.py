@@ -1,6 +1,6 @@
 """The one settings file. Everything that varies comes from the environment.
 
-Variables (documented in the README): DATABASE_URL, DATABASE_CONN_MAX_AGE,
+Variables (documented in docs/reference.md, "Settings"): DATABASE_URL, DATABASE_CONN_MAX_AGE,
 DJANGO_DEBUG, DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS, DJANGO_HTTPS,
 EVIDENCE_RUNS_ROOT, EVIDENCE_ARCHIVE_ROOT, EVIDENCE_READ_ONLY, EVIDENCE_STRIP_AFTER_DAYS,
 EVIDENCE_ARCHIVE_AFTER_DAYS, EVIDENCE_PROXY_COUNT,
@@ -27,7 +27,7 @@ _CHECKOUT = Path(__file__).resolve().parent.parent
 INSTALLED_FROM_WHEEL = not (_CHECKOUT / "manage.py").is_file()
 SITE_FILES = Path(__file__).resolve().parent if INSTALLED_FROM_WHEEL else _CHECKOUT
 # Where the site keeps its own files by default (a SQLite database, var/): the checkout, or for
-# an installed wheel the working directory. A deployment names each one (README, "Settings").
+# an installed wheel the working directory. A deployment names each one (docs/reference.md, "Settings").
 BASE_DIR = Path.cwd() if INSTALLED_FROM_WHEEL else _CHECKOUT
 
 
@@ -86,7 +86,7 @@ if "EVIDENCE_FINISHED_STATES" in os.environ:
         "Unset it (docs/RUN_DIRECTORY.md, run states)."
     )
 # /metrics answers a request with "Authorization: Bearer <this>", or, when it is unset,
-# only a request made on this machine (README, "Operations").
+# only a request made on this machine (docs/operations.md, "Metrics").
 EVIDENCE_METRICS_TOKEN = os.environ.get("EVIDENCE_METRICS_TOKEN", "")
 # A deployment that only browses: no write action is shown or accepted.
 EVIDENCE_READ_ONLY = env_bool("EVIDENCE_READ_ONLY", "0")

@@ -1,4 +1,4 @@
-"""The deployment the README describes: its files name real commands, and on PostgreSQL
+"""The deployment docs/operations.md describes: its files name real commands, and on PostgreSQL
 importers and web workers run at once without losing or duplicating a row."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The dashboard behind Debian's nginx, configured by deploy/nginx.conf (the README's snippet),
+"""The dashboard behind Debian's nginx, configured by deploy/nginx.conf (docs/operations.md's snippet),
 served by gunicorn as a deployment serves it (EVIDENCE_PROXY_COUNT=1): a proxy never opens
 a door. The login throttle sees the client's real address, whatever the client writes into
 X-Forwarded-For; one client's failures do not lock a user name for everyone; and /metrics is
