@@ -133,6 +133,7 @@ def urls(base: str, cookie: str) -> dict[str, str]:
     return {
         "runs list": "/",
         "runs needing attention": "/?attention=1",
+        "runs list, last page": "/?page=last",
         "run, ledger first page": f"/runs/{BIG}/",
         "run, ledger middle (seq 500,000)": f"/runs/{BIG}/?seq=500000",
         "run, ledger last page": f"/runs/{BIG}/?page=last",
@@ -143,12 +144,15 @@ def urls(base: str, cookie: str) -> dict[str, str]:
         "recovery decisions": f"/runs/{BIG}/replay/",
         "recovery decisions, last page": f"/runs/{BIG}/replay/?page=last",
         "findings": "/findings/",
+        "findings, last page": "/findings/?page=last",
         "stale": "/reservations/",
         "search (run ids)": "/search/?q=run-00",
         "search (call_id prefix)": f"/search/?q={call[:8]}",
         "inbox": "/inbox/",
+        "inbox, last page": "/inbox/?page=last",
         "audit": "/audit/",
         "retention": "/retention/",
+        "retention, last page": "/retention/?page=last",
     }
 
 
