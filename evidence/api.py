@@ -308,7 +308,7 @@ def findings(request: HttpRequest, code: str = "", run_id: str = "", severity: s
 
 @api.get("/reservations", response=paged(StaleOut), summary="Stale reservations and calls, as they went stale")
 def reservations(request: HttpRequest, limit: int = 50):
-    return _page(request, listings.stale(now=protocol.utc_now()), limit)
+    return _page(request, listings.stale(), limit)
 
 
 @api.get("/inbox", response=paged(InboxOut), summary="What needs a person, most serious first")

@@ -171,7 +171,7 @@ def findings(*, code: str = "", run_id: str = "", severity: str = "") -> Listing
 STALE_FIELDS = ("kind", "run_id", "subject", "state", "since", "task_present", "digests_match", "resume")
 
 
-def stale(*, now: dt.datetime) -> Listing:
+def stale() -> Listing:
     """Stale reservations and calls, in the order they went stale."""
     segment = Segment(selectors.stale_findings(), ("first_seen", "id"), selectors.stale_items)
     return Listing("stale", STALE_FIELDS, [segment], _fields_of(STALE_FIELDS))

@@ -53,7 +53,7 @@ def every_listing(now) -> dict[str, listings.Listing]:
         "calls": listings.calls(run=run),
         "decisions": listings.decisions(run=run),
         "findings": listings.findings(),
-        "stale": listings.stale(now=now),
+        "stale": listings.stale(),
         "inbox": listings.inbox(),
         "audit": listings.audit_decisions(),
         "actions": listings.audit_actions(),

@@ -46,7 +46,7 @@ def findings(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 def reservations(request: HtmxHttpRequest) -> HttpResponse:
     now = protocol.utc_now()
-    listing = listings.stale(now=now)
+    listing = listings.stale()
     fmt = download_format(request)
     if fmt:
         return download(fmt, listing)
