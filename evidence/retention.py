@@ -8,7 +8,9 @@ reservation or an open conflict, an unfinished run, an open digest mismatch,
 tampering or rewritten ledger. A person's decision restarts the clock.
 
 ``plan_runs`` only plans. ``strip_bodies`` and ``archive_run`` apply a plan:
-``manage.py apply_retention --apply`` calls them.
+``manage.py apply_retention --apply`` calls them. The failpoints named in the
+interface docs ("Retention's failpoints") end the process between their phases,
+as if it had been killed, when ``RECEIPTS_FAILPOINT`` names them.
 """
 
 from __future__ import annotations
@@ -208,6 +210,7 @@ def strip_bodies(*, run: Run, now: dt.datetime) -> None:
         for submission in submissions:
             submission.request = protocol.redacted(submission.request) if submission.request is not None else None
         Submission.objects.bulk_update(submissions, ["request"], batch_size=1000)
+        durable.failpoint("retention_mid_strip")  # calls and submissions stripped, events not yet
         batch: list[Event] = []
         for event in Event.objects.filter(run=run).order_by("seq").iterator(5000):
             payload = event.payload if isinstance(event.payload, dict) else {}
@@ -244,16 +247,20 @@ def archive_run(*, run: Run, archive_root: Path, now: dt.datetime) -> Path:
         if not run_dir.is_dir():
             raise ArchiveError(f"{run_dir} is not there to archive")
         _pack(run_dir, target)
+        durable.failpoint("retention_after_archive_written")
         problems = _compare(run_dir, target)
         if problems:
             target.unlink(missing_ok=True)
             raise ArchiveError("the archive does not hold the run: " + "; ".join(problems[:5]))
+        durable.failpoint("retention_after_read_back")
         Run.objects.filter(pk=run.pk).update(archived=True, archived_at=now, archive_path=str(target))
+        durable.failpoint("retention_after_marked_archived")
     if run_dir.is_dir():
         # Renamed first (a dot name, which no reader lists), so the run is never seen half removed.
         doomed = run_dir.with_name(f".{run_dir.name}.archived-{os.getpid()}")
         os.replace(run_dir, doomed)
         durable.fsync_directory(run_dir.parent, None)
+        durable.failpoint("retention_after_run_dir_renamed")
         shutil.rmtree(doomed)
     for leftover in run_dir.parent.glob(f".{run_dir.name}.archived-*"):
         shutil.rmtree(leftover, ignore_errors=True)
@@ -273,6 +280,7 @@ def _pack(run_dir: Path, target: Path) -> None:
                 archive.add(run_dir, arcname=run_dir.name, recursive=True)
             raw.flush()
             os.fsync(raw.fileno())
+        durable.failpoint("retention_after_archive_temp")
         os.replace(temp, target)
     except BaseException:
         temp.unlink(missing_ok=True)

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from evidence import retention
 from evidence.models import AuditEntry, Run
-from receipts import protocol
+from receipts import durable, protocol
 
 
 class Command(BaseCommand):
@@ -53,6 +53,7 @@ class Command(BaseCommand):
             return {"applied": "nothing"}
         retention.strip_bodies(run=run, now=now)
         retention.audit(run=run, action=AuditEntry.BODIES_STRIPPED, now=now, reason=plan.reason)
+        durable.failpoint("retention_after_strip")
         if plan.action == retention.STRIP_BODIES:
             return {"applied": "stripped"}
         try:
