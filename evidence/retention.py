@@ -15,10 +15,13 @@ as if it had been killed, when ``RECEIPTS_FAILPOINT`` names them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import hashlib
 import logging
+import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from django.conf import settings
@@ -227,18 +230,17 @@ def strip_bodies(*, run: Run, now: dt.datetime) -> None:
         stats.refresh_run_summary(run)  # what the bodies weigh now
 
 
-def archive_run(*, run: Run, archive_root: Path, now: dt.datetime) -> Path:
+def archive_run(*, run: Run, archive_root: Path, now: dt.datetime, reason: str) -> Path:
     """Pack the run directory into ``<archive_root>/<run_id>.tar.gz`` (with its SHA-256 beside it),
-    read it back and compare every file, mark the run archived, and only then remove the directory.
+    read it back and compare every file, mark the run archived (with its audit entry, ``reason``,
+    in one transaction), and only then remove the directory.
 
     A kill at any moment leaves the run either untouched (no archive yet, or an
-    archive not yet marked) or archived in the database with its directory still
-    to remove; calling this again finishes the job.
+    archive not yet marked) or archived in the database with its directory, or
+    the dot name it was renamed to, still to remove; calling this again (or
+    ``remove_run_directory``) finishes the job.
     """
-    import os
-    import shutil
-
-    from receipts import durable
+    from django.db import transaction
 
     run_dir = Path(run.path)
     target = Path(archive_root) / f"{run.run_id}.tar.gz"
@@ -253,8 +255,25 @@ def archive_run(*, run: Run, archive_root: Path, now: dt.datetime) -> Path:
             target.unlink(missing_ok=True)
             raise ArchiveError("the archive does not hold the run: " + "; ".join(problems[:5]))
         durable.failpoint("retention_after_read_back")
-        Run.objects.filter(pk=run.pk).update(archived=True, archived_at=now, archive_path=str(target))
+        with transaction.atomic():  # archived and its audit entry, or neither
+            Run.objects.filter(pk=run.pk).update(archived=True, archived_at=now, archive_path=str(target))
+            audit(run=run, action=AuditEntry.RUN_ARCHIVED, now=now, reason=f"{reason}: {target}")
         durable.failpoint("retention_after_marked_archived")
+    remove_run_directory(run)
+    return target
+
+
+def _renamed_from(name: str) -> str | None:
+    """The run directory's name when ``name`` is a dot name ``remove_run_directory`` renamed it to."""
+    head, marker, pid = name.rpartition(".archived-")
+    return head[1:] if marker and head.startswith(".") and len(head) > 1 and pid.isdigit() else None
+
+
+def remove_run_directory(run: Run) -> None:
+    """Remove an archived run's directory, and any renamed copy of it that a killed apply left."""
+    import shutil
+
+    run_dir = Path(run.path)
     if run_dir.is_dir():
         # Renamed first (a dot name, which no reader lists), so the run is never seen half removed.
         doomed = run_dir.with_name(f".{run_dir.name}.archived-{os.getpid()}")
@@ -262,17 +281,30 @@ def archive_run(*, run: Run, archive_root: Path, now: dt.datetime) -> Path:
         durable.fsync_directory(run_dir.parent, None)
         durable.failpoint("retention_after_run_dir_renamed")
         shutil.rmtree(doomed)
-    for leftover in run_dir.parent.glob(f".{run_dir.name}.archived-*"):
-        shutil.rmtree(leftover, ignore_errors=True)
-    return target
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(run_dir.parent):
+            if _renamed_from(name) == run_dir.name:  # what a killed apply renamed and never removed
+                shutil.rmtree(run_dir.with_name(name), ignore_errors=True)
+
+
+def unfinished_removals(runs: Iterable[Run]) -> list[Run]:
+    """The archived ``runs`` whose directory, or a renamed copy of it, a killed apply left behind
+    (each runs root is listed once)."""
+    runs = list(runs)
+    left: dict[Path, set[str]] = {}  # per runs root: the names of directories there, renamed or not
+    for parent in {Path(run.path).parent for run in runs}:
+        try:
+            names = os.listdir(parent)
+        except FileNotFoundError:
+            names = []
+        left[parent] = {_renamed_from(name) or name for name in names}
+    return [run for run in runs if Path(run.path).name in left[Path(run.path).parent]]
 
 
 def _pack(run_dir: Path, target: Path) -> None:
-    import os
     import tarfile
 
-    from receipts import durable
-
+    durable.remove_old_temp_files(target, None)  # a killed apply's temp archive, an hour old or more
     temp = target.with_name(durable.temp_name_for(target.name))
     try:
         with open(temp, "xb") as raw:
@@ -293,7 +325,6 @@ def _pack(run_dir: Path, target: Path) -> None:
 
 def _compare(run_dir: Path, target: Path) -> list[str]:
     """Every regular file under the run directory, byte for byte in the archive (and nothing missing)."""
-    import os
     import tarfile
 
     problems = []
