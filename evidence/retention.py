@@ -301,10 +301,20 @@ def unfinished_removals(runs: Iterable[Run]) -> list[Run]:
     return [run for run in runs if Path(run.path).name in left[Path(run.path).parent]]
 
 
+def sweep_temp_archives(archive_root: Path) -> list[Path]:
+    """Remove the temp archives killed applies left in ``archive_root``: those not written to for an
+    hour (``durable.TEMP_SWEEP_AGE_SECONDS``; one being packed changes as it grows)."""
+    try:
+        names = os.listdir(archive_root)
+    except FileNotFoundError:
+        return []
+    temps = [Path(archive_root) / name for name in names if durable.is_temp_name(name) and ".tar.gz." in name]
+    return [temp for temp in temps if durable.is_old(temp) and durable.remove_file(temp, None)]
+
+
 def _pack(run_dir: Path, target: Path) -> None:
     import tarfile
 
-    durable.remove_old_temp_files(target, None)  # a killed apply's temp archive, an hour old or more
     temp = target.with_name(durable.temp_name_for(target.name))
     try:
         with open(temp, "xb") as raw:

@@ -28,6 +28,8 @@ class Command(BaseCommand):
         now = protocol.utc_now()
         runs = Run.objects.order_by("run_id")
         plans = retention.plan_runs(policy=retention.RetentionPolicy.from_settings(), now=now, runs=runs)
+        if options["apply"]:
+            retention.sweep_temp_archives(Path(settings.EVIDENCE_ARCHIVE_ROOT))  # what killed applies left
         results = []
         for plan in plans:
             result = {"run_id": plan.run_id, "action": plan.action, "blockers": plan.blockers, "reason": plan.reason}
