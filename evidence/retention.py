@@ -8,17 +8,21 @@ reservation or an open conflict, an unfinished run, an open digest mismatch,
 tampering or rewritten ledger. A person's decision restarts the clock.
 
 ``plan_runs`` and ``plan_segment`` only plan. ``strip_bodies`` and ``archive_run`` apply a plan:
-``manage.py apply_retention --apply`` calls them.
+``manage.py apply_retention --apply`` calls them. The failpoints named in the
+interface docs ("Retention's failpoints") end the process between their phases,
+as if it had been killed, when ``RECEIPTS_FAILPOINT`` names them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import hashlib
 import logging
+import os
 import types
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -256,6 +260,7 @@ def strip_bodies(*, run: Run, now: dt.datetime) -> None:
         for submission in submissions:
             submission.request = protocol.redacted(submission.request) if submission.request is not None else None
         Submission.objects.bulk_update(submissions, ["request"], batch_size=1000)
+        durable.failpoint("retention_mid_strip")  # calls and submissions stripped, events not yet
         batch: list[Event] = []
         for event in Event.objects.filter(run=run).order_by("seq").iterator(5000):
             payload = event.payload if isinstance(event.payload, dict) else {}
@@ -272,18 +277,17 @@ def strip_bodies(*, run: Run, now: dt.datetime) -> None:
         stats.refresh_run_summary(run)  # what the bodies weigh now
 
 
-def archive_run(*, run: Run, archive_root: Path, now: dt.datetime) -> Path:
+def archive_run(*, run: Run, archive_root: Path, now: dt.datetime, reason: str) -> Path:
     """Pack the run directory into ``<archive_root>/<run_id>.tar.gz`` (with its SHA-256 beside it),
-    read it back and compare every file, mark the run archived, and only then remove the directory.
+    read it back and compare every file, mark the run archived (with its audit entry, ``reason``,
+    in one transaction), and only then remove the directory.
 
     A kill at any moment leaves the run either untouched (no archive yet, or an
-    archive not yet marked) or archived in the database with its directory still
-    to remove; calling this again finishes the job.
+    archive not yet marked) or archived in the database with its directory, or
+    the dot name it was renamed to, still to remove; calling this again (or
+    ``remove_run_directory``) finishes the job.
     """
-    import os
-    import shutil
-
-    from receipts import durable
+    from django.db import transaction
 
     run_dir = Path(run.path)
     target = Path(archive_root) / f"{run.run_id}.tar.gz"
@@ -292,27 +296,71 @@ def archive_run(*, run: Run, archive_root: Path, now: dt.datetime) -> Path:
         if not run_dir.is_dir():
             raise ArchiveError(f"{run_dir} is not there to archive")
         _pack(run_dir, target)
+        durable.failpoint("retention_after_archive_written")
         problems = _compare(run_dir, target)
         if problems:
             target.unlink(missing_ok=True)
             raise ArchiveError("the archive does not hold the run: " + "; ".join(problems[:5]))
-        Run.objects.filter(pk=run.pk).update(archived=True, archived_at=now, archive_path=str(target))
+        durable.failpoint("retention_after_read_back")
+        with transaction.atomic():  # archived and its audit entry, or neither
+            Run.objects.filter(pk=run.pk).update(archived=True, archived_at=now, archive_path=str(target))
+            audit(run=run, action=AuditEntry.RUN_ARCHIVED, now=now, reason=f"{reason}: {target}")
+        durable.failpoint("retention_after_marked_archived")
+    remove_run_directory(run)
+    return target
+
+
+def _renamed_from(name: str) -> str | None:
+    """The run directory's name when ``name`` is a dot name ``remove_run_directory`` renamed it to."""
+    head, marker, pid = name.rpartition(".archived-")
+    return head[1:] if marker and head.startswith(".") and len(head) > 1 and pid.isdigit() else None
+
+
+def remove_run_directory(run: Run) -> None:
+    """Remove an archived run's directory, and any renamed copy of it that a killed apply left."""
+    import shutil
+
+    run_dir = Path(run.path)
     if run_dir.is_dir():
         # Renamed first (a dot name, which no reader lists), so the run is never seen half removed.
         doomed = run_dir.with_name(f".{run_dir.name}.archived-{os.getpid()}")
         os.replace(run_dir, doomed)
         durable.fsync_directory(run_dir.parent, None)
+        durable.failpoint("retention_after_run_dir_renamed")
         shutil.rmtree(doomed)
-    for leftover in run_dir.parent.glob(f".{run_dir.name}.archived-*"):
-        shutil.rmtree(leftover, ignore_errors=True)
-    return target
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(run_dir.parent):
+            if _renamed_from(name) == run_dir.name:  # what a killed apply renamed and never removed
+                shutil.rmtree(run_dir.with_name(name), ignore_errors=True)
+
+
+def unfinished_removals(runs: Iterable[Run]) -> list[Run]:
+    """The archived ``runs`` whose directory, or a renamed copy of it, a killed apply left behind
+    (each runs root is listed once)."""
+    runs = list(runs)
+    left: dict[Path, set[str]] = {}  # per runs root: the names of directories there, renamed or not
+    for parent in {Path(run.path).parent for run in runs}:
+        try:
+            names = os.listdir(parent)
+        except FileNotFoundError:
+            names = []
+        left[parent] = {_renamed_from(name) or name for name in names}
+    return [run for run in runs if Path(run.path).name in left[Path(run.path).parent]]
+
+
+def sweep_temp_archives(archive_root: Path) -> list[Path]:
+    """Remove the temp archives killed applies left in ``archive_root``: those not written to for an
+    hour (``durable.TEMP_SWEEP_AGE_SECONDS``; one being packed changes as it grows)."""
+    try:
+        names = os.listdir(archive_root)
+    except FileNotFoundError:
+        return []
+    temps = [Path(archive_root) / name for name in names if durable.is_temp_name(name) and ".tar.gz." in name]
+    return [temp for temp in temps if durable.is_old(temp) and durable.remove_file(temp, None)]
 
 
 def _pack(run_dir: Path, target: Path) -> None:
-    import os
     import tarfile
-
-    from receipts import durable
 
     temp = target.with_name(durable.temp_name_for(target.name))
     try:
@@ -321,6 +369,7 @@ def _pack(run_dir: Path, target: Path) -> None:
                 archive.add(run_dir, arcname=run_dir.name, recursive=True)
             raw.flush()
             os.fsync(raw.fileno())
+        durable.failpoint("retention_after_archive_temp")
         os.replace(temp, target)
     except BaseException:
         temp.unlink(missing_ok=True)
@@ -333,7 +382,6 @@ def _pack(run_dir: Path, target: Path) -> None:
 
 def _compare(run_dir: Path, target: Path) -> list[str]:
     """Every regular file under the run directory, byte for byte in the archive (and nothing missing)."""
-    import os
     import tarfile
 
     problems = []

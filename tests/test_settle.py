@@ -7,18 +7,19 @@ import importlib
 import json
 import re
 import threading
+import time
 from http import HTTPStatus
 from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Group, Permission
-from django.db import connection
+from django.db import connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 from django.urls import reverse
 
 from evidence import importer, settle
-from evidence.models import Call, Finding, HumanDecision
+from evidence.models import Call, Confirmation, Finding, HumanDecision
 from receipts import protocol, runtime
 from tests.helpers import content, first_call_of, join
 from tests.ledger import events_of
@@ -319,6 +320,123 @@ def test_two_people_at_once_exactly_one_wins(demo, django_user_model):
     assert event["actor"] == decision.actor == wins[0].decision.actor
     document = json.loads((demo / RUN / "confirmations" / f"{call.call_id}.json").read_bytes())
     assert document["resolution"] == decision.resolution
+
+
+def lock_wait_of(backend_pid: list[int], seconds: float = 30) -> tuple[str, str, str] | None:
+    """What the PostgreSQL backend in ``backend_pid`` waits on, once it waits on a lock (None: it never did)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if backend_pid:
+            with connection.cursor() as cursor:
+                query = "SELECT wait_event_type, wait_event, query FROM pg_stat_activity WHERE pid = %s"
+                cursor.execute(query, backend_pid)
+                row = cursor.fetchone()
+            if row is not None and row[0] == "Lock":
+                return row
+        time.sleep(0.01)
+    return None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_decision_inserted_after_the_check_loses_the_other_settle_on_the_unique_constraint(demo, django_user_model):
+    """The row lock queues two settle_calls on PostgreSQL, so the second finds the first decision in its
+    check and never reaches its insert. The unique constraint is for a decision that no row lock queued:
+    a second real connection inserts one and holds its transaction open; dana's settle_call, past its
+    check (an uncommitted row is invisible to it), waits on the unique index at its own insert, and gets
+    the IntegrityError when erin's transaction commits, with her confirmation written by the writer."""
+    if connection.vendor != "postgresql":
+        pytest.skip(
+            "SQLite takes its write lock at BEGIN (IMMEDIATE): settle_call waits before its check, then sees "
+            "the other decision there; no connection can insert between its check and its insert"
+        )
+    call = first_call_of(RUN)
+    run_dir = demo / RUN
+    dana, erin = (django_user_model.objects.create_user(name) for name in ("dana", "erin"))
+    inserted, commit = threading.Event(), threading.Event()
+    dana_backend: list[int] = []
+    outcomes: dict[str, object] = {}
+
+    def erin_decides() -> None:
+        """A decision inserted with no lock on the call's row, committed (with its file) when told."""
+        try:
+            with transaction.atomic():
+                decided_at = protocol.utc_now()
+                decision = HumanDecision.objects.create(
+                    run=call.run,
+                    call_id=call.call_id,
+                    resolution="committed",
+                    reason="erin looked",
+                    user=erin,
+                    actor="erin",
+                    decided_at=decided_at,
+                    receipt_sha256=call.file_sha256,
+                    confirmation_id=protocol.confirmation_id(call.call_id, "committed", call.file_sha256),
+                )
+                inserted.set()
+                if not commit.wait(30):
+                    raise TimeoutError("never told to commit")
+                runtime.confirm_call(
+                    run_dir,
+                    call.call_id,
+                    resolution="committed",
+                    reason="erin looked",
+                    actor="erin",
+                    receipt_sha256=call.file_sha256,
+                    confirmed_at=protocol.format_time(decided_at),
+                )
+            outcomes["erin"] = decision
+        except Exception as error:  # noqa: BLE001 - the outcome the test checks
+            outcomes["erin"] = error
+        finally:
+            connection.close()
+
+    def dana_decides() -> None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                dana_backend.append(cursor.fetchone()[0])
+            outcomes["dana"] = settle.settle_call(
+                run=call.run,
+                call=call,
+                user=dana,
+                resolution="rejected",
+                reason="dana looked",
+                typed_call_id=call.call_id[:12],
+                receipt_sha256=call.file_sha256,
+            )
+        except Exception as error:  # noqa: BLE001 - a SettleError, or an IntegrityError that got through
+            outcomes["dana"] = error
+        finally:
+            connection.close()
+
+    erin_thread = threading.Thread(target=erin_decides)
+    dana_thread = threading.Thread(target=dana_decides)
+    erin_thread.start()
+    try:
+        assert inserted.wait(30), outcomes
+        dana_thread.start()
+        waiting = lock_wait_of(dana_backend)
+    finally:
+        commit.set()
+        erin_thread.join(30)
+        dana_thread.join(30)
+    assert waiting is not None, f"dana's settle_call never waited on a lock: {outcomes}"
+    _, wait_event, query = waiting
+    assert wait_event == "transactionid" and query.startswith('INSERT INTO "receipts_humandecision"'), waiting
+    [decision] = HumanDecision.objects.all()
+    assert outcomes["erin"] == decision and decision.actor == "erin"
+    refused = outcomes["dana"]
+    assert isinstance(refused, settle.SettleError), refused
+    assert refused.status == HTTPStatus.CONFLICT and refused.existing == decision
+    assert "erin already settled this call as committed" in refused.message
+    assert [path.name for path in (run_dir / "confirmations").iterdir()] == [f"{call.call_id}.json"]
+    document = json.loads((run_dir / "confirmations" / f"{call.call_id}.json").read_bytes())
+    assert (document["actor"], document["resolution"]) == ("erin", "committed")
+    [event] = events_of(run_dir, "confirmation")
+    assert event["actor"] == "erin" and event["confirmation_id"] == decision.confirmation_id
+    assert not Confirmation.objects.exists(), "dana's transaction, rolled back, brought no confirmation in"
+    importer.run_import(path=run_dir)
+    assert Confirmation.objects.get().actor == "erin", "the next import reads erin's, the one on disk"
 
 
 def test_a_tampered_receipt_settled_by_a_person_is_followed_by_the_runtime(as_confirmer, demo):

@@ -7,10 +7,11 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
+from django.db import transaction
 
 from evidence import retention
 from evidence.models import AuditEntry, Run
-from receipts import protocol
+from receipts import durable, protocol
 
 
 class Command(BaseCommand):
@@ -26,6 +27,8 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         now = protocol.utc_now()
         plans = list(retention.plan_runs(policy=retention.RetentionPolicy.from_settings(), now=now))
+        if options["apply"]:
+            retention.sweep_temp_archives(Path(settings.EVIDENCE_ARCHIVE_ROOT))  # what killed applies left
         results = []
         for plan in plans:
             result = {"run_id": plan.run_id, "action": plan.action, "blockers": plan.blockers, "reason": plan.reason}
@@ -33,10 +36,9 @@ class Command(BaseCommand):
                 result.update(self.apply(plan, now))
             results.append(result)
         if options["apply"]:
-            # Runs marked archived whose directory a killed apply left behind: finish removing them.
-            for run in Run.objects.filter(archived=True):
-                if Path(run.path).exists():
-                    retention.archive_run(run=run, archive_root=Path(settings.EVIDENCE_ARCHIVE_ROOT), now=now)
+            # Runs marked archived whose directory (or its renamed copy) a killed apply left behind.
+            for run in retention.unfinished_removals(Run.objects.filter(archived=True)):
+                retention.remove_run_directory(run)
         if options["json"]:
             self.stdout.write(json.dumps({"runs": results}, ensure_ascii=False))
             return
@@ -50,13 +52,15 @@ class Command(BaseCommand):
             retention.sweep_writer_locks(run)  # a finished run writes nothing more
         if plan.action == retention.KEEP:
             return {"applied": "nothing"}
-        retention.strip_bodies(run=run, now=now)
-        retention.audit(run=run, action=AuditEntry.BODIES_STRIPPED, now=now, reason=plan.reason)
+        with transaction.atomic():  # the bodies stripped and its audit entry, or neither
+            retention.strip_bodies(run=run, now=now)
+            retention.audit(run=run, action=AuditEntry.BODIES_STRIPPED, now=now, reason=plan.reason)
+        durable.failpoint("retention_after_strip")
         if plan.action == retention.STRIP_BODIES:
             return {"applied": "stripped"}
         try:
-            archive = retention.archive_run(run=run, archive_root=Path(settings.EVIDENCE_ARCHIVE_ROOT), now=now)
+            archive_root = Path(settings.EVIDENCE_ARCHIVE_ROOT)
+            archive = retention.archive_run(run=run, archive_root=archive_root, now=now, reason=plan.reason)
         except (retention.ArchiveError, OSError) as error:
             return {"applied": "nothing archived", "error": str(error)}
-        retention.audit(run=run, action=AuditEntry.RUN_ARCHIVED, now=now, reason=f"{plan.reason}: {archive}")
         return {"applied": "archived", "archive": str(archive)}
