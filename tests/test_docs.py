@@ -35,3 +35,18 @@ def test_every_relative_link_resolves(page):
         if not (inside and heading_found):
             broken.append(target)
     assert broken == [], f"{page.name}: {broken}"
+
+
+def test_the_readmes_writer_example_runs_and_prints_what_it_says(tmp_path):
+    """The ten lines a runtime author copies first: run as they stand, in an empty folder."""
+    import subprocess
+    import sys
+
+    readme = (PROJECT / "README.md").read_text(encoding="utf-8")
+    [example] = re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
+    promised = re.search(r"# (committed True True)$", example, re.MULTILINE).group(1)
+    completed = subprocess.run([sys.executable, "-c", example], cwd=tmp_path, capture_output=True, text=True,
+                               env={"PYTHONPATH": str(PROJECT), "PATH": "/usr/bin:/bin"}, check=False)  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == promised
+    assert (tmp_path / "runs" / "run-1" / "events.jsonl").stat().st_size > 0
