@@ -120,8 +120,8 @@ def _require_text(args: Mapping[str, Any], *names: str) -> dict[str, str]:
 class WriteFile:
     """Writes ``content`` to ``RUN_DIR/workspace/<path>``; can check the file's digest."""
 
-    name = "write_file"
-    version = "1.0.0"
+    name: ClassVar[str] = "write_file"
+    version: ClassVar[str] = "1.0.0"
 
     def normalise(self, args: Mapping[str, Any]) -> dict[str, Any]:
         values = _require_text(args, "path", "content")
@@ -175,8 +175,8 @@ class WriteFile:
 class SendMessage:
     """Appends a message to ``RUN_DIR/outbox.jsonl``. Not queryable, as e-mail is not."""
 
-    name = "send_message"
-    version = "1.0.0"
+    name: ClassVar[str] = "send_message"
+    version: ClassVar[str] = "1.0.0"
 
     def normalise(self, args: Mapping[str, Any]) -> dict[str, Any]:
         values = _require_text(args, "to", "body")
@@ -261,9 +261,10 @@ def send_message_evidence(
     # Streamed: an outbox has no size limit, and a line past any cap would be "not there".
     with os.fdopen(fd, "rb") as outbox:
         size = os.fstat(outbox.fileno()).st_size
-        skipped = tail_bytes is not None and size > tail_bytes
+        tail = size if tail_bytes is None else tail_bytes
+        skipped = size > tail
         if skipped:
-            outbox.seek(size - tail_bytes - 1)
+            outbox.seek(size - tail - 1)
             outbox.readline()  # the rest of a line that starts before the tail
         wanted = call_id.encode()
         for count, line in enumerate(outbox, start=1):
@@ -291,7 +292,7 @@ def send_message_evidence(
         return Evidence(PRESENT, tuple(carrying))
     if skipped:
         return Evidence(UNCLEAR, (
-            f"no line of the last {tail_bytes // 2**20} MiB of outbox.jsonl carries this call_id ({count} lines "
+            f"no line of the last {tail // 2**20} MiB of outbox.jsonl carries this call_id ({count} lines "
             f"searched), and the whole file is {size / 2**20:.0f} MiB: search it for {call_id} (the runtime, "
             "resuming, reads it whole)",
         ))  # fmt: skip
