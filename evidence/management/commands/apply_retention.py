@@ -28,7 +28,12 @@ class Command(BaseCommand):
         plans = list(retention.plan_runs(policy=retention.RetentionPolicy.from_settings(), now=now))
         results = []
         for plan in plans:
-            result = {"run_id": plan.run_id, "action": plan.action, "blockers": plan.blockers, "reason": plan.reason}
+            result: dict[str, object] = {
+                "run_id": plan.run_id,
+                "action": plan.action,
+                "blockers": plan.blockers,
+                "reason": plan.reason,
+            }
             if options["apply"]:
                 result.update(self.apply(plan, now))
             results.append(result)
