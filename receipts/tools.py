@@ -17,7 +17,7 @@ import os
 import posixpath
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 from receipts.durable import (
     ShortWriteError,
@@ -83,8 +83,12 @@ class Adapter(Protocol):
       committed receipt.
     """
 
-    name: ClassVar[str]
-    version: ClassVar[str]
+    # Read-only: a class attribute (``name = "write_file"``), a ClassVar or a property all serve.
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
 
     def normalise(self, args: Mapping[str, Any]) -> dict[str, Any]: ...
 
@@ -120,8 +124,8 @@ def _require_text(args: Mapping[str, Any], *names: str) -> dict[str, str]:
 class WriteFile:
     """Writes ``content`` to ``RUN_DIR/workspace/<path>``; can check the file's digest."""
 
-    name: ClassVar[str] = "write_file"
-    version: ClassVar[str] = "1.0.0"
+    name = "write_file"
+    version = "1.0.0"
 
     def normalise(self, args: Mapping[str, Any]) -> dict[str, Any]:
         values = _require_text(args, "path", "content")
@@ -175,8 +179,8 @@ class WriteFile:
 class SendMessage:
     """Appends a message to ``RUN_DIR/outbox.jsonl``. Not queryable, as e-mail is not."""
 
-    name: ClassVar[str] = "send_message"
-    version: ClassVar[str] = "1.0.0"
+    name = "send_message"
+    version = "1.0.0"
 
     def normalise(self, args: Mapping[str, Any]) -> dict[str, Any]:
         values = _require_text(args, "to", "body")
