@@ -509,6 +509,7 @@ class Executor:
     def _resume_by_query(self, adapter: Adapter, receipt: dict[str, Any], held: _Held) -> CallOutcome:
         """Ask the target: only "it happened" or "it did not" moves the call; anything else waits for a person."""
         try:
+            # query is optional, outside the Adapter protocol: the caller asked adapter_can_query first.
             answer = adapter.query(self.run_dir, copy.deepcopy(receipt["args"]), receipt["call_id"])  # type: ignore[attr-defined]
         except OutcomeUnknown as unknown:
             return self._awaiting(receipt, f"the target cannot tell whether it happened: {unknown}")
