@@ -71,9 +71,11 @@ test: install browser nginx
 test-postgres: install browser nginx
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test $(BIN)/python -m pytest
 
+# ruff, then mypy with django-stubs (its files and settings: [tool.mypy] in pyproject.toml).
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 format: install
 	$(BIN)/ruff check --fix .

@@ -17,12 +17,15 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Callable
+from types import GenericAlias
 from typing import Annotated, Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.decorators import login_not_required
+from django.contrib.auth.models import User
 from django.core.exceptions import BadRequest
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404
+from django.urls import URLPattern
 from django.utils import timezone
 from ninja import NinjaAPI, Schema
 from ninja.errors import HttpError
@@ -45,12 +48,12 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def password_fingerprint(user: AbstractBaseUser) -> str:
+def password_fingerprint(user: User) -> str:
     """What changes when the user's password does (its stored hash, digested again)."""
     return hashlib.sha256(user.password.encode()).hexdigest()
 
 
-def new_token(*, user: AbstractBaseUser, name: str, expires_at: dt.datetime | None = None) -> str:
+def new_token(*, user: User, name: str, expires_at: dt.datetime | None = None) -> str:
     """A new token for ``user``: shown once; only its digest is kept. It ends at ``expires_at``
     (if given), when the user's password changes, or when the user is deactivated."""
     token = "cp_" + secrets.token_urlsafe(32)
@@ -61,7 +64,7 @@ def new_token(*, user: AbstractBaseUser, name: str, expires_at: dt.datetime | No
     return token
 
 
-def _may_browse(user: AbstractBaseUser | None) -> AbstractBaseUser | None:
+def _may_browse(user: User | None) -> User | None:
     if user is None or not user.is_active:
         return None
     if not user.has_perm(BROWSE):
@@ -70,7 +73,7 @@ def _may_browse(user: AbstractBaseUser | None) -> AbstractBaseUser | None:
 
 
 class BearerToken(HttpBearer):
-    def authenticate(self, request: HttpRequest, token: str) -> AbstractBaseUser | None:
+    def authenticate(self, request: HttpRequest, token: str) -> User | None:
         found = ApiToken.objects.select_related("user").filter(digest=token_digest(token)).first()
         if found is None:
             return None
@@ -84,7 +87,7 @@ class BearerToken(HttpBearer):
 
 
 class Session(SessionAuth):
-    def authenticate(self, request: HttpRequest, key: str | None) -> AbstractBaseUser | None:
+    def authenticate(self, request: HttpRequest, key: str | None) -> User | None:
         return _may_browse(super().authenticate(request, key))
 
 
@@ -249,7 +252,8 @@ class PlanOut(Schema):
 def paged(item: type[Schema]) -> type[Schema]:
     """A page of ``item``s: the same shape as a list's JSON twin, which holds every item."""
     return type(f"{item.__name__.removesuffix('Out')}Page", (Schema,), {
-        "__annotations__": {"items": list[item], "next": str | None, "total": int | None},
+        # GenericAlias(list, item) is list[item], spelled as the value it is here, not as a type.
+        "__annotations__": {"items": GenericAlias(list, item), "next": str | None, "total": int | None},
     })  # fmt: skip
 
 
@@ -343,5 +347,6 @@ def urls() -> tuple:
     and the roles check is the API's own (a 403)."""
     patterns, app_name, namespace = api.urls
     for pattern in patterns:
-        pattern.callback.login_required = False
+        assert isinstance(pattern, URLPattern)  # each of the API's URLs is a view, none an include()
+        login_not_required(pattern.callback)
     return patterns, app_name, namespace

@@ -70,7 +70,7 @@ def export_run(*, run: Run, out: Path, policy: Policy, actor: str = "export_evid
                 digests[name], counts[name] = protocol.sha256_hex(data), 1
             else:
                 digests[name], counts[name] = _write_list(stream, value)
-        manifest = {"sections": digests, "policy": policy.describe()}
+        manifest: dict[str, Any] = {"sections": digests, "policy": policy.describe()}
         manifest["whole"] = whole_digest(digests, manifest["policy"])
         # The page shows the manifest, and the manifest then names the page's own digest.
         page = _write_page(out, run, policy, manifest, counts)

@@ -29,7 +29,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import DateTimeField
+from django.db.models import DateTimeField, Model
 
 from evidence import stats
 from evidence.models import Call, Confirmation, Event, Finding, JSONTextField, Run, Submission
@@ -125,7 +125,7 @@ def _time(value: dt.datetime | None, postgres: bool) -> Any:
 
 
 def bulk_upsert(
-    model: type,
+    model: type[Model],
     columns: Sequence[str],
     rows: Iterable[Sequence[Any]],
     *,
@@ -367,7 +367,9 @@ def _ledger_has_file_findings(run: Run) -> bool:
 # --- everything else -------------------------------------------------------
 
 
-def _store_records(run: Run, model: type, records: Sequence[Any], key: str, kept: frozenset = frozenset()) -> None:
+def _store_records(
+    run: Run, model: type[Model], records: Sequence[Any], key: str, kept: frozenset = frozenset()
+) -> None:
     """Upsert one kind of record (the reader's dataclasses name the columns), then delete
     the rows whose file is gone. Rows keyed in ``kept`` stay as they are."""
     present = {getattr(record, key) for record in records} | kept
@@ -390,7 +392,7 @@ def _store_records(run: Run, model: type, records: Sequence[Any], key: str, kept
 
         rows = map(row, records)
         bulk_upsert(model, ("run_id", *names), rows, conflict=("run_id", key), update=True)
-    existing = model.objects.filter(run=run)
+    existing = model._default_manager.filter(run=run)
     gone = sorted(set(existing.values_list(key, flat=True)) - present)
     for start in range(0, len(gone), 500):
         existing.filter(**{f"{key}__in": gone[start : start + 500]}).delete()
@@ -666,7 +668,9 @@ def root_import(
         for start in range(0, len(names), 500)
         for row in Run.objects.filter(run_id__in=names[start : start + 500]).values_list(*fields)
     }
-    changed, unchanged, root_problems = [], [], list(discovery.findings)
+    changed: list[tuple[Path, Listing | None]] = []
+    unchanged: list[str] = []
+    root_problems = list(discovery.findings)
     for path in (path.absolute() for path in discovery.runs):
         recorded = known.get(path.name)
         if recorded is not None and recorded.archived:

@@ -57,7 +57,7 @@ def _sources(
         calls = calls.filter(verification=protocol.VERIFIED) | calls.filter(receipt_present=False)
     elif kind:
         calls = calls.none()
-    sources = []
+    sources: list[tuple[str, QuerySet, Callable[[list[Any]], list[InboxItem]]]] = []
     for level, decision in ((ERROR, "confirm"), (WARNING, "query")):
         codes = [code for each, codes in FINDING_KINDS.items() if kind in ("", each) for code in codes
                  if CODES[code][0] == level]  # fmt: skip
@@ -126,11 +126,13 @@ def _call_items(calls: list[Call]) -> list[InboxItem]:
 
 def _finding_items(findings: list[Finding]) -> list[InboxItem]:
     kind_of = {code: kind for kind, codes in FINDING_KINDS.items() for code in codes}
-    return [
-        InboxItem(kind_of[f.code], f.severity, f.first_seen, f.run.run_id, f.subject, f.detail,
-                  "reservation" if kind_of[f.code] == STALE else "finding", f.code)
-        for f in findings
-    ]  # fmt: skip
+    items = []
+    for f in findings:
+        assert f.run is not None  # the inbox takes only findings with a run (_sources)
+        kind = kind_of[f.code]
+        items.append(InboxItem(kind, f.severity, f.first_seen, f.run.run_id, f.subject, f.detail,
+                               "reservation" if kind == STALE else "finding", f.code))  # fmt: skip
+    return items
 
 
 def _since(call: Call) -> dt.datetime | None:

@@ -30,6 +30,10 @@ class JSONTextField(models.TextField):
     it as it came, on both databases. Nothing queries inside these values.
     """
 
+    # For django-stubs: any JSON value goes in and comes out, not the text it is kept as.
+    _pyi_private_set_type: Any
+    _pyi_private_get_type: Any
+
     def from_db_value(self, value: str | None, expression: Any, connection: Any) -> Any:
         return None if value is None else json.loads(value)
 

@@ -60,10 +60,9 @@ Segments = QuerySet | Segment | Sequence[QuerySet] | Sequence[Segment]
 
 def as_segments(segments: Segments, keys: Sequence[str] | None = None) -> list[Segment]:
     """Querysets (all ordered by ``keys``) or segments, as segments."""
-    if isinstance(segments, QuerySet | Segment):
-        segments = [segments]
+    listed: Sequence[QuerySet | Segment] = [segments] if isinstance(segments, QuerySet | Segment) else segments
     made = []
-    for segment in segments:
+    for segment in listed:
         if isinstance(segment, Segment):
             made.append(segment)
         elif keys is None:
@@ -189,11 +188,11 @@ class CursorPage:
     def links(self) -> list[tuple[str, str]]:
         """(rel, url) in reading order; "position" marks where the count goes."""
         links = []
-        if not self.is_first:
-            links += [("first", self.first_url), ("prev", self.newer_url)]
+        if self.newer is not None:  # not the first page
+            links += [("first", self.first_url), ("prev", self.url(self.newer))]
         links.append(("position", ""))
-        if not self.is_last:
-            links += [("next", self.older_url), ("last", self.last_url)]
+        if self.older is not None:  # not the last page
+            links += [("next", self.url(self.older)), ("last", self.last_url)]
         return links
 
 

@@ -257,7 +257,8 @@ def _iban(text: str) -> bool:
         length = IBAN_LENGTHS.get(country)
         if length is None:
             continue
-        body, end = [], match.start(3)
+        body: list[str] = []
+        end = match.start(3)
         while end < len(text) and len(body) < length - 4:  # the country's length, in groups or not
             character = text[end]
             if character.isascii() and character.isalnum():

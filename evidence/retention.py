@@ -170,14 +170,22 @@ def _plan(run: Run, policy: RetentionPolicy, now: dt.datetime, summary: stats.Ru
         action, reason = KEEP, "kept: " + "; ".join(blockers)
     elif clock_from is None:
         action, reason = KEEP, "no event yet: the clock has not started"
-    elif now >= archive_on:
-        action, reason = ARCHIVE, f"{policy.archive_after.days} days since {protocol.format_time(clock_from)}"
-    elif now >= strip_on and body_bytes and run.bodies_stripped_at is None:
-        action, reason = STRIP_BODIES, f"{policy.strip_after.days} days since {protocol.format_time(clock_from)}"
     else:
-        due = archive_on if now >= strip_on else strip_on
-        action, reason = KEEP, f"nothing is due before {protocol.format_time(due)}"
+        action, reason = _clock_action(run, policy, now, clock_from, body_bytes)
     return RunPlan(run.run_id, action, reason, blockers, clock_from, strip_on, archive_on, body_bytes)
+
+
+def _clock_action(
+    run: Run, policy: RetentionPolicy, now: dt.datetime, clock_from: dt.datetime, body_bytes: int
+) -> tuple[str, str]:
+    """(action, reason) for a run that nothing keeps, whose clock started at ``clock_from``."""
+    strip_on, archive_on = clock_from + policy.strip_after, clock_from + policy.archive_after
+    if now >= archive_on:
+        return ARCHIVE, f"{policy.archive_after.days} days since {protocol.format_time(clock_from)}"
+    if now >= strip_on and body_bytes and run.bodies_stripped_at is None:
+        return STRIP_BODIES, f"{policy.strip_after.days} days since {protocol.format_time(clock_from)}"
+    due = archive_on if now >= strip_on else strip_on
+    return KEEP, f"nothing is due before {protocol.format_time(due)}"
 
 
 # --- legal holds ----------------------------------------------------------------
@@ -398,7 +406,8 @@ def _compare(run_dir: Path, target: Path) -> list[str]:
                     if member is None:
                         problems.append(f"{key} is missing")
                         continue
-                    if archive.extractfile(member).read() != path.read_bytes():
+                    stored = archive.extractfile(member)  # a regular member's: never None
+                    if stored is None or stored.read() != path.read_bytes():
                         problems.append(f"{key} differs")
     except (OSError, tarfile.TarError) as error:
         problems.append(f"the archive cannot be read back: {error}")

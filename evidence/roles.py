@@ -27,17 +27,17 @@ ROLES: dict[str, tuple[str, ...]] = {
 def ensure_roles(apps: Any = None) -> dict[str, Any]:
     """Make the four groups with exactly their permissions (again, if a test's flush emptied
     them); ``apps``: a migration's historical models."""
-    if apps is None:
-        from django.contrib.auth.models import Group, Permission
-    else:
-        Group, Permission = apps.get_model("auth", "Group"), apps.get_model("auth", "Permission")  # noqa: N806
+    from django.apps import apps as installed
+
+    registry = installed if apps is None else apps
+    group_model, permission_model = registry.get_model("auth", "Group"), registry.get_model("auth", "Permission")
     groups = {}
     for role, names in ROLES.items():
-        group, _ = Group.objects.get_or_create(name=role)
+        group, _ = group_model.objects.get_or_create(name=role)
         wanted = []
         for name in names:
             app_label, codename = name.split(".")
-            wanted.append(Permission.objects.get(content_type__app_label=app_label, codename=codename))
+            wanted.append(permission_model.objects.get(content_type__app_label=app_label, codename=codename))
         group.permissions.set(wanted)
         groups[role] = group
     return groups

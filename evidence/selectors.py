@@ -392,6 +392,7 @@ def stale_items(findings: Iterable[Finding]) -> list[StaleItem]:
     calls = {(row[0], row[1]): row for row in Call.objects.filter(call_id__in=call_ids).values_list(*fields)}
     items = []
     for finding in findings:
+        assert finding.run_id is not None  # a stale finding has a run (stale_findings)
         run_id = runs[finding.run_id]
         if finding.code == "stale_reservation":
             submission = submissions.get((finding.run_id, finding.record_key))

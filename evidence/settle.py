@@ -17,7 +17,7 @@ import logging
 from http import HTTPStatus
 from pathlib import Path
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 
 from evidence import importer
@@ -60,7 +60,7 @@ def settle_call(
     *,
     run: Run,
     call: Call,
-    user: AbstractBaseUser,
+    user: User,
     resolution: str,
     reason: str,
     typed_call_id: str,

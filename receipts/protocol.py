@@ -18,7 +18,7 @@ import os
 import re
 import unicodedata
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 IDENTITY_V1 = "call-id-v1"
 IDENTITY_V2 = "call-id-v2"
@@ -259,7 +259,7 @@ def check_receipt_identity(
     if identity == IDENTITY_V2 and (not isinstance(inputs["tool_version"], str) or not inputs["tool_version"]):
         missing.append("call-id-v2 without tool_version")
     recomputed = ""
-    if missing:
+    if missing or not isinstance(contract, str):  # a contract that is no text is among the missing
         problems.append(("identity_unverifiable", "; ".join(missing), "", ""))
     else:
         version = inputs["tool_version"] if identity == IDENTITY_V2 else None
@@ -338,7 +338,7 @@ def input_sha256(args: Any) -> str:
 REDACTION_MARKER_RE = re.compile(r"sha256:[0-9a-f]{64}")
 
 
-def is_redaction_marker(value: Any) -> bool:
+def is_redaction_marker(value: object) -> TypeGuard[dict[str, str]]:
     """Exactly the marker ``redacted`` writes. Anything else shaped like it (``{"redacted":
     "hunter2"}``) is data: trusting the shape would let a value pass through in clear."""
     return (
@@ -494,7 +494,7 @@ def format_time(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def parse_time(text: str) -> dt.datetime:
+def parse_time(text: object) -> dt.datetime:
     """RFC 3339 to an aware UTC datetime; ``ValueError`` for anything else."""
     if not isinstance(text, str):
         raise ValueError("time is not a string")
@@ -510,7 +510,7 @@ def parse_time(text: str) -> dt.datetime:
         raise ValueError(f"time out of range: {text[:40]!r}") from None
 
 
-def is_whole_number(value: Any, minimum: int = 0) -> bool:
+def is_whole_number(value: object, minimum: int = 0) -> TypeGuard[int]:
     """An int (not a bool) from ``minimum`` to ``MAX_INT``."""
     return type(value) is int and minimum <= value <= MAX_INT
 
@@ -533,8 +533,10 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result = dict(pairs)
     if len(result) != len(pairs):
         seen: set[str] = set()
-        duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))
-        raise ValueError(f"duplicate key {duplicate[:80]!r}")
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key[:80]!r}")
+            seen.add(key)
     return result
 
 
@@ -606,8 +608,8 @@ def load_json_text(text: str) -> Any:
     except json.JSONDecodeError as error:
         raise ValueError(f"invalid JSON: {error.msg} at line {error.lineno} column {error.colno}") from None
     if end != len(text) and text[end:].strip(_JSON_SPACE):
-        error = json.JSONDecodeError("Extra data", text, end)
-        raise ValueError(f"invalid JSON: {error.msg} at line {error.lineno} column {error.colno}")
+        extra = json.JSONDecodeError("Extra data", text, end)
+        raise ValueError(f"invalid JSON: {extra.msg} at line {extra.lineno} column {extra.colno}")
     # Valid UTF-8 cannot carry a surrogate, so only a \u escape can make one; and
     # nesting deeper than the limit needs more brackets than the limit (so more
     # characters). Most documents have neither, and skip the walk.

@@ -290,13 +290,13 @@ class Executor:
         # A receipt file there (readable or not) means the rename happened; none, with no mark
         # before it, means the kill came first (or a prepared receipt went before its effect began).
         installed = note["installed"] or os.path.lexists(held.path)
-        own = (
+        if (  # this call's own receipt, at the status noted, with no event for it
             current is not None
             and current["call_id"] == held.call_id
             and current["status"] == status
             and (held.key is None or protocol.signature_problem(current, held.key) is None)
-        )
-        if own and not self._has_event(held, status, ledger_size):
+            and not self._has_event(held, status, ledger_size)
+        ):
             self._receipt_event(current, recovered=True)
         _write_note(held.lock_fd, {"installed": installed}, durable=False)
 
@@ -509,6 +509,7 @@ class Executor:
     def _resume_by_query(self, adapter: Adapter, receipt: dict[str, Any], held: _Held) -> CallOutcome:
         """Ask the target: only "it happened" or "it did not" moves the call; anything else waits for a person."""
         try:
+            # query is optional, outside the Adapter protocol: the caller asked adapter_can_query first.
             answer = adapter.query(self.run_dir, copy.deepcopy(receipt["args"]), receipt["call_id"])  # type: ignore[attr-defined]
         except OutcomeUnknown as unknown:
             return self._awaiting(receipt, f"the target cannot tell whether it happened: {unknown}")
@@ -730,7 +731,8 @@ def call_in_doubt(
     status = receipt.get("status") if isinstance(receipt.get("status"), str) else ""
     verification = check.verdict
     if check.verified and status == "committed":
-        adapter = adapters.get(receipt.get("tool")) if isinstance(receipt.get("tool"), str) else None
+        tool = receipt.get("tool")
+        adapter = adapters.get(tool) if isinstance(tool, str) else None
         if commit_problem(run_dir, adapter, receipt) is not None:
             verification = protocol.DISPUTED
     return protocol.in_doubt(decide(status=status, verification=verification).decision)

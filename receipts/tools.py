@@ -17,7 +17,7 @@ import os
 import posixpath
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 from receipts.durable import (
     ShortWriteError,
@@ -83,8 +83,12 @@ class Adapter(Protocol):
       committed receipt.
     """
 
-    name: ClassVar[str]
-    version: ClassVar[str]
+    # Read-only: a class attribute (``name = "write_file"``), a ClassVar or a property all serve.
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
 
     def normalise(self, args: Mapping[str, Any]) -> dict[str, Any]: ...
 
@@ -261,9 +265,10 @@ def send_message_evidence(
     # Streamed: an outbox has no size limit, and a line past any cap would be "not there".
     with os.fdopen(fd, "rb") as outbox:
         size = os.fstat(outbox.fileno()).st_size
-        skipped = tail_bytes is not None and size > tail_bytes
+        tail = size if tail_bytes is None else tail_bytes
+        skipped = size > tail
         if skipped:
-            outbox.seek(size - tail_bytes - 1)
+            outbox.seek(size - tail - 1)
             outbox.readline()  # the rest of a line that starts before the tail
         wanted = call_id.encode()
         for count, line in enumerate(outbox, start=1):
@@ -291,7 +296,7 @@ def send_message_evidence(
         return Evidence(PRESENT, tuple(carrying))
     if skipped:
         return Evidence(UNCLEAR, (
-            f"no line of the last {tail_bytes // 2**20} MiB of outbox.jsonl carries this call_id ({count} lines "
+            f"no line of the last {tail // 2**20} MiB of outbox.jsonl carries this call_id ({count} lines "
             f"searched), and the whole file is {size / 2**20:.0f} MiB: search it for {call_id} (the runtime, "
             "resuming, reads it whole)",
         ))  # fmt: skip

@@ -81,7 +81,8 @@ def test_lists_page_by_key_to_the_end_and_agree_with_the_rows(demo_root, db, cli
     synthetic_run(demo_root / "many-calls", events=300, receipts=120, contract=CONTRACT)
     import_as_seen_later(demo_root)
     client.force_login(join(django_user_model.objects.create_user("reader"), "viewer"))
-    seen, url = [], "/api/runs/many-calls/calls?limit=50"
+    seen: list[str] = []
+    url: str | None = "/api/runs/many-calls/calls?limit=50"
     while url:
         body = client.get(url).json()
         assert body["total"] == 120
@@ -184,7 +185,8 @@ def test_each_lists_twins_and_its_api_give_the_same_items_in_the_same_order(demo
     client.force_login(person)
     for twin_url, api_url in TWINS:
         twin = json.loads(content(client.get(twin_url)))
-        paged, url = [], f"{api_url}{'&' if '?' in api_url else '?'}limit=7"
+        paged: list = []
+        url: str | None = f"{api_url}{'&' if '?' in api_url else '?'}limit=7"
         while url:
             body = client.get(url).json()
             paged += body["items"]

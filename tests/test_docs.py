@@ -44,7 +44,9 @@ def test_the_readmes_writer_example_runs_and_prints_what_it_says(tmp_path):
 
     readme = (PROJECT / "README.md").read_text(encoding="utf-8")
     [example] = re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
-    promised = re.search(r"# (committed True True)$", example, re.MULTILINE).group(1)
+    said = re.search(r"# (committed True True)$", example, re.MULTILINE)
+    assert said is not None, "the example says what it prints"
+    promised = said.group(1)
     completed = subprocess.run([sys.executable, "-c", example], cwd=tmp_path, capture_output=True, text=True,
                                env={"PYTHONPATH": str(PROJECT), "PATH": "/usr/bin:/bin"}, check=False)  # fmt: skip
     assert completed.returncode == 0, completed.stderr

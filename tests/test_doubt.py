@@ -56,11 +56,13 @@ def test_a_page_reads_the_end_of_a_big_outbox_and_never_calls_the_rest_absent(ru
     )
     assert len(filler) > doubt.PAGE_OUTBOX_BYTES
     adapter = runtime.BUILTIN_ADAPTERS["send_message"]
+    assert isinstance(adapter, runtime.SendMessage)
     outbox.write_bytes(filler + ours)  # the call's line at the end, where a recent one is
-    assert doubt.evidence_for(run_dir, "send_message", MESSAGE, call_id).verdict == doubt.PRESENT
+    seen = doubt.evidence_for(run_dir, "send_message", MESSAGE, call_id)
+    assert seen is not None and seen.verdict == doubt.PRESENT
     outbox.write_bytes(ours + filler)  # at the start: beyond what a page reads
     seen = doubt.evidence_for(run_dir, "send_message", MESSAGE, call_id)
-    assert seen.verdict == doubt.UNCLEAR and f"search it for {call_id}" in seen.facts[0], seen
+    assert seen is not None and seen.verdict == doubt.UNCLEAR and f"search it for {call_id}" in seen.facts[0], seen
     assert adapter.evidence(run_dir, MESSAGE, call_id).verdict == doubt.PRESENT, "the runtime reads it whole"
 
 

@@ -32,7 +32,7 @@ class CountingAdapter:
     def normalise(self, args: Any) -> dict[str, Any]:
         return dict(args)
 
-    def execute(self, run_dir: Path, args: dict[str, Any], call_id: str) -> dict[str, Any]:
+    def execute(self, run_dir: Path, args: Any, call_id: str) -> dict[str, Any]:  # Any: it may mutate them
         self.executions += 1
         if self.mutate:
             args["injected"] = True
@@ -104,7 +104,7 @@ def test_an_unknowable_outcome_is_unknown_and_waits_for_a_person(run_dir, error)
 
 def test_invalid_args_are_rejected_permanently_and_on_record(run_dir):
     outcome = runtime.Executor(run_dir).call("write_file", {"path": "../../escape", "content": "x"}, attempt=1)
-    assert outcome.status == "rejected" and outcome.error["kind"] == "permanent"
+    assert outcome.status == "rejected" and outcome.error is not None and outcome.error["kind"] == "permanent"
     assert "leaves the workspace" in outcome.error["message"]
     assert not (run_dir.parent / "escape").exists()
     assert receipt_of(run_dir, outcome.call_id)["status"] == "rejected"

@@ -175,9 +175,9 @@ def test_u0000_in_strings_the_writer_writes(root):
     durable.append_event(bad, "no\x00te", {"client_submission_id": "x\x00y"})
     import_and_check(root)
     submission = Submission.objects.get(run__run_id="bad", client_submission_id="sub\ufffdnul")
-    assert submission.request["subject"] == "nul\x00here", "JSON values keep U+0000"
+    assert submission.request is not None and submission.request["subject"] == "nul\x00here", "JSON keeps U+0000"
     message = Call.objects.get(run__run_id="bad", tool="send_message")
-    assert message.args["body"] == "a\x00b" and message.verification == "verified"
+    assert message.args is not None and message.args["body"] == "a\x00b" and message.verification == "verified"
     assert Run.objects.get(run_id="bad").state == "run\ufffdning"
     assert Event.objects.filter(run__run_id="bad", type="no\ufffdte").exists()
     history = Event.objects.filter(run__run_id="bad", client_submission_id="sub\ufffdnul").values_list(

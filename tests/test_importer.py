@@ -194,6 +194,7 @@ def test_a_missing_root_is_a_clear_error():
 def test_unique_constraints_make_a_double_row_impossible(demo_root):
     importer.run_import(path=demo_root / "clean-run")
     event = Event.objects.filter(run__run_id="clean-run").first()
+    assert event is not None
     with pytest.raises(IntegrityError), transaction.atomic():
         Event.objects.create(run=event.run, seq=event.seq, line_no=99, type="x", line_sha256="0" * 64, payload={})
 
@@ -218,7 +219,9 @@ def query_plan(queryset) -> str:
 
 def test_call_id_prefix_search_is_a_range_on_the_index(demo_root):
     importer.root_import(root=demo_root)
-    some = Call.objects.order_by("call_id").first().call_id
+    first = Call.objects.order_by("call_id").first()
+    assert first is not None
+    some = first.call_id
     found = list(calls_with_prefix(prefix=some[:6]).values_list("call_id", flat=True))
     assert some in found and all(call_id.startswith(some[:6]) for call_id in found)
     plan = query_plan(calls_with_prefix(prefix=some[:6]))
@@ -312,6 +315,7 @@ def test_watch_imports_what_changes_until_interrupted(demo_root, tmp_path):
         text=True,
     )
     try:
+        assert child.stdout is not None
         first = json.loads(child.stdout.readline())
         assert len(first["runs"]) == len(SCENARIOS)
         # Made beside the root and moved in whole: a pass between init's files would see half a run.

@@ -40,6 +40,7 @@ def test_replay_page_groups_decisions_with_counts(logged_in, demo):
 
 def test_replay_puts_a_persons_decisions_first_and_filters(logged_in, demo):
     last = Call.objects.filter(run__run_id="clean-run").order_by("-call_id").first()
+    assert last is not None
     Call.objects.filter(pk=last.pk).update(decision="confirm", decision_reason="made up for the test")
     stats.refresh_run_summary(last.run)  # what an import or a settlement does after changing a call
     page = content(logged_in.get("/runs/clean-run/replay/"))

@@ -30,7 +30,8 @@ def cursor_of(url: str) -> str:
 
 
 def walk(segments, per_page: int, *, backward: bool = False) -> list:
-    seen, cursor = [], "last" if backward else ""
+    seen: list = []
+    cursor = "last" if backward else ""
     for _ in range(10_000):
         page = page_at(segments, cursor, per_page)
         assert len(page.object_list) <= per_page

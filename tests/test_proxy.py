@@ -50,7 +50,8 @@ def wait_for(port: int, process: subprocess.Popen) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise AssertionError(f"{process.args[0]} exited: {process.stderr.read().decode()[-2000:]}")
+            assert process.stderr is not None
+            raise AssertionError(f"{process.args!r} exited: {process.stderr.read().decode()[-2000:]}")
         try:
             socket.create_connection(("127.0.0.1", port), 0.5).close()
             return
@@ -66,7 +67,8 @@ def stop(process: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-    process.stderr.close()
+    if process.stderr is not None:
+        process.stderr.close()
 
 
 class Ports(NamedTuple):
@@ -127,7 +129,8 @@ class Browser:
     """One client on its own source address, with its own cookies."""
 
     def __init__(self, port: int, address: str) -> None:
-        self.port, self.address, self.cookies = port, address, {}
+        self.port, self.address = port, address
+        self.cookies: dict[str, str] = {}
 
     def request(self, method: str, path: str, body: dict | None = None, headers: dict | None = None):
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30, source_address=(self.address, 0))
@@ -148,7 +151,9 @@ class Browser:
 
     def log_in(self, password: str, forwarded_for: str | None = None) -> int:
         _, page = self.request("GET", "/accounts/login/")
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+        found = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+        assert found, page
+        token = found.group(1)
         headers = {"X-Forwarded-For": forwarded_for} if forwarded_for else {}
         form = {"username": "alice", "password": password, "csrfmiddlewaretoken": token}
         status, _ = self.request("POST", "/accounts/login/", form, headers)

@@ -41,6 +41,7 @@ def ledger_pages(client) -> dict[str, str]:
 
 def pages(client) -> dict[str, str]:
     big_call = Call.objects.filter(run__run_id=BIG).order_by("call_id").first()
+    assert big_call is not None
     doubt = first_call_of("send-message-killed")
     return {
         "runs": "/",

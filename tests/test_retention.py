@@ -46,6 +46,7 @@ def test_a_finished_clean_run_is_stripped_then_archived_on_its_dates(demo):
     assert stripped.action == "strip_bodies" and stripped.body_bytes > 0
     assert plans_at(366)["clean-run"].action == "archive"
     run = Run.objects.get(run_id="clean-run")
+    assert run.last_event_at is not None
     assert stripped.strip_on == run.last_event_at + dt.timedelta(days=30)
     assert stripped.archive_on == run.last_event_at + dt.timedelta(days=365)
 
@@ -57,7 +58,9 @@ def test_a_runs_without_bodies_has_nothing_to_strip(demo):
 
 def test_a_persons_decision_restarts_the_clock(demo, user):
     call = first_call_of("clean-run")
-    later = Run.objects.get(run_id="clean-run").last_event_at + dt.timedelta(days=20)
+    last_event_at = Run.objects.get(run_id="clean-run").last_event_at
+    assert last_event_at is not None
+    later = last_event_at + dt.timedelta(days=20)
     HumanDecision.objects.create(
         run=call.run, call_id=call.call_id, resolution="committed", reason="looked again", user=user, actor="alice",
         decided_at=later, receipt_sha256=call.file_sha256, confirmation_id="c" * 64,

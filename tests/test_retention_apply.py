@@ -69,7 +69,7 @@ def test_an_archived_run_is_packed_checked_removed_and_stays_browsable(
     with tarfile.open(archive) as packed:
         names = {member.name: member for member in packed.getmembers() if member.isfile()}
         for path, data in files_before.items():
-            assert packed.extractfile(names[str(path)]).read() == data
+            assert member_bytes(packed, names[str(path)]) == data
     assert not (demo / "clean-run").exists()
     run = Run.objects.get(run_id="clean-run")
     assert run.archived and run.archive_path == str(archive)
@@ -345,9 +345,15 @@ def verify_archive(archive: Path, files: dict[Path, bytes], root: Path) -> bool:
     with tarfile.open(archive) as packed:
         members = {member.name: member for member in packed.getmembers() if member.isfile()}
         return all(
-            (member := members.get(str(p.relative_to(root)))) is not None and packed.extractfile(member).read() == data
+            (member := members.get(str(p.relative_to(root)))) is not None and member_bytes(packed, member) == data
             for p, data in files.items()
         )
+
+
+def member_bytes(packed: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    stored = packed.extractfile(member)
+    assert stored is not None, f"{member.name} is not a file"
+    return stored.read()
 
 
 def test_plan_only_is_the_default(demo, monkeypatch):

@@ -108,6 +108,7 @@ def test_a_legacy_failed_receipt_is_settled_like_any_call_in_doubt(odd_cases):
 
 def test_a_call_that_is_not_in_doubt_is_refused_with_its_decision(demo):
     call = Call.objects.filter(run__run_id="clean-run").first()
+    assert call is not None
     person = join(get_user_model().objects.create_user("carol"), "confirmer")
     with pytest.raises(settle.SettleError) as refused:
         settle.settle_call(run=call.run, call=call, user=person, resolution="rejected", reason="no",
@@ -156,7 +157,7 @@ def test_the_migration_counts_again_the_runs_stored_under_the_old_rule(demo):
 
     name = "0018_rules_once"
     run = Run.objects.get(run_id="tampered-receipt")
-    assert stats.RunSummary.of(run).in_doubt == 1 and run.needs_attention
+    assert stats.RunSummary.of(run).in_doubt == 1 and run.needs_attention and run.summary is not None
     Run.objects.filter(pk=run.pk).update(summary=run.summary | {"in_doubt": 0}, needs_attention=False)  # as before
     migration = importlib.import_module(f"evidence.migrations.{name}")
     migration.count_again(MigrationExecutor(connection).loader.project_state(("receipts", name)).apps, None)

@@ -18,6 +18,7 @@ from http import HTTPStatus
 from pathlib import Path
 
 import pytest
+from django.http import HttpResponse
 
 from evidence import importer
 from evidence.models import Finding, HumanDecision
@@ -149,7 +150,7 @@ def as_confirmer(client, django_user_model):
     return client
 
 
-def settle(client, call) -> object:
+def settle(client, call) -> HttpResponse:
     from django.urls import reverse
 
     return client.post(

@@ -90,6 +90,7 @@ def test_disposition_history_is_in_ledger_order(demo):
 def test_decisions_are_counted_and_ranked_most_urgent_first(demo):
     run = Run.objects.get(run_id="clean-run")
     last = Call.objects.filter(run=run).order_by("-call_id").first()
+    assert last is not None
     Call.objects.filter(pk=last.pk).update(decision="confirm")
     stats.refresh_run_summary(run)
     assert selectors.decision_counts(run=run) == [("confirm", 1), ("reuse", 2)]

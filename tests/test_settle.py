@@ -84,6 +84,7 @@ def test_settling_writes_the_file_the_event_and_the_audit_row(as_confirmer, demo
     [event] = events_of(run_dir, "confirmation")
     assert event["confirmation_id"] == document["confirmation_id"] and event["actor"] == "carol"
     decision = HumanDecision.objects.get()
+    assert decision.user is not None
     assert (decision.actor, decision.user.username, decision.client_address) == ("carol", "carol", "192.0.2.7")
     assert protocol.format_time(decision.decided_at) == document["confirmed_at"]
     call.refresh_from_db()
@@ -124,7 +125,9 @@ def test_get_is_405_and_csrf_is_enforced(confirmer, demo):
     assert strict.post(confirm_url(call), form_for(call)).status_code == HTTPStatus.FORBIDDEN
     nothing_recorded(demo / RUN, call)
     page = content(strict.get(reverse("call", args=[RUN, call.call_id])))
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.split('class="settle"')[1]).group(1)
+    found = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.split('class="settle"')[1])
+    assert found, page
+    token = found.group(1)
     response = strict.post(confirm_url(call), form_for(call, csrfmiddlewaretoken=token))
     assert response.status_code == HTTPStatus.SEE_OTHER
 

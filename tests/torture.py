@@ -294,7 +294,7 @@ def run_writers(
     finally:
         watch.close()
     finished = []
-    for index, (child, delay) in enumerate(zip(children, delays, strict=True)):
+    for index, (child, kill_delay) in enumerate(zip(children, delays, strict=True)):
         try:
             stdout, stderr = child.communicate(timeout=STEP_TIMEOUT)
             hung = False
@@ -302,7 +302,7 @@ def run_writers(
             child.kill()
             stdout, stderr = child.communicate()
             hung = True
-        finished.append(Finished(child.pid, child.returncode, stdout, stderr, delay, windows.get(index), hung))
+        finished.append(Finished(child.pid, child.returncode, stdout, stderr, kill_delay, windows.get(index), hung))
     return finished
 
 
@@ -531,6 +531,7 @@ class CallIntent(Intent):
                 problems.append(
                     f"the workspace file was written {len(self.inodes)} times (inodes {sorted(self.inodes)})"
                 )
+            assert self.placement_watch is not None  # made with the run for write_file
             self.placements += sum(name == self.target.name for _, name in read_inotify_events(self.placement_watch))
             if self.placements > 1:
                 problems.append(f"the workspace file was put in place {self.placements} times")
@@ -943,11 +944,11 @@ def format_report(report: Report) -> str:
         lines += ["", f"the first {min(len(broken), SHOWN_VIOLATIONS)}:"]
     for trial in broken[:SHOWN_VIOLATIONS]:
         tool = trial.mode.split()[-1]
-        counts = "--trials 1 --concurrent-trials 0" if trial.mode == tool else "--trials 0 --concurrent-trials 1"
+        again = "--trials 1 --concurrent-trials 0" if trial.mode == tool else "--trials 0 --concurrent-trials 1"
         spans = " ".join(f"{report.spans.get(mode_name(tool, together), 0) * 1000:.1f}" for together in (False, True))
         lines += [
             f"  {trial.mode}, seed {trial.seed}, run dir {trial.run_dir}",
-            f"    again: python -m tests.torture --tools {tool} {counts} --seed {trial.seed} --spans-ms {spans}",
+            f"    again: python -m tests.torture --tools {tool} {again} --seed {trial.seed} --spans-ms {spans}",
             *(f"    step {number}: {step}" for number, step in enumerate(trial.history, start=1)),
             *(f"    ! {violation}" for violation in trial.violations[:6]),
         ]

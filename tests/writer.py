@@ -19,7 +19,9 @@ FILE_ARGS = {"path": "src/app.py", "content": "print('hi')\n"}
 def cli_call(run_dir: Path, tool: str, args: dict, attempt: int | None = 1, *extra: str, **env: str):
     """``python -m receipts call``; ``attempt=None`` lets the run's state choose it."""
     options = ["--attempt", str(attempt)] if attempt is not None else []
-    return run_writer("call", str(run_dir), "--tool", tool, "--args", json.dumps(args), *options, *extra, **env)
+    return run_writer(
+        "call", str(run_dir), "--tool", tool, "--args", json.dumps(args), *options, *extra, stdin=None, **env
+    )
 
 
 def cli_write_task(run_dir: Path, request: dict, submission_id: str | None = "sub-1", **env: str):

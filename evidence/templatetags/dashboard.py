@@ -80,10 +80,11 @@ def when(moment: object) -> str:
     Takes a datetime, or an RFC 3339 string as records hold them.
     """
     if isinstance(moment, str):
+        text = moment
         try:
-            moment = protocol.parse_time(moment)
+            moment = protocol.parse_time(text)
         except ValueError:
-            return moment
+            return text
     if not isinstance(moment, dt.datetime):
         return "—"
     utc = moment.astimezone(dt.UTC)

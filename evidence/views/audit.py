@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.http import HttpResponse
+from django.http import HttpResponseBase
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
@@ -13,7 +13,7 @@ from receipts import protocol
 
 
 @require_GET
-def audit(request: HtmxHttpRequest) -> HttpResponse:
+def audit(request: HtmxHttpRequest) -> HttpResponseBase:
     run_id = request.GET.get("run", "")
     actor = request.GET.get("actor", "")
     resolution = choice(request, "resolution", protocol.RESOLUTIONS)

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpResponse
+from django.http import HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -92,6 +92,7 @@ def confirm(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpResponse
         raise PermissionDenied("this deployment only browses")
     run = get_run_or_404(run_id)
     call = get_call_or_404(run, call_id)
+    assert request.user.is_authenticated  # permission_required above lets no anonymous visitor in
     form = ConfirmForm(request.POST)
     if not form.is_valid():
         return call_page(request, run, call, form=form, status=HTTPStatus.BAD_REQUEST)
@@ -120,7 +121,7 @@ def confirm(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpResponse
 
 
 @require_GET
-def replay(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+def replay(request: HtmxHttpRequest, run_id: str) -> HttpResponseBase:
     run = get_run_or_404(run_id)
     decision = choice(request, "decision", protocol.DECISIONS)
     listing = listings.decisions(run=run, decision=decision)

@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.core.exceptions import BadRequest
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django_htmx.middleware import HtmxDetails
@@ -104,7 +104,7 @@ class _Echo:
         return value
 
 
-def download(fmt: str, listing: Listing) -> HttpResponse:
+def download(fmt: str, listing: Listing) -> StreamingHttpResponse:
     """Every item of a list as CSV (a column a field) or JSON (the API's shape, every item and no
     ``next``), streamed and read by key, so a long list never sits in memory."""
     if fmt == "csv":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.http import HttpResponse
+from django.http import HttpResponseBase
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
@@ -14,7 +14,7 @@ from receipts.findings import CODES, ERROR, WARNING
 
 
 @require_GET
-def findings(request: HtmxHttpRequest) -> HttpResponse:
+def findings(request: HtmxHttpRequest) -> HttpResponseBase:
     code = choice(request, "code", CODES)
     run_id = request.GET.get("run", "")
     severity = choice(request, "severity", (ERROR, WARNING))
@@ -44,7 +44,7 @@ def findings(request: HtmxHttpRequest) -> HttpResponse:
 
 
 @require_GET
-def reservations(request: HtmxHttpRequest) -> HttpResponse:
+def reservations(request: HtmxHttpRequest) -> HttpResponseBase:
     now = protocol.utc_now()
     listing = listings.stale()
     fmt = download_format(request)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.http import HttpResponse
+from django.http import HttpResponseBase
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
@@ -13,7 +13,7 @@ from receipts.findings import ERROR, WARNING
 
 
 @require_GET
-def inbox_page(request: HtmxHttpRequest) -> HttpResponse:
+def inbox_page(request: HtmxHttpRequest) -> HttpResponseBase:
     kind = choice(request, "kind", inbox.KINDS)
     severity = choice(request, "severity", (ERROR, WARNING))
     run_id = request.GET.get("run", "")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.http import HttpResponse
+from django.http import HttpResponseBase
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
@@ -13,7 +13,7 @@ from receipts import protocol
 
 
 @require_GET
-def retention_page(request: HtmxHttpRequest) -> HttpResponse:
+def retention_page(request: HtmxHttpRequest) -> HttpResponseBase:
     action = choice(request, "action", retention.ACTIONS)
     blocked = choice(request, "blocked", ("1",))
     policy = retention.RetentionPolicy.from_settings()

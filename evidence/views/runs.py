@@ -12,7 +12,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied
-from django.http import FileResponse, HttpResponse
+from django.http import FileResponse, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -37,7 +37,7 @@ INBOX_ON_HOME = 5
 
 
 @require_GET
-def runs(request: HtmxHttpRequest) -> HttpResponse:
+def runs(request: HtmxHttpRequest) -> HttpResponseBase:
     facets = selectors.run_facets()
     state = choice(request, "state", facets.states)
     attention = request.GET.get("attention") == "1"
@@ -75,7 +75,7 @@ def search(request: HtmxHttpRequest) -> HttpResponse:
 
 
 @require_GET
-def run(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+def run(request: HtmxHttpRequest, run_id: str) -> HttpResponseBase:
     run = get_run_or_404(run_id)
     event_type = choice(request, "type", selectors.event_types(run=run))
     fmt = download_format(request)
@@ -145,7 +145,7 @@ def run(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
 
 @require_GET
 @permission_required("receipts.export_evidence", raise_exception=True)
-def run_evidence(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+def run_evidence(request: HtmxHttpRequest, run_id: str) -> HttpResponseBase:
     """The run's redacted evidence as a zip (evidence.json and index.html), made on request."""
     run = get_run_or_404(run_id)
     policy = Policy()

@@ -6,7 +6,7 @@ import datetime as dt
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from receipts import protocol
 from receipts.findings import FindingRecord, storable_text
@@ -97,7 +97,7 @@ class RunContext:
                 f"U+0000 in {', '.join(changed)}: stored with U+FFFD in its place; the file keeps the original",
             )
 
-    def past_stale_age(self, since: dt.datetime | None) -> bool:
+    def past_stale_age(self, since: dt.datetime | None) -> TypeGuard[dt.datetime]:
         """Whether ``since`` is older than the stale age; if not yet, remember when it will be."""
         if since is None:
             return False

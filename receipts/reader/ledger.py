@@ -274,6 +274,7 @@ def _take_line(
     if seq != cursor.last_seq + 1:
         _seq_finding(seq, cursor.last_seq, line_no, body, findings)
     cursor.last_seq = seq
+    ts: dt.datetime | None
     try:
         ts = protocol.parse_time(get("ts"))
     except (ValueError, TypeError):
@@ -308,10 +309,10 @@ def _take_line(
         request_digest = _short_text(get("request_digest"), 64)
     event_type = event_type[:64]
     if b"\\u0000" in body:  # rare: only an escape can put U+0000 in a string
-        event_type, call_id, submission_id, request_digest = _storable_event_fields(
+        event_type, (call_id, submission_id, request_digest) = _storable_event_fields(
             line_no,
             findings,
-            type=event_type,
+            event_type,
             call_id=call_id,
             client_submission_id=submission_id,
             request_digest=request_digest,
@@ -335,8 +336,11 @@ def _take_line(
     )
 
 
-def _storable_event_fields(line_no: int, findings: list[FindingRecord], **values: str | None) -> list[str | None]:
-    changed = [name for name, value in values.items() if value and "\x00" in value]
+def _storable_event_fields(
+    line_no: int, findings: list[FindingRecord], event_type: str, **values: str | None
+) -> tuple[str, list[str | None]]:
+    """The event's type and the other ``values`` as a database can hold them, in order."""
+    changed = [name for name, value in {"type": event_type, **values}.items() if value and "\x00" in value]
     if changed:
         findings.append(
             _ledger_finding(
@@ -345,7 +349,7 @@ def _storable_event_fields(line_no: int, findings: list[FindingRecord], **values
                 f"U+0000 in {', '.join(changed)}: stored with U+FFFD in its place; the ledger keeps the original",
             )
         )
-    return [storable_text(value) if value else value for value in values.values()]
+    return storable_text(event_type), [storable_text(value) if value else value for value in values.values()]
 
 
 # A hostile ledger may repeat a huge line many times: each finding keeps at most this much of it.

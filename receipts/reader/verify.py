@@ -123,10 +123,13 @@ def _check_section(
     problems, seen = [], set()
     for index, entry in enumerate(entries):
         shown = entry.get(key) if isinstance(entry, dict) else None
-        if not isinstance(shown, str) and not protocol.is_redaction_marker(shown):
+        if isinstance(shown, str):
+            shown_key = shown
+        elif protocol.is_redaction_marker(shown):
+            shown_key = shown["redacted"]
+        else:
             problems.append(f"{section}[{index}]: no {key}")
             continue
-        shown_key = shown if isinstance(shown, str) else shown["redacted"]
         name = by_shown.get(_canonical(shown))
         if name is None:
             problems.append(f"{section} {shown_key}: not in the run directory")

@@ -51,7 +51,7 @@ def env_for(url: str) -> dict[str, str]:
     return {**os.environ, "DATABASE_URL": url, "DJANGO_DEBUG": "1"}
 
 
-def manage(url: str, *args: str) -> float:
+def manage(url: str, *args: str) -> tuple[float, float]:
     """Wall time of ``manage.py ARGS`` and its peak RSS in MiB (GNU time not needed)."""
     code = (
         "import resource, runpy, sys, time\n"

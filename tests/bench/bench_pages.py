@@ -35,9 +35,11 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_import import CONTRACT, OUT, PROJECT, build_run, fresh_database, manage
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.bench.bench_import import CONTRACT, OUT, PROJECT, build_run, fresh_database, manage
 
 WORLD = OUT / "pages-world"
 BIG = "big-run"
@@ -114,11 +116,18 @@ def server_env(url: str) -> dict[str, str]:
     }
 
 
+def found(pattern: str, text: str, flags: int = 0) -> re.Match[str]:
+    match = re.search(pattern, text, flags)
+    if match is None:
+        raise SystemExit(f"{pattern!r} is not in:\n{text[:2000]}")
+    return match
+
+
 def login(base: str) -> str:
     jar = http.cookiejar.CookieJar()
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
     page = opener.open(base + "/accounts/login/").read().decode()
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    token = found(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
     form = urllib.parse.urlencode({"username": USER, "password": PASSWORD, "csrfmiddlewaretoken": token})
     opener.open(urllib.request.Request(base + "/accounts/login/", data=form.encode(), headers={"Referer": base + "/"}))
     cookies = {cookie.name: cookie.value for cookie in jar}
@@ -129,7 +138,7 @@ def login(base: str) -> str:
 def urls(base: str, cookie: str) -> dict[str, str]:
     request = urllib.request.Request(f"{base}/runs/{BIG}/", headers={"Cookie": cookie})
     page = urllib.request.urlopen(request).read().decode()
-    call = re.search(rf'href="/runs/{BIG}/calls/([0-9a-f]+)/"', page).group(1)
+    call = found(rf'href="/runs/{BIG}/calls/([0-9a-f]+)/"', page).group(1)
     return {
         "runs list": "/",
         "runs needing attention": "/?attention=1",
@@ -166,10 +175,10 @@ def wrk(url: str, cookie: str, seconds: int) -> dict[str, float]:
         raise SystemExit(f"{url} answered with errors:\n{out}")
 
     def ms(label: str) -> float:
-        value, unit = re.search(rf"^\s+{label}\s+([\d.]+)(us|ms|s)\s*$", out, re.M).groups()
+        value, unit = found(rf"^\s+{label}\s+([\d.]+)(us|ms|s)\s*$", out, re.M).groups()
         return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
-    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    rate = float(found(r"Requests/sec:\s+([\d.]+)", out).group(1))
     return {"p50_ms": ms("50%"), "p99_ms": ms("99%"), "rps": rate}
 
 
@@ -187,7 +196,7 @@ def main() -> None:
     import_seconds, import_rss = manage(url, "import_runs", str(world))
     watch_pass = watch_pass_seconds(url, world)
     env = server_env(url)
-    run = {"env": env, "cwd": PROJECT, "check": True}
+    run: dict[str, Any] = {"env": env, "cwd": PROJECT, "check": True}
     subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"], **run)
     create = f"from django.contrib.auth.models import User; User.objects.create_superuser('{USER}', '', '{PASSWORD}')"
     subprocess.run([sys.executable, "manage.py", "shell", "-c", create], **run)

@@ -15,6 +15,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 EVENT_COLUMNS = (
     "run_id, seq, line_no, ts, type, call_id, client_submission_id, disposition, request_digest, line_sha256, payload"
@@ -37,6 +38,7 @@ def sql_time(text: str) -> str:
 
 def main(run: Path, target: str) -> float:
     started = time.perf_counter()
+    connection: Any  # a DB-API connection, of psycopg or of sqlite3
     if target.startswith("postgres"):
         import psycopg
 
@@ -55,7 +57,7 @@ def main(run: Path, target: str) -> float:
     started = time.perf_counter()  # the tables are made: from here, what an import does
     run_pk = 1
     event_sql = f"INSERT INTO floor_event ({EVENT_COLUMNS}) VALUES ({', '.join([mark] * 11)})"
-    batch = []
+    batch: list[tuple[Any, ...]] = []
     with open(run / "events.jsonl", "rb") as ledger:
         for number, line in enumerate(ledger, 1):
             event = json.loads(line)

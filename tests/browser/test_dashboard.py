@@ -141,6 +141,7 @@ def test_no_page_breaks_the_content_security_policy(page, demo):
     )
     log_in(page)
     call = Call.objects.filter(run__run_id="send-message-killed").first()
+    assert call is not None
     paths = ["/", "/inbox/", "/findings/", "/reservations/", "/audit/", "/retention/", "/runs/clean-run/",
              "/runs/clean-run/replay/", f"/runs/send-message-killed/calls/{call.call_id}/", "/search/?q=e"]  # fmt: skip
     for path in paths:

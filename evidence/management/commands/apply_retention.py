@@ -31,7 +31,12 @@ class Command(BaseCommand):
             retention.sweep_temp_archives(Path(settings.EVIDENCE_ARCHIVE_ROOT))  # what killed applies left
         results = []
         for plan in plans:
-            result = {"run_id": plan.run_id, "action": plan.action, "blockers": plan.blockers, "reason": plan.reason}
+            result: dict[str, object] = {
+                "run_id": plan.run_id,
+                "action": plan.action,
+                "blockers": plan.blockers,
+                "reason": plan.reason,
+            }
             if options["apply"]:
                 result.update(self.apply(plan, now))
             results.append(result)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import ClassVar
 
 from django.core.management.base import BaseCommand, CommandParser
 
@@ -13,7 +12,7 @@ from receipts.reader.verify import verify_export
 
 class Command(BaseCommand):
     help = "Check an export's digests and page (and, with --against, the original run). Needs no database."
-    requires_system_checks: ClassVar[list[str]] = []
+    requires_system_checks = ()
     requires_migrations_checks = False
 
     def add_arguments(self, parser: CommandParser) -> None:
