@@ -243,6 +243,7 @@ class Executor:
         with exclusive_lock(self.run_dir / WRITER_DIR / f"call-{call_id}.lock", root=self.run_dir) as lock_fd:
             held = _Held(lock_fd, path, key, interrupted="receipt" in _read_note(lock_fd))
             self._recover_lost_event(held)
+            _recover_lost_confirmation_event(self.run_dir, call_id, lock_fd)
             yield held
 
     # --- receipts and their events ----------------------------------------------
@@ -572,9 +573,38 @@ def _read_note(fd: int) -> dict[str, Any]:
     if not isinstance(note, dict):
         return {}
     found: dict[str, Any] = {"installed": note.get("installed") is True}
-    if note.get("receipt") in protocol.RECEIPT_STATUSES and protocol.is_whole_number(note.get("ledger_size")):
+    if not protocol.is_whole_number(note.get("ledger_size")):
+        return found
+    if note.get("receipt") in protocol.RECEIPT_STATUSES:
         found |= {"receipt": note["receipt"], "ledger_size": note["ledger_size"]}
+    elif isinstance(note.get("confirmation"), str) and protocol.HEX64_RE.fullmatch(note["confirmation"]):
+        found |= {"confirmation": note["confirmation"], "ledger_size": note["ledger_size"]}
     return found
+
+
+def _recover_lost_confirmation_event(run_dir: Path, call_id: str, lock_fd: int) -> None:
+    """Append the ``confirmation`` event a kill kept out of the ledger after its file was written
+    (the lock file's note names the confirmation): a decision delivered again finds it recorded once."""
+    note = _read_note(lock_fd)
+    wanted = note.get("confirmation")
+    if wanted is None:
+        return
+    try:
+        document = read_json_file(run_dir / "confirmations" / f"{call_id}.json", run_dir)
+    except ValueError:
+        document = None
+    recorded = any(
+        event.get("type") == "confirmation" and event.get("confirmation_id") == wanted
+        for event in read_events(run_dir, note["ledger_size"])
+    )
+    if isinstance(document, dict) and document.get("confirmation_id") == wanted and not recorded:
+        append_event(run_dir, "confirmation", _confirmation_event(document) | {"recovered": True})
+    _write_note(lock_fd, {"installed": note["installed"]}, durable=False)
+
+
+def _confirmation_event(document: Mapping[str, Any]) -> dict[str, Any]:
+    fields = ("call_id", "resolution", "actor", "reason", "confirmation_id", "receipt_sha256")
+    return {key: document.get(key) for key in fields}
 
 
 def receipt_was_installed(run_dir: Path, call_id: str) -> bool:
@@ -668,7 +698,8 @@ def confirm_call(
     if not protocol.valid_call_name(call_id) or not isinstance(actor, str) or not actor.strip():
         raise ConfirmationRefused("a call_id and an actor are required")
     signing_key = key_for_run(run_dir)  # in a signed run, only a signed decision holds
-    with exclusive_lock(run_dir / WRITER_DIR / f"call-{call_id}.lock", root=run_dir):
+    with exclusive_lock(run_dir / WRITER_DIR / f"call-{call_id}.lock", root=run_dir) as lock_fd:
+        _recover_lost_confirmation_event(run_dir, call_id, lock_fd)
         receipt_path = run_dir / "receipts" / f"{call_id}.json"
         try:
             receipt_bytes = read_file(receipt_path, run_dir)
@@ -696,13 +727,21 @@ def confirm_call(
             "confirmation_id": wanted,
         }
         path = run_dir / "confirmations" / f"{call_id}.json"
+        # As a receipt's: a note first, so that a kill between the file and its event is repaired
+        # by the next writer under this lock (``_recover_lost_confirmation_event``).
+        before = _read_note(lock_fd)
+        installed = before.get("installed", False)
+        pending = {"confirmation": wanted, "ledger_size": _size(run_dir / protocol.LEDGER_NAME)}
+        _write_note(lock_fd, {"installed": installed} | pending)
         write_durable(path, json_file(protocol.signed(document, signing_key)), root=run_dir)
-        event = {key: document[key] for key in ("call_id", "resolution", "actor", "reason", "confirmation_id")}
+        failpoint("after_confirmation_file")
         try:
-            append_event(run_dir, "confirmation", event | {"receipt_sha256": receipt_sha256})
+            append_event(run_dir, "confirmation", _confirmation_event(document))
         except (OSError, ValueError):  # a full disk, or a ledger that is a symlink (UnsafePath)
             remove_file(path, run_dir)
+            _write_note(lock_fd, before)
             raise
+        _write_note(lock_fd, {"installed": installed}, durable=False)
         return document, True
 
 

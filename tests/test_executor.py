@@ -433,3 +433,32 @@ def test_call_id_v1_is_offered_for_runtimes_written_to_the_seed(tmp_path):
     assert receipt["identity"] == "call-id-v1"
     again = run_writer(*args, "--identity", "call-id-v1")  # the caller may say which it expects
     assert json.loads(again.stdout)["reused"] is True
+
+
+def cli_confirm(run_dir, call_id, **env):
+    receipt_sha = protocol.sha256_hex((run_dir / "receipts" / f"{call_id}.json").read_bytes())
+    return run_writer("confirm", str(run_dir), call_id, "--resolution", "committed", "--reason", "the mail log",
+                      "--actor", "dana", "--receipt-sha256", receipt_sha, stdin=None, **env)  # fmt: skip
+
+
+@pytest.mark.parametrize("then", ["confirm again", "call"])
+def test_a_confirmation_killed_between_its_file_and_its_event_is_recorded_once(run_dir, then):
+    """The delivery of a decision can be cut short after the file: whoever next takes the call's
+    lock (the decision delivered again, or the runtime resuming) appends the one event missing."""
+    assert cli_call(run_dir, "send_message", MESSAGE, RECEIPTS_FAILPOINT="after_effect").returncode == 137
+    [receipt_path] = (run_dir / "receipts").iterdir()
+    call_id = receipt_path.stem
+    killed = cli_confirm(run_dir, call_id, RECEIPTS_FAILPOINT="after_confirmation_file")
+    assert killed.returncode == 137
+    assert (run_dir / "confirmations" / f"{call_id}.json").exists() and events_of(run_dir, "confirmation") == []
+    if then == "confirm again":
+        again = cli_confirm(run_dir, call_id)
+        assert again.returncode == 0, again.stderr
+        assert cli_confirm(run_dir, call_id).returncode == 0, "a third time changes nothing"
+    else:
+        resumed = cli_call(run_dir, "send_message", MESSAGE)
+        assert resumed.returncode == 0 and json.loads(resumed.stdout)["reused"] is True
+    [event] = events_of(run_dir, "confirmation")
+    assert event["call_id"] == call_id and event["recovered"] is True
+    assert len(outbox_lines(run_dir)) == 1
+    read_ledger(run_dir)  # the chain holds
