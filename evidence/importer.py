@@ -31,8 +31,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import DateTimeField, Model
 
-from evidence import stats
-from evidence.models import Call, Confirmation, Event, Finding, JSONTextField, Run, Submission
+from evidence import hosts, stats
+from evidence.models import Call, Confirmation, Event, Finding, Host, HumanDecision, JSONTextField, Run, Submission
 from receipts import durable, protocol, signing
 from receipts.durable import json_file
 from receipts.findings import FILES, LEDGER, FindingRecord, storable_text
@@ -234,6 +234,12 @@ def _store_findings(run: Run | None, findings: Iterable[FindingRecord], now: dt.
         Finding, columns, rows, conflict=("run_id", "code", "subject"), update=True, insert_only=("first_seen",)
     )
     return keys
+
+
+def store_findings(run: Run, findings: Iterable[FindingRecord], now: dt.datetime) -> set:
+    """Open (or keep open) findings on ``run`` that something other than a read of its files
+    found (a decision its host could not deliver)."""
+    return _store_findings(run, findings, now)
 
 
 def _close_findings_not_seen(findings: Any, seen: set, now: dt.datetime) -> None:
@@ -485,8 +491,9 @@ def run_import(
     progress: Progress | None = None,
     batch_size: int = BATCH_EVENTS,
     listing: Listing | None = None,
+    host: Host | None = None,
 ) -> RunReport:
-    """Import one run directory (its name is the run_id).
+    """Import one run directory (its name is the run_id), as ``host``'s (this process's by default).
 
     ``listing``: the run's fingerprint and receipt signatures, when the caller has
     just taken them (a run root's pass does), so that a hundred thousand files are
@@ -500,8 +507,12 @@ def run_import(
     path = Path(path).absolute()
     now = now or protocol.utc_now()
     run_id = path.name
+    host = host or hosts.current()
     with run_import_lock(run_id):
-        run, _ = Run.objects.get_or_create(run_id=run_id, defaults={"path": str(path)})
+        run, _ = Run.objects.get_or_create(run_id=run_id, defaults={"path": str(path), "host": host})
+        if run.host_id is None:  # imported before hosts were recorded: this host's
+            Run.objects.filter(pk=run.pk).update(host=host)
+            run.host = host
         try:
             listing = listing or Listing.of(path)
             report = _import_run_locked(run, path, limits, now, force, progress, batch_size, listing)
@@ -565,7 +576,7 @@ def _import_run_locked(
         require_signed=settings.EVIDENCE_SIGNED_RUNS_ONLY,
     )
     judged_before = {call_id: _judgement(record) for call_id, record in known.items()}
-    apply_decisions(files)
+    apply_decisions(files, decided=pending_decisions(run))
     with transaction.atomic():
         _store_files(run, files, judged_before)
         seen = _store_findings(run, ledger_file_findings + files.findings, now)
@@ -591,13 +602,16 @@ def _import_run_locked(
     return _report(run, changed=True)
 
 
-def _claimed_elsewhere(path: Path, recorded: str | None) -> str | None:
-    """The other runs root's copy of this run_id, when one is imported and still there.
+def _claimed_elsewhere(path: Path, recorded: str | None, owner: str | None, host: Host) -> str | None:
+    """The other copy of this run_id, when one is imported: on another host, or in another
+    runs root of this one and still there.
 
     Two directories with one run_id would overwrite each other's rows (and look
-    like a rewritten ledger): the second is refused. A run that moved (its old
-    directory is gone) is the same run, and is followed.
+    like a rewritten ledger): the second is refused. A run that moved on its host
+    (its old directory is gone) is the same run, and is followed.
     """
+    if owner is not None and owner != host.name:
+        return f"{recorded} on host {owner}"
     if recorded is None or recorded == str(path):
         return None
     return recorded if looks_like_run(Path(recorded)) else None
@@ -650,8 +664,10 @@ def root_import(
     force: bool = False,
     progress: Progress | None = None,
     report_unchanged: bool = True,
+    host: Host | None = None,
 ) -> ImportReport:
-    """Import every run directory under ``root`` (or ``root`` itself when it is one).
+    """Import every run directory under ``root`` (or ``root`` itself when it is one), as
+    ``host``'s (this process's by default): a run another host imported is not imported here.
 
     One bad run never stops the others: its problems are findings on it. What the
     last import recorded of every run is read in one query, so a run whose files
@@ -659,15 +675,18 @@ def root_import(
     ``report_unchanged`` (the watch) it is not even reported.
     """
     now = now or protocol.utc_now()
+    host = host or hosts.current()
     discovery = discover_runs(Path(root))
     root_key = storable_text(str(Path(root).absolute()))
     names = [path.name for path in discovery.runs]
-    fields = ("run_id", "path", "fingerprint", "next_stale_at", "archived", "summary")
-    known = {
-        row[0]: _Known(row[1], row[2], row[3], row[4], row[5] is not None)
+    fields = ("run_id", "path", "fingerprint", "next_stale_at", "archived", "summary", "host__name")
+    rows = [
+        row
         for start in range(0, len(names), 500)
         for row in Run.objects.filter(run_id__in=names[start : start + 500]).values_list(*fields)
-    }
+    ]
+    known = {row[0]: _Known(row[1], row[2], row[3], row[4], row[5] is not None) for row in rows}
+    owners = {row[0]: row[6] for row in rows}
     changed: list[tuple[Path, Listing | None]] = []
     unchanged: list[str] = []
     root_problems = list(discovery.findings)
@@ -675,7 +694,7 @@ def root_import(
         recorded = known.get(path.name)
         if recorded is not None and recorded.archived:
             continue  # an archived run is never brought back; retention removes what is left of it
-        other = _claimed_elsewhere(path, recorded.path if recorded else None)
+        other = _claimed_elsewhere(path, recorded.path if recorded else None, owners.get(path.name), host)
         if other is not None:
             detail = f"run_id {path.name} is already imported from {other}: this copy is not imported"
             root_problems.append(FindingRecord("duplicate_run_id", path.name, detail))
@@ -689,7 +708,7 @@ def root_import(
         seen = _store_findings(None, root_problems, now, root=root_key)
         _close_findings_not_seen(Finding.objects.filter(run__isnull=True, root=root_key), seen, now)
     reports = [
-        run_import(path=path, limits=limits, now=now, force=force, progress=progress, listing=listing)
+        run_import(path=path, limits=limits, now=now, force=force, progress=progress, listing=listing, host=host)
         for path, listing in changed
     ]
     if report_unchanged:
@@ -700,6 +719,29 @@ def root_import(
         for f in Finding.objects.filter(run__isnull=True, root=root_key, closed_at__isnull=True)
     ]
     return ImportReport(reports, root_findings)
+
+
+def pending_decisions(run: Run) -> dict[str, tuple[str, str]]:
+    """People's decisions about this run not yet written into it (their host delivers them),
+    ``call_id -> (resolution, receipt_sha256)``: a re-import before the delivery follows them."""
+    rows = HumanDecision.objects.filter(run=run, delivered_at__isnull=True, undeliverable="")
+    return {call_id: (resolution, sha) for call_id, resolution, sha in
+            rows.values_list("call_id", "resolution", "receipt_sha256")}  # fmt: skip
+
+
+def record_decision(*, run: Run, call: Call, resolution: str, now: dt.datetime) -> None:
+    """A person's decision in the rows at once, as an import would follow it: the call's
+    recovery decision and its stale_call finding, and the run's counts."""
+    decision = decide(
+        status=call.status,
+        error_kind=call.error_kind or None,
+        queryable=call.queryable,
+        confirmation=resolution,
+        verification=call.verification,
+    )
+    Call.objects.filter(pk=call.pk).update(decision=decision.decision, decision_reason=decision.reason)
+    run.findings.filter(call_id=call.call_id, code="stale_call", closed_at__isnull=True).update(closed_at=now)
+    stats.refresh_run_summary(run)
 
 
 def record_confirmation(*, run: Run, call: Call, document: dict[str, Any], now: dt.datetime) -> None:
@@ -723,13 +765,4 @@ def record_confirmation(*, run: Run, call: Call, document: dict[str, Any], now: 
             "problem": "",
         },
     )
-    decision = decide(
-        status=call.status,
-        error_kind=call.error_kind or None,
-        queryable=call.queryable,
-        confirmation=document["resolution"],
-        verification=call.verification,
-    )
-    Call.objects.filter(pk=call.pk).update(decision=decision.decision, decision_reason=decision.reason)
-    run.findings.filter(call_id=call.call_id, code="stale_call", closed_at__isnull=True).update(closed_at=now)
-    stats.refresh_run_summary(run)
+    record_decision(run=run, call=call, resolution=document["resolution"], now=now)

@@ -41,6 +41,29 @@ class JSONTextField(models.TextField):
         return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
+class Host(models.Model):
+    """A machine whose importer ships its runs here (``import_runs`` registers it, and beats
+    its heart after every pass). It owns the runs it imported: it alone writes a person's
+    decision into their directories."""
+
+    name = models.CharField(max_length=128, unique=True)
+    runs_root = models.TextField()
+    version = models.CharField(max_length=32)
+    pid = models.BigIntegerField(null=True)
+    started_at = models.DateTimeField()
+    # The end of its last pass (the start of its first, until that ends): its heartbeat.
+    last_seen_at = models.DateTimeField()
+    last_pass_seconds = models.FloatField(null=True)  # longer than its interval: it falls behind
+    stopped_at = models.DateTimeField(null=True)  # it said it stopped (SIGTERM, Ctrl-C)
+    watching = models.BooleanField(default=False)  # ships continuously: its silence is a problem
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class RunQuerySet(models.QuerySet):
     def unfinished(self) -> RunQuerySet:
         """Runs that may still write: ``protocol.run_is_finished``, said in SQL."""
@@ -49,7 +72,9 @@ class RunQuerySet(models.QuerySet):
 
 class Run(models.Model):
     run_id = models.CharField(max_length=128, unique=True)
-    path = models.TextField()
+    path = models.TextField()  # on its host
+    # The host whose importer imported it: its directory is on that machine.
+    host = models.ForeignKey(Host, on_delete=models.PROTECT, null=True, related_name="runs", db_index=False)
     state = models.CharField(max_length=64, blank=True)
     attempts = models.BigIntegerField(null=True)
     contract_sha256 = models.CharField(max_length=64, blank=True)
@@ -364,14 +389,32 @@ class HumanDecision(models.Model):
     receipt_sha256 = models.CharField(max_length=64)
     confirmation_id = models.CharField(max_length=64)
     client_address = models.GenericIPAddressField(null=True)
+    # Written into the run directory (``delivery``): when, and by which host; or why it never
+    # can be (the receipt changed since, another decision is there), with a finding on the run.
+    delivered_at = models.DateTimeField(null=True)
+    delivered_by = models.CharField(max_length=128, blank=True)
+    undeliverable = models.TextField(blank=True)
+    delivery_error = models.TextField(blank=True)  # the last attempt's, when it may still succeed
 
     class Meta:
         ordering = ["-decided_at", "id"]
         constraints = [models.UniqueConstraint(fields=["run", "call_id"], name="one_decision_per_call")]
-        indexes = [models.Index(fields=["decided_at"]), models.Index(fields=["actor", "decided_at"])]
+        indexes = [
+            models.Index(fields=["decided_at"]),
+            models.Index(fields=["actor", "decided_at"]),
+            # What a host's importer still has to write: few rows, read every pass.
+            models.Index(
+                fields=["run"], condition=Q(delivered_at__isnull=True, undeliverable=""), name="decision_pending_idx"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.actor}: {self.call_id[:12]} {self.resolution}"
+
+    @property
+    def pending(self) -> bool:
+        """Decided, and not yet written into the run directory (nor refused there)."""
+        return self.delivered_at is None and not self.undeliverable
 
 
 class AuditEntry(models.Model):

@@ -4,7 +4,8 @@ Variables (documented in docs/reference.md, "Settings"): DATABASE_URL, DATABASE_
 DJANGO_DEBUG, DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS, DJANGO_HTTPS,
 EVIDENCE_RUNS_ROOT, EVIDENCE_ARCHIVE_ROOT, EVIDENCE_READ_ONLY, EVIDENCE_STRIP_AFTER_DAYS,
 EVIDENCE_ARCHIVE_AFTER_DAYS, EVIDENCE_PROXY_COUNT,
-EVIDENCE_METRICS_TOKEN, EVIDENCE_SIGNING_KEY_FILES, EVIDENCE_SIGNED_RUNS_ONLY. Parsers are strict: a malformed
+EVIDENCE_METRICS_TOKEN, EVIDENCE_SIGNING_KEY_FILES, EVIDENCE_SIGNED_RUNS_ONLY, EVIDENCE_HOST_NAME,
+EVIDENCE_HOST_SILENT_AFTER_SECONDS. Parsers are strict: a malformed
 value stops start-up. What is unset is what a deployment needs: debugging off,
 HTTPS on.
 """
@@ -13,13 +14,14 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import socket
 from pathlib import Path
 
 import dj_database_url
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
-from receipts.protocol import FINISHED_STATES
+from receipts.protocol import FINISHED_STATES, RUN_ID_RE
 
 # In a checkout the site's templates/ and static/ sit beside the packages, with manage.py; a
 # wheel carries them inside the evidence package (pyproject.toml maps them there).
@@ -95,6 +97,18 @@ EVIDENCE_READ_ONLY = env_bool("EVIDENCE_READ_ONLY", "0")
 # writer's key, so the web process then needs RECEIPTS_SIGNING_KEY too.
 EVIDENCE_SIGNING_KEY_FILES = env_list("EVIDENCE_SIGNING_KEY_FILES", "")
 EVIDENCE_SIGNED_RUNS_ONLY = env_bool("EVIDENCE_SIGNED_RUNS_ONLY", "0")
+# Which host this process is (docs/operations.md, "Beyond one machine"). An importer registers
+# under this name and owns the runs it imports; a person's decision is written into a run
+# directory by its owner's importer, or at once by a web process of the same host.
+EVIDENCE_HOST_NAME = os.environ.get("EVIDENCE_HOST_NAME") or socket.gethostname()
+if not RUN_ID_RE.fullmatch(EVIDENCE_HOST_NAME) or EVIDENCE_HOST_NAME.startswith("."):
+    raise ImproperlyConfigured(
+        f"EVIDENCE_HOST_NAME must be 1-128 of A-Z a-z 0-9 . _ - (not starting with a dot), not {EVIDENCE_HOST_NAME!r}"
+    )
+# A host whose importer has not finished a pass for this long is silent: an inbox item, down on /metrics.
+EVIDENCE_HOST_SILENT_AFTER_SECONDS = env_count("EVIDENCE_HOST_SILENT_AFTER_SECONDS", 120)
+if EVIDENCE_HOST_SILENT_AFTER_SECONDS < 1:
+    raise ImproperlyConfigured("EVIDENCE_HOST_SILENT_AFTER_SECONDS must be a whole number of seconds from 1")
 
 INSTALLED_APPS = [
     "evidence.admin_apps.RoleAdminConfig",

@@ -4,9 +4,11 @@
 cannot (the call is still in doubt, the receipt is still what the person saw,
 nobody decided first), then, in one database transaction that holds the call's
 row: the audit row is inserted (its unique constraint lets exactly one of two
-people win), the writer writes the confirmation file and its ledger event, and
-the rows the confirmation changes are updated. If the run directory cannot be
-written, the transaction is rolled back and nothing is recorded anywhere.
+people win) and the rows the decision changes are updated. On the run's host
+the writer writes the confirmation file and its ledger event in the same
+transaction: if the run directory cannot be written, it is rolled back and
+nothing is recorded anywhere. Elsewhere the decision waits in the database for
+the run's host to write it (``evidence.delivery``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 
-from evidence import importer
+from evidence import hosts, importer
 from evidence.models import Call, HumanDecision, Run
 from receipts import protocol, runtime
 from receipts.durable import UnsafePath, read_json_file
@@ -116,8 +118,14 @@ def settle_call(
         except IntegrityError:
             existing = HumanDecision.objects.get(run=run, call_id=call.call_id)
             raise SettleError(HTTPStatus.CONFLICT, _already_decided(existing), existing=existing) from None
-        document = _write_back(run, call, decision)
-        importer.record_confirmation(run=run, call=call, document=document, now=now)
+        if hosts.owns(run):
+            # This process is on the run's host: the decision goes into the run directory now.
+            document = _write_back(run, call, decision)
+            importer.record_confirmation(run=run, call=call, document=document, now=now)
+            HumanDecision.objects.filter(pk=decision.pk).update(delivered_at=now, delivered_by=hosts.this_host_name())
+        else:
+            # The run's host writes it (evidence.delivery); the rows follow the decision meanwhile.
+            importer.record_decision(run=run, call=call, resolution=resolution, now=now)
     log.info(
         "call settled",
         extra={"event": "call_settled", "run_id": run.run_id, "call_id": call.call_id,

@@ -53,6 +53,10 @@ CODES: dict[str, tuple[str, str]] = {
     "signature_unchecked": (WARNING, "a signed run whose key this reader does not have: signatures not checked"),
     "unstorable_value": (WARNING, "a value the database cannot hold as written: stored with U+FFFD in its place"),
     "import_failed": (ERROR, "the run's import failed for a reason nobody foresaw: rolled back"),
+    "decision_undeliverable": (
+        ERROR,
+        "a person's decision its host could not write into the run: the receipt changed since, or another is there",
+    ),
 }
 
 # The digest mismatches: shown first on the findings page, stored beside recomputed.

@@ -17,8 +17,15 @@ from receipts.signing import run_keys
 from receipts.tools import BUILTIN_ADAPTERS, tool_can_query
 
 
-def apply_decisions(files: RunFiles, adapters: Mapping[str, Any] | None = None) -> None:
+def apply_decisions(
+    files: RunFiles, adapters: Mapping[str, Any] | None = None, decided: Mapping[str, tuple[str, str]] | None = None
+) -> None:
     """Set each call's decision and reason from its receipt and confirmation.
+
+    ``decided``: decisions made elsewhere and not yet in the run directory (the
+    dashboard's, waiting for their host), ``call_id -> (resolution, receipt_sha256)``:
+    followed where the files hold no valid confirmation and the receipt is the one
+    decided on, as the confirmation will be once it is written.
 
     Whether a call can be queried is what its tool's adapter declares
     (``adapters``, the built-ins by default: a tool not among them cannot),
@@ -28,6 +35,11 @@ def apply_decisions(files: RunFiles, adapters: Mapping[str, Any] | None = None) 
     """
     adapters = BUILTIN_ADAPTERS if adapters is None else adapters
     resolutions = {c.call_id: c.resolution for c in files.confirmations if c.valid}
+    if decided:
+        shas = {call.call_id: call.file_sha256 for call in files.calls if call.receipt_present}
+        for call_id, (resolution, receipt_sha256) in decided.items():
+            if call_id not in resolutions and shas.get(call_id) == receipt_sha256:
+                resolutions[call_id] = resolution
     for call in files.calls:
         call.queryable = tool_can_query(adapters, call.tool)
         decision = decide(

@@ -1,7 +1,13 @@
-"""``manage.py import_runs ROOT [--json] [--watch]``: run directories into the database."""
+"""``manage.py import_runs ROOT [--json] [--watch]``: run directories into the database.
+
+On an agent host, pointed at the central database, ``--watch`` is the host's
+shipper: it registers the host, delivers the people's decisions about its runs
+before each pass, and beats the host's heart after each.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import signal
@@ -13,6 +19,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
+from evidence import delivery, hosts
 from evidence.importer import ImportReport, root_import
 from receipts.reader import MAX_JSON_BYTES, MAX_LINE_BYTES, Limits
 
@@ -68,7 +75,11 @@ class Command(BaseCommand):
             stale_after=dt.timedelta(minutes=options["stale_minutes"]),
         )
         progress = ProgressBar(sys.stderr)
-        report = root_import(root=root, limits=limits, force=options["force"], progress=progress)
+        host = hosts.register(runs_root=root, watching=options["watch"])
+        started = time.monotonic()
+        self.deliver(host)
+        report = root_import(root=root, limits=limits, force=options["force"], progress=progress, host=host)
+        hosts.beat(host, pass_seconds=time.monotonic() - started)
         self.emit(report, options["json"], only_changed=False)
         if not options["watch"]:
             return
@@ -78,8 +89,11 @@ class Command(BaseCommand):
         try:
             while True:
                 time.sleep(options["interval"])
+                started = time.monotonic()
                 try:
-                    report = root_import(root=root, limits=limits, progress=progress, report_unchanged=False)
+                    self.deliver(host)
+                    report = root_import(root=root, limits=limits, progress=progress, report_unchanged=False, host=host)
+                    hosts.beat(host, pass_seconds=time.monotonic() - started)
                 except DatabaseError as error:
                     # The database went away (a restart, a full disk): the watch goes on and tries again.
                     self.stderr.write(f"import pass failed, trying again in {options['interval']} s: {error}")
@@ -87,8 +101,19 @@ class Command(BaseCommand):
                 self.emit(report, options["json"], only_changed=True)
         except KeyboardInterrupt:
             self.stderr.write("stopped watching")
+            with contextlib.suppress(DatabaseError):
+                hosts.stopped(host)
         finally:
             signal.signal(signal.SIGTERM, previous)
+
+    def deliver(self, host) -> None:
+        """The people's decisions about this host's runs, into their directories first: the pass
+        that follows imports what the writer wrote."""
+        report = delivery.deliver_pending(host=host)
+        if report.delivered or report.refused or report.failed:
+            self.stderr.write(
+                f"decisions: {report.delivered} delivered, {report.refused} refused, {report.failed} to try again"
+            )
 
     def emit(self, report: ImportReport, as_json: bool, *, only_changed: bool) -> None:
         if only_changed:

@@ -1,0 +1,133 @@
+"""Decisions travel back: a person's decision, written into the run directory by its host.
+
+Settling records the decision in the database (``settle.settle_call``). The web
+process writes it into the run directory at once only when it is on the run's
+host; otherwise the importer of that host (``import_runs --watch``, before each
+pass) delivers it through the writer: ``runtime.confirm_call`` under the call's
+lock, exactly as a person at that machine would with ``python -m receipts
+confirm``. Delivery is idempotent: the confirmation id is the digest of the
+call, the resolution and the receipt seen, so delivering again finds it there;
+a kill between the file and its ledger event is repaired by the writer. A
+decision the run directory refuses (the receipt changed since the person saw
+it, or another decision is already there) is never written: it is marked
+undeliverable, the call is in doubt again, and a ``decision_undeliverable``
+finding says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from pathlib import Path
+
+from django.db import transaction
+
+from evidence import importer, stats
+from evidence.models import Call, Host, HumanDecision
+from receipts import protocol, runtime
+from receipts.durable import UnsafePath
+from receipts.findings import STICKY, FindingRecord
+from receipts.recovery import decide
+
+log = logging.getLogger("callproof.delivery")
+
+DELIVERED, REFUSED, FAILED = "delivered", "refused", "failed"
+
+
+@dataclasses.dataclass
+class DeliveryReport:
+    delivered: int = 0
+    refused: int = 0
+    failed: int = 0
+
+
+def pending_for(host: Host) -> list[HumanDecision]:
+    """The decisions about this host's runs not yet written (on their partial index)."""
+    rows = HumanDecision.objects.filter(run__host=host, delivered_at__isnull=True, undeliverable="")
+    return list(rows.select_related("run", "run__host").order_by("decided_at", "id"))
+
+
+def deliver_pending(*, host: Host, now: dt.datetime | None = None) -> DeliveryReport:
+    """Write every decision still due into this host's run directories."""
+    report = DeliveryReport()
+    for decision in pending_for(host):
+        outcome = deliver(decision, host_name=host.name, now=now)
+        setattr(report, outcome, getattr(report, outcome) + 1)
+    return report
+
+
+def deliver(decision: HumanDecision, *, host_name: str, now: dt.datetime | None = None) -> str:
+    """Write one decision into its run directory: ``delivered``, ``refused`` (never will be) or
+    ``failed`` (the directory could not be written now: tried again at the next pass)."""
+    now = now or protocol.utc_now()
+    run = decision.run
+    with importer.run_import_lock(run.run_id):
+        decision.refresh_from_db()
+        if not decision.pending:
+            return DELIVERED if decision.delivered_at else REFUSED
+        try:
+            document, _ = runtime.confirm_call(
+                Path(run.path),
+                decision.call_id,
+                resolution=decision.resolution,
+                reason=decision.reason,
+                actor=decision.actor,
+                receipt_sha256=decision.receipt_sha256,
+                confirmed_at=protocol.format_time(decision.decided_at),
+            )
+        except runtime.ConfirmationRefused as refused:
+            _refuse(decision, _refusal(refused), now)
+            return REFUSED
+        except (OSError, UnsafePath, ValueError) as error:
+            problem = f"{type(error).__name__}: {error}"[:2000]
+            HumanDecision.objects.filter(pk=decision.pk).update(delivery_error=problem)
+            where = {"run_id": run.run_id, "call_id": decision.call_id}
+            log.warning("decision not delivered yet", extra={"event": "delivery_failed", "detail": problem, **where})
+            return FAILED
+        with transaction.atomic():
+            delivered = {"delivered_at": now, "delivered_by": host_name, "delivery_error": ""}
+            HumanDecision.objects.filter(pk=decision.pk).update(**delivered)
+            call = Call.objects.get(run=run, call_id=decision.call_id)
+            importer.record_confirmation(run=run, call=call, document=document, now=now)
+    log.info(
+        "decision delivered",
+        extra={"event": "decision_delivered", "run_id": run.run_id, "call_id": decision.call_id, "host": host_name},
+    )  # fmt: skip
+    return DELIVERED
+
+
+def _refusal(refused: runtime.ConfirmationRefused) -> str:
+    if refused.current_receipt_sha256:
+        return (
+            "the receipt changed after the decision was made (the runtime moved on): the decision holds to "
+            f"bytes that are no longer there (now {refused.current_receipt_sha256[:12]}…)"
+        )
+    if refused.existing is not None:
+        other = refused.existing
+        return (
+            f"the run directory already holds another decision: {other.get('actor')} settled it as "
+            f"{other.get('resolution')} at {other.get('confirmed_at')}"
+        )
+    return str(refused)
+
+
+def _refuse(decision: HumanDecision, why: str, now: dt.datetime) -> None:
+    """Never written: marked so, the call in doubt again, and a finding that stays until a person looks."""
+    run = decision.run
+    with transaction.atomic():
+        HumanDecision.objects.filter(pk=decision.pk).update(undeliverable=why, delivery_error="")
+        call = Call.objects.filter(run=run, call_id=decision.call_id).first()
+        if call is not None:
+            again = decide(status=call.status or None, error_kind=call.error_kind or None, queryable=call.queryable,
+                           verification=call.verification)  # fmt: skip
+            Call.objects.filter(pk=call.pk).update(decision=again.decision, decision_reason=again.reason)
+        detail = f"{decision.actor}'s decision ({decision.resolution}, {decision.reason!r}) was not written: {why}"
+        finding = FindingRecord("decision_undeliverable", f"decision/{decision.call_id}", detail,
+                                call_id=decision.call_id, scope=STICKY)  # fmt: skip
+        importer.store_findings(run, [finding], now)
+        stats.refresh_run_summary(run)
+    log.warning(
+        "decision undeliverable",
+        extra={"event": "decision_undeliverable", "run_id": run.run_id, "call_id": decision.call_id, "detail": why},
+    )  # fmt: skip
