@@ -249,6 +249,18 @@ class PlanOut(Schema):
     body_bytes: int
 
 
+class HostOut(Schema):
+    name: str
+    state: str  # shipping, silent, stopped, one-off
+    runs_root: str
+    version: str
+    started_at: Moment
+    last_seen_at: Moment
+    last_pass_seconds: float | None
+    stopped_at: Moment | None
+    awaiting_delivery: int
+
+
 def paged(item: type[Schema]) -> type[Schema]:
     """A page of ``item``s: the same shape as a list's JSON twin, which holds every item."""
     return type(f"{item.__name__.removesuffix('Out')}Page", (Schema,), {
@@ -340,6 +352,11 @@ def retention(request: HttpRequest, action: str = "", blocked: bool = False, lim
         policy=retention_plans.RetentionPolicy.from_settings(), now=protocol.utc_now(), action=action, blocked=blocked
     )
     return _page(request, listing, limit)
+
+
+@api.get("/hosts", response=paged(HostOut), summary="The hosts whose importers ship runs here, by name")
+def hosts(request: HttpRequest, limit: int = 50):
+    return _page(request, listings.hosts(), limit)
 
 
 def urls() -> tuple:

@@ -10,14 +10,15 @@ One rule for it, here.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 from pathlib import Path
 
 from django.conf import settings
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 
-from evidence.models import Host, Run
+from evidence.models import Host, HumanDecision, Run
 from receipts import __version__, protocol
 
 
@@ -68,7 +69,46 @@ def silent(now: dt.datetime | None = None) -> QuerySet[Host]:
 
 
 def is_silent(host: Host, now: dt.datetime | None = None) -> bool:
-    return silent(now).filter(pk=host.pk).exists()
+    """``silent``'s rule for one host already read (no query)."""
+    now = now or protocol.utc_now()
+    quiet_since = now - dt.timedelta(seconds=settings.EVIDENCE_HOST_SILENT_AFTER_SECONDS)
+    return host.watching and (host.stopped_at is not None or host.last_seen_at < quiet_since)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostFacts:
+    """One host as the Hosts page and the API show it."""
+
+    host: Host
+    state: str  # shipping, silent, stopped or "one-off" (imports now and then, never watches)
+    awaiting_delivery: int  # decisions about its runs it has still to write
+
+    @property
+    def name(self) -> str:
+        return self.host.name
+
+
+SHIPPING, SILENT, STOPPED, ONE_OFF = "shipping", "silent", "stopped", "one-off"
+
+
+def state_of(host: Host, now: dt.datetime | None = None) -> str:
+    if not host.watching:
+        return ONE_OFF
+    if host.stopped_at is not None:
+        return STOPPED
+    return SILENT if is_silent(host, now) else SHIPPING
+
+
+def with_facts(rows: list[Host]) -> list[HostFacts]:
+    """A page of hosts with their state and what they have still to deliver (one query)."""
+    now = protocol.utc_now()
+    pending = dict(
+        HumanDecision.objects.filter(run__host__in=rows, delivered_at__isnull=True, undeliverable="")
+        .values_list("run__host")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    return [HostFacts(host, state_of(host, now), pending.get(host.pk, 0)) for host in rows]
 
 
 def owns(run: Run) -> bool:

@@ -17,13 +17,15 @@ from typing import Any
 
 from django.db.models import Count, QuerySet
 
-from evidence.models import Call, Finding, with_run
+from evidence import hosts
+from evidence.models import Call, Finding, Host, with_run
 from evidence.pagination import Segment, every_row
 from receipts import protocol
 from receipts.findings import CODES, ERROR, WARNING
 
 IN_DOUBT, TAMPERED, CONFLICT, STALE, LEDGER = "in doubt", "tampered", "conflict", "stale reservation", "ledger"
-KINDS = (TAMPERED, LEDGER, IN_DOUBT, CONFLICT, STALE)  # the order of the filter, most serious first
+HOST = "silent host"  # a host whose importer stopped reporting: its runs' decisions wait
+KINDS = (HOST, TAMPERED, LEDGER, IN_DOUBT, CONFLICT, STALE)  # the order of the filter, most serious first
 LEDGER_CODES = ("ledger_rewritten", "ledger_chain_broken")
 FINDING_KINDS = {LEDGER: LEDGER_CODES, CONFLICT: ("submission_conflict",), STALE: ("stale_reservation",)}
 
@@ -58,6 +60,8 @@ def _sources(
     elif kind:
         calls = calls.none()
     sources: list[tuple[str, QuerySet, Callable[[list[Any]], list[InboxItem]]]] = []
+    if kind in ("", HOST) and severity in ("", ERROR) and not run_id:
+        sources.append((ERROR, hosts.silent(), _host_items))
     for level, decision in ((ERROR, "confirm"), (WARNING, "query")):
         codes = [code for each, codes in FINDING_KINDS.items() if kind in ("", each) for code in codes
                  if CODES[code][0] == level]  # fmt: skip
@@ -77,6 +81,8 @@ def inbox_segments(*, kind: str = "", severity: str = "", run_id: str = "") -> l
         if rows.model is Call:
             segments.append(Segment(rows.filter(updated_at__isnull=False), ("updated_at", "id"), present))
             segments.append(Segment(rows.filter(updated_at__isnull=True), ("id",), present))
+        elif rows.model is Host:
+            segments.append(Segment(rows, ("last_seen_at", "id"), present))
         else:
             segments.append(Segment(rows, ("first_seen", "id"), present))
     return segments
@@ -96,6 +102,7 @@ def inbox_counts(*, run_id: str = "") -> dict[str, int]:
     grouped = findings.filter(code__in=kind_of).values_list("code").annotate(n=Count("id")).order_by()
     for code, count in grouped:
         counts[kind_of[code]] += count
+    counts[HOST] = 0 if run_id else hosts.silent().count()
     return counts
 
 
@@ -124,6 +131,17 @@ def _call_items(calls: list[Call]) -> list[InboxItem]:
     return items
 
 
+def _host_items(silent: list[Host]) -> list[InboxItem]:
+    items = []
+    for host in silent:
+        stopped = f"its importer stopped at {protocol.format_time(host.stopped_at)}" if host.stopped_at else ""
+        detail = (stopped or "its importer has not reported since its last pass") + (
+            ": the decisions about its runs wait for it, and its runs are not imported"
+        )
+        items.append(InboxItem(HOST, ERROR, host.last_seen_at, "", host.name, detail, "host"))
+    return items
+
+
 def _finding_items(findings: list[Finding]) -> list[InboxItem]:
     kind_of = {code: kind for kind, codes in FINDING_KINDS.items() for code in codes}
     items = []
@@ -143,4 +161,4 @@ def inbox_total() -> int:
     """How many items need a person, for the header of every page (two counts)."""
     codes = [code for codes in FINDING_KINDS.values() for code in codes]
     findings = Finding.objects.filter(closed_at__isnull=True, code__in=codes, run__isnull=False)
-    return Call.objects.in_doubt().count() + findings.count()
+    return Call.objects.in_doubt().count() + findings.count() + hosts.silent().count()

@@ -17,10 +17,11 @@ import datetime as dt
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from evidence import hosts as host_facts
 from evidence import inbox as inbox_items
 from evidence import retention as retention_plans
 from evidence import selectors
-from evidence.models import Call, Run
+from evidence.models import Call, Host, Run
 from evidence.pagination import Segment, every_row
 from evidence.stats import RunSummary
 
@@ -203,6 +204,20 @@ def audit_actions(*, run_id: str = "", actor: str = "") -> Listing:
     rows = selectors.audit_entries(run_id=run_id, actor=actor)
     values = lambda entry: (entry.at, entry.actor, entry.run.run_id, entry.action, entry.reason)  # noqa: E731
     return Listing("audit-actions", ACTION_AUDIT_FIELDS, [Segment(rows, ("-at", "-id"))], values)
+
+
+HOST_FIELDS = (
+    "name", "state", "runs_root", "version", "started_at", "last_seen_at", "last_pass_seconds", "stopped_at",
+    "awaiting_delivery",
+)  # fmt: skip
+
+
+def hosts() -> Listing:
+    """The hosts whose importers ship runs here, by name."""
+    values = lambda facts: (facts.name, facts.state, facts.host.runs_root, facts.host.version, facts.host.started_at,  # noqa: E731
+                            facts.host.last_seen_at, facts.host.last_pass_seconds, facts.host.stopped_at,
+                            facts.awaiting_delivery)  # fmt: skip
+    return Listing("hosts", HOST_FIELDS, [Segment(Host.objects.all(), ("name",), host_facts.with_facts)], values)
 
 
 RETENTION_FIELDS = ("run_id", "action", "reason", "blockers", "clock_from", "strip_on", "archive_on", "body_bytes")

@@ -19,7 +19,8 @@ from django.http import HttpRequest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from evidence.models import AuditEntry, Call, Confirmation, Finding, HumanDecision, Run
+from evidence import hosts
+from evidence.models import AuditEntry, Call, Confirmation, Finding, Host, HumanDecision, Run
 from evidence.proxy import behind_proxy
 from receipts import protocol
 from receipts.findings import DIGEST_CODES
@@ -81,6 +82,31 @@ class DashboardCollector(Collector):
         for run_id, imported_at in Run.objects.unfinished().values_list("run_id", "imported_at"):
             lag.add_metric([run_id], (now - imported_at).total_seconds() if imported_at else float("nan"))
         yield lag
+
+        up = GaugeMetricFamily(
+            "callproof_host_up",
+            "1 while a host's importer ships (passes within the silence limit), 0 once silent",
+            labels=["host"],
+        )
+        seen = GaugeMetricFamily(
+            "callproof_host_last_seen_timestamp_seconds",
+            "When a host's importer last finished a pass, Unix time",
+            labels=["host"],
+        )
+        took = GaugeMetricFamily("callproof_host_pass_seconds", "How long a host's last pass took", labels=["host"])
+        owed = GaugeMetricFamily(
+            "callproof_decisions_awaiting_delivery", "People's decisions a host has still to write into its runs",
+            labels=["host"],
+        )  # fmt: skip
+        for facts in hosts.with_facts(list(Host.objects.filter(watching=True))):
+            name = facts.name
+            up.add_metric([name], 1.0 if facts.state == hosts.SHIPPING else 0.0)
+            seen.add_metric([name], _seconds(facts.host.last_seen_at))
+            took.add_metric(
+                [name], facts.host.last_pass_seconds if facts.host.last_pass_seconds is not None else float("nan")
+            )
+            owed.add_metric([name], facts.awaiting_delivery)
+        yield from (up, seen, took, owed)
 
         confirmations = CounterMetricFamily(
             "callproof_confirmations", "Calls settled by a person, by where they settled it", labels=["via"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from django.db.models import Case, Count, Q, QuerySet, Value, When
 
-from evidence import stats
+from evidence import hosts, stats
 from evidence.models import (
     AuditEntry,
     Call,
@@ -231,7 +231,11 @@ def doubt_panel(*, run: Run, call: Call) -> DoubtPanel:
     )
     return DoubtPanel(
         description=doubt.describe(call.tool, call.args),
-        evidence=doubt.evidence_for(Path(run.path), call.tool, call.args, call.call_id, BUILTIN_ADAPTERS),
+        evidence=(
+            doubt.evidence_for(Path(run.path), call.tool, call.args, call.call_id, BUILTIN_ADAPTERS)
+            if hosts.owns(run)
+            else doubt.Evidence(doubt.UNCLEAR, (f"the run's files are on host {run.host}: its target is read there",))
+        ),
         confirmation_file=json.dumps(template, indent=2),
         command=command,
     )

@@ -122,7 +122,8 @@ def settle_call(
             # This process is on the run's host: the decision goes into the run directory now.
             document = _write_back(run, call, decision)
             importer.record_confirmation(run=run, call=call, document=document, now=now)
-            HumanDecision.objects.filter(pk=decision.pk).update(delivered_at=now, delivered_by=hosts.this_host_name())
+            decision.delivered_at, decision.delivered_by = now, hosts.this_host_name()
+            decision.save(update_fields=["delivered_at", "delivered_by"])
         else:
             # The run's host writes it (evidence.delivery); the rows follow the decision meanwhile.
             importer.record_decision(run=run, call=call, resolution=resolution, now=now)
@@ -181,10 +182,10 @@ def _already_decided(existing: HumanDecision) -> str:
 
 
 def _receipt_changed(run: Run, call: Call) -> str:
-    """What the receipt says now, beside what the page showed."""
+    """What the receipt says now, beside what the page showed (when this process can read it)."""
     try:
         receipt = read_json_file(Path(run.path) / "receipts" / f"{call.call_id}.json", Path(run.path))
-    except ValueError:
+    except (OSError, ValueError):
         receipt = None
     if not isinstance(receipt, dict):
         now_says = "it can no longer be read as a receipt"

@@ -28,6 +28,7 @@ urlpatterns = [
     path("audit/", views.audit, name="audit"),
     path("inbox/", views.inbox_page, name="inbox"),
     path("retention/", views.retention_page, name="retention"),
+    path("hosts/", views.hosts_page, name="hosts"),
 ]
 
 handler400 = "evidence.views.errors.bad_request"

@@ -17,7 +17,8 @@ from tests.volume import synthetic_run
 
 ENDPOINTS = ["/api/runs", "/api/runs/clean-run", "/api/runs/clean-run/calls", "/api/runs/clean-run/events",
              "/api/runs/clean-run/submissions", "/api/runs/clean-run/decisions", "/api/findings",
-             "/api/reservations", "/api/inbox", "/api/audit", "/api/audit/actions", "/api/retention"]  # fmt: skip
+             "/api/reservations", "/api/inbox", "/api/audit", "/api/audit/actions", "/api/retention",
+             "/api/hosts"]  # fmt: skip
 
 
 def token_for(user, name: str = "script") -> str:
@@ -164,6 +165,7 @@ TWINS = [
     ("/audit/?list=actions&format=json", "/api/audit/actions"),
     ("/retention/?format=json", "/api/retention"),
     ("/retention/?blocked=1&format=json", "/api/retention?blocked=true"),
+    ("/hosts/?format=json", "/api/hosts"),
 ]
 
 

@@ -53,6 +53,7 @@ ACTS = [
     Act("audit", "get", lambda: reverse("audit"), EVERY_ROLE),
     Act("inbox", "get", lambda: reverse("inbox"), EVERY_ROLE),
     Act("retention", "get", lambda: reverse("retention"), EVERY_ROLE),
+    Act("hosts", "get", lambda: reverse("hosts"), EVERY_ROLE),
     Act("run_evidence", "get", lambda: reverse("run_evidence", args=["clean-run"]), ("exporter",)),
     Act("legal_hold", "get", lambda: reverse("legal_hold", args=["clean-run"]), ()),
     Act(

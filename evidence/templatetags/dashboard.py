@@ -45,6 +45,11 @@ BADGE_CLASSES = {
     "keep": "neutral",
     "strip_bodies": "info",
     "archive": "warn",
+    # a host's importer
+    "shipping": "ok",
+    "silent": "bad",
+    "stopped": "bad",
+    "one-off": "neutral",
     # what a target shows about a call in doubt: facts, neither good nor bad
     "present": "info",
     "absent": "info",

@@ -13,6 +13,7 @@ from evidence.metrics import DashboardCollector, may_scrape
 from evidence.views.audit import audit
 from evidence.views.calls import call, confirm, replay
 from evidence.views.findings import findings, reservations
+from evidence.views.hosts import hosts_page
 from evidence.views.inbox import inbox_page
 from evidence.views.retention import retention_page
 from evidence.views.runs import legal_hold, run, run_evidence, runs, search
@@ -46,6 +47,7 @@ __all__ = [
     "confirm",
     "findings",
     "healthz",
+    "hosts_page",
     "inbox_page",
     "legal_hold",
     "metrics",

@@ -14,7 +14,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from evidence import listings, selectors, settle
+from evidence import hosts, listings, selectors, settle
 from evidence.forms import ConfirmForm
 from evidence.models import Call, Run
 from evidence.pagination import cursor_page, first_rows
@@ -55,7 +55,8 @@ def call_page(
 ) -> HttpResponse:
     detail = selectors.call_detail(run=run, call=call)
     in_doubt = settle.may_be_settled(call)
-    can_settle = in_doubt and may_settle(request.user)
+    # One decision a call: one its host refused stays on record, and the writer settles it there.
+    can_settle = in_doubt and may_settle(request.user) and detail.decision is None
     if can_settle and form is None:
         form = ConfirmForm(initial={"receipt_sha256": call.file_sha256})
     context = {
@@ -76,6 +77,8 @@ def call_page(
         "second_tick": settle.needs_second_tick(call),
         "settle_error": error,
         "read_only": settings.EVIDENCE_READ_ONLY,
+        "host": run.host,
+        "host_silent": run.host is not None and hosts.is_silent(run.host),
     }
     return render(request, "receipts/call.html", context, status=status)
 

@@ -27,6 +27,7 @@ def pages() -> list[tuple[str, str]]:
         ("stale", "/reservations/"),
         ("audit", "/audit/"),
         ("retention", "/retention/"),
+        ("hosts", "/hosts/"),
         ("search", "/search/?q="),
         ("not-found", "/runs/no-such-run/"),
         ("bad-request", "/findings/?code=nonsense"),
