@@ -17,7 +17,7 @@ from django.contrib.auth.admin import UserAdmin
 from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied
 
-from evidence.models import AuditEntry, HumanDecision
+from evidence.models import AuditEntry, Host, HumanDecision
 from evidence.roles import ROLES
 
 
@@ -49,6 +49,22 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     list_display = ("at", "actor", "run", "action")
     list_filter = ("action",)
     search_fields = ("actor", "run__run_id")
+
+
+@admin.register(Host)
+class HostAdmin(ReadOnlyAdmin):
+    """Hosts register themselves; a person may only retire one that will never report again, so
+    that its silence stops being an inbox item (it keeps its runs, which no other host imports)."""
+
+    list_display = ("name", "watching", "last_seen_at", "stopped_at", "runs_root", "version")
+    actions = ("retire",)
+
+    @admin.action(description="Retire: stop expecting these hosts to report", permissions=["retire"])
+    def retire(self, request, queryset):
+        queryset.update(watching=False)
+
+    def has_retire_permission(self, request) -> bool:
+        return request.user.is_superuser
 
 
 def _bounded(request) -> bool:
