@@ -114,7 +114,10 @@ def confirm(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpResponse
     except settle.SettleError as refused:
         return call_page(request, run, call, form=form, error=refused.message, status=refused.status)
     decision = settlement.decision
-    if settlement.created:
+    if settlement.created and decision.pending:
+        messages.success(request, f"Settled as {decision.resolution}. Host {run.host} writes it into the run "
+                                  "directory at its next pass; the runtime follows it when it resumes.")  # fmt: skip
+    elif settlement.created:
         messages.success(request, f"Settled as {decision.resolution}. The runtime follows it when it resumes.")
     else:
         messages.info(request, f"This decision was already recorded ({decision.resolution}, by {decision.actor}).")

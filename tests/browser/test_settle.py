@@ -100,3 +100,32 @@ def test_a_disputed_commit_is_settled_in_the_browser_and_the_writer_reuses_it(pa
     resumed = run_writer(*args)
     assert resumed.returncode == 0 and json.loads(resumed.stdout)["reused"] is True
     assert (run_dir / "outbox.jsonl").read_bytes() == b"", "nothing was sent again"
+
+
+def test_a_decision_made_away_from_the_runs_host_waits_for_it_then_shows_delivered(page, demo, settings):
+    from evidence import delivery
+    from evidence.models import Host
+
+    join(User.objects.get(username="alice"), "confirmer")
+    owner = settings.EVIDENCE_HOST_NAME
+    settings.EVIDENCE_HOST_NAME = "web-host"  # the live server is not the run's host
+    call = Call.objects.get(run__run_id="send-message-killed")
+    log_in(page)
+    page.goto(f"/runs/send-message-killed/calls/{call.call_id}/")
+    panel = page.get_by_role("region", name="This call is in doubt: did it happen?")
+    expect(panel).to_contain_text(f"the run's files are on host {owner}")
+    panel.get_by_label("It happened (committed)").check()
+    panel.get_by_label("Reason").fill("The customer forwarded the refund e-mail to support.")
+    panel.get_by_label("Type the first 12 characters of the call_id").fill(call.call_id[:12])
+    panel.get_by_role("button", name="Settle this call").click()
+    expect(page.get_by_role("status")).to_contain_text(f"Host {owner} writes it into the run directory")
+    settled = page.get_by_role("region", name="Settled by a person")
+    expect(settled).to_contain_text(f"Decided, waiting for host {owner} to write it into the run directory")
+    screenshot(page, "settle-waiting-for-host")
+    assert not (demo / "send-message-killed" / "confirmations" / f"{call.call_id}.json").exists()
+
+    settings.EVIDENCE_HOST_NAME = owner
+    delivery.deliver_pending(host=Host.objects.get(name=owner))
+    page.reload()
+    expect(page.get_by_role("region", name="Settled by a person")).to_contain_text(f"Delivered to host {owner}")
+    screenshot(page, "settle-delivered")
