@@ -41,15 +41,18 @@ def manage(url: str, *args: str, check: bool = False) -> subprocess.CompletedPro
 
 DUMP_SCRIPT = f"""
 import hashlib, json
-from evidence.models import Call, Confirmation, Event, EventTally, Finding, Run, Submission
+from evidence.models import Call, Confirmation, Event, EventTally, Finding, Host, Run, Submission
 skip = {{"id", "run_id", *{IMPORT_TIMESTAMPS!r}}}
 run_ids = dict(Run.objects.values_list("id", "run_id"))
+# A host by its name: its primary key depends on the database's sequence, not on what was imported.
+host_names = dict(Host.objects.values_list("id", "name"))
+def natural(row, names):
+    values = [host_names.get(value) if name == "host_id" else value for name, value in zip(names, row[1:])]
+    return json.dumps([run_ids.get(row[0]), *values], sort_keys=True, default=str)
 for model in (Run, Call, Submission, Event, EventTally, Finding, Confirmation):
     names = [f.attname for f in model._meta.concrete_fields if f.attname not in skip]
-    rows = sorted(
-        json.dumps([run_ids.get(row[0])] + list(row[1:]), sort_keys=True, default=str)
-        for row in model.objects.values_list(*(["run_id"] if model is not Run else ["id"]), *names).iterator()
-    )
+    keys = ["run_id"] if model is not Run else ["id"]
+    rows = sorted(natural(row, names) for row in model.objects.values_list(*keys, *names).iterator())
     digest = hashlib.sha256("\\n".join(rows).encode()).hexdigest()
     print(model.__name__, len(rows), len(set(rows)), digest)
 """
