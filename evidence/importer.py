@@ -242,11 +242,19 @@ def store_findings(run: Run, findings: Iterable[FindingRecord], now: dt.datetime
     return _store_findings(run, findings, now)
 
 
-def _close_findings_not_seen(findings: Any, seen: set, now: dt.datetime) -> None:
-    rows = findings.filter(closed_at__isnull=True).values_list("id", "code", "subject")
-    gone = [finding_id for finding_id, code, subject in rows if (code, subject) not in seen]
-    for start in range(0, len(gone), 500):
-        Finding.objects.filter(id__in=gone[start : start + 500]).update(closed_at=now)
+def _close_findings_not_seen(
+    findings: Any, seen: set, now: dt.datetime, rechecked: Callable[[str, str], bool] | None = None
+) -> None:
+    """Close the open ``findings`` not ``seen`` again; of those ``rechecked(call_id, subject)``
+    says were looked at, when only some were."""
+    rows = findings.filter(closed_at__isnull=True).values_list("id", "code", "subject", "call_id")
+    gone = [
+        finding_id
+        for finding_id, code, subject, call_id in rows
+        if (code, subject) not in seen and (rechecked is None or rechecked(call_id, subject))
+    ]
+    for chunk in _chunks(gone):
+        Finding.objects.filter(id__in=chunk).update(closed_at=now)
 
 
 def open_findings_of(run: Run) -> list[dict[str, str]]:
@@ -286,33 +294,75 @@ CURSOR_COLUMNS = (
 
 
 def _cursor_of(run: Run) -> LedgerCursor:
+    """Where the last import stopped, and the submissions' first digests (the ledger's reader
+    checks each new line against them). The sets of calls start empty: after the read they
+    name the calls of the new lines only, unless the whole ledger was read (``_import_ledger``)."""
     cursor = LedgerCursor(**{field: getattr(run, column) for column, field in CURSOR_COLUMNS})
     if run.ledger_offset:
         events = Event.objects.filter(run=run)
-        # "> ''" rather than "<> ''": a range on the (run, call_id, seq) index skips the events
-        # that name no call (most of a long ledger) instead of reading past them.
-        cursor.call_ids = set(events.filter(call_id__gt="").values_list("call_id", flat=True).distinct())
-        commits = events.filter(type="receipt", status="committed")
-        cursor.committed_call_ids = set(commits.values_list("call_id", flat=True))
-        reuses = events.filter(type__in=("reuse_refused", "call_reused"), call_id__gt="").order_by("seq")
-        for event_type, call_id in reuses.values_list("type", "call_id"):
-            if event_type == "reuse_refused":
-                cursor.disputed_call_ids.add(call_id)
-            else:
-                cursor.disputed_call_ids.discard(call_id)
         submissions = events.filter(type="submission", client_submission_id__gt="").exclude(request_digest="")
         for submission_id, digest in submissions.order_by("seq").values_list("client_submission_id", "request_digest"):
             cursor.submission_digests.setdefault(submission_id, digest)
     return cursor
 
 
+def _ledger_calls(run: Run, cursor: LedgerCursor, among: set[str] | None) -> None:
+    """Set the cursor's sets of calls from the stored events: those the ledger names, those
+    whose commit it records, those whose last reuse was refused; of ``among`` only, or of all."""
+    cursor.call_ids, cursor.committed_call_ids, cursor.disputed_call_ids = set(), set(), set()
+    # Unordered: the model's order (run, seq) would have SQLite walk the run's every event by seq.
+    events = Event.objects.filter(run=run).order_by()
+    if among is None:
+        # "> ''" rather than "<> ''": a range on the (run, call_id, seq) index skips the events
+        # that name no call (most of a long ledger) instead of reading past them.
+        cursor.call_ids.update(events.filter(call_id__gt="").values_list("call_id", flat=True).distinct())
+        commits = events.filter(type="receipt", status="committed")
+        cursor.committed_call_ids.update(commits.values_list("call_id", flat=True))
+        reuses = events.filter(type__in=REUSE_EVENTS, call_id__gt="").order_by("seq").values_list("type", "call_id")
+        _follow_reuses(cursor, reuses)
+        return
+    # A few calls: each one's events through the (run, call_id, seq) index, sorted here (without
+    # statistics, SQLite would rather walk the (run, type) index through a million events).
+    named = [
+        row
+        for chunk in _chunks(sorted(among))
+        for row in events.filter(call_id__in=chunk).values_list("seq", "type", "status", "call_id")
+    ]
+    named.sort()
+    cursor.call_ids.update(call_id for _, _, _, call_id in named)
+    cursor.committed_call_ids.update(
+        call_id for _, event_type, status, call_id in named if event_type == "receipt" and status == "committed"
+    )
+    _follow_reuses(cursor, ((event_type, call_id) for _, event_type, _, call_id in named if event_type in REUSE_EVENTS))
+
+
+REUSE_EVENTS = ("reuse_refused", "call_reused")
+
+
+def _follow_reuses(cursor: LedgerCursor, reuses: Iterable[tuple[str, str]]) -> None:
+    """A call is disputed while its last reuse event, in the ledger's order, is a refusal."""
+    for event_type, call_id in reuses:
+        if event_type == "reuse_refused":
+            cursor.disputed_call_ids.add(call_id)
+        else:
+            cursor.disputed_call_ids.discard(call_id)
+
+
+def _chunks(values: Sequence[str], size: int = 500) -> Iterator[Sequence[str]]:
+    """``values`` a few hundred at a time: one ``IN (...)`` per chunk stays within every database's limits."""
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
+
+
 def _import_ledger(
     run: Run, path: Path, limits: Limits, now: dt.datetime, progress: Progress | None, batch_size: int
-) -> tuple[LedgerCursor, list[FindingRecord]]:
-    """Store the ledger's new lines batch by batch; returns the cursor and the findings about
+) -> tuple[LedgerCursor, list[FindingRecord], bool]:
+    """Store the ledger's new lines batch by batch; returns the cursor, the findings about
     the ledger file itself (a FIFO or symlink in its place), which are re-checked on every
-    import like the other files' findings."""
+    import like the other files' findings, and whether the ledger was read from its first
+    byte (then the cursor's sets of calls are the whole ledger's, else the new lines')."""
     cursor = _cursor_of(run)
+    whole = run.ledger_offset == 0
     file_findings: list[FindingRecord] = []
     postgres = _is_postgres()
     try:
@@ -322,11 +372,12 @@ def _import_ledger(
     ledger_size = ledger.st_size if ledger else 0
     signature = signature_from(ledger) if ledger else ""
     if signature and signature == run.ledger_signature and not _ledger_has_file_findings(run):
-        return cursor, file_findings  # not a byte added or changed since it was read to its end
+        return cursor, file_findings, whole  # not a byte added or changed since it was read to its end
     signing_key = run_signing_key(path, signing_keys())
     for batch in read_ledger(path, cursor, limits, batch_size, signing_key):
         with transaction.atomic():
             if batch.restarted:
+                whole = True
                 Event.objects.filter(run=run).delete()
                 run.findings.filter(scope=LEDGER, closed_at__isnull=True).update(closed_at=now)
             bulk_upsert(
@@ -361,7 +412,7 @@ def _import_ledger(
             progress(run.run_id, cursor.offset, ledger_size)
     # Taken before the read: a line appended meanwhile changes it, and is read next time.
     Run.objects.filter(pk=run.pk).update(ledger_signature=signature)
-    return cursor, file_findings
+    return cursor, file_findings, whole
 
 
 def _ledger_has_file_findings(run: Run) -> bool:
@@ -374,10 +425,16 @@ def _ledger_has_file_findings(run: Run) -> bool:
 
 
 def _store_records(
-    run: Run, model: type[Model], records: Sequence[Any], key: str, kept: frozenset = frozenset()
+    run: Run,
+    model: type[Model],
+    records: Sequence[Any],
+    key: str,
+    kept: frozenset = frozenset(),
+    among: set[str] | None = None,
 ) -> None:
     """Upsert one kind of record (the reader's dataclasses name the columns), then delete
-    the rows whose file is gone. Rows keyed in ``kept`` stay as they are."""
+    the rows whose file is gone (of the keys ``among``, when only those were read). Rows
+    keyed in ``kept`` stay as they are."""
     present = {getattr(record, key) for record in records} | kept
     records = [record for record in records if getattr(record, key) not in kept]
     if records:
@@ -399,9 +456,16 @@ def _store_records(
         rows = map(row, records)
         bulk_upsert(model, ("run_id", *names), rows, conflict=("run_id", key), update=True)
     existing = model._default_manager.filter(run=run)
-    gone = sorted(set(existing.values_list(key, flat=True)) - present)
-    for start in range(0, len(gone), 500):
-        existing.filter(**{f"{key}__in": gone[start : start + 500]}).delete()
+    if among is None:
+        stored = set(existing.values_list(key, flat=True))
+    else:
+        stored = {
+            k
+            for chunk in _chunks(sorted(among))
+            for k in existing.filter(**{f"{key}__in": chunk}).values_list(key, flat=True)
+        }
+    for chunk in _chunks(sorted(stored - present)):
+        existing.filter(**{f"{key}__in": chunk}).delete()
 
 
 # What the reader and the recovery decisions read of a receipt they do not read again.
@@ -411,9 +475,9 @@ KNOWN_FIELDS = (
 )  # fmt: skip
 
 
-def _known_receipts(run: Run) -> dict[str, CallRecord]:
-    """The records of the run's receipts as last imported, to hand the reader: a receipt whose
-    file has not changed since is not read again, nor written back.
+def _known_receipts(run: Run, among: set[str] | None = None) -> dict[str, CallRecord]:
+    """The records of the run's receipts as last imported (of the calls ``among``, or all), to
+    hand the reader: a receipt whose file has not changed since is not read again, nor written back.
 
     Only what the reader's cross-checks and the recovery decisions read is loaded
     (times only for calls in doubt, which the stale check reads): the rest of a
@@ -426,21 +490,20 @@ def _known_receipts(run: Run) -> dict[str, CallRecord]:
         .values_list("call_id", flat=True)
     )
     calls = Call.objects.filter(run=run, receipt_present=True).exclude(file_signature="")
+    parts = [calls] if among is None else [calls.filter(call_id__in=chunk) for chunk in _chunks(sorted(among))]
     # A hundred thousand records: made from a dict of defaults, not through the dataclass's
     # twenty-five-argument __init__, which costs more than the query that reads them.
     defaults = vars(CallRecord(call_id=""))
     known = {}
-    for row in calls.values_list(*KNOWN_FIELDS).iterator(10_000):
+    for row in (row for part in parts for row in part.values_list(*KNOWN_FIELDS).iterator(10_000)):
         if row[0] not in reread:
             record = object.__new__(CallRecord)
             record.__dict__ = defaults | dict(zip(KNOWN_FIELDS, row, strict=True))
             known[row[0]] = record
     # Their times, for the stale_call check of an open receipt.
     open_calls = [call_id for call_id, record in known.items() if record.status in protocol.OPEN_STATUSES]
-    for start in range(0, len(open_calls), 500):
-        times = calls.filter(call_id__in=open_calls[start : start + 500]).values_list(
-            "call_id", "created_at", "updated_at"
-        )
+    for chunk in _chunks(open_calls):
+        times = calls.filter(call_id__in=chunk).values_list("call_id", "created_at", "updated_at")
         for call_id, created_at, updated_at in times:
             known[call_id].created_at, known[call_id].updated_at = created_at, updated_at
     return known
@@ -451,10 +514,12 @@ def _judgement(call: CallRecord) -> tuple[str, str, str, bool]:
     return call.verification, call.decision, call.decision_reason, call.queryable
 
 
-def _store_files(run: Run, files: RunFiles, judged_before: dict[str, tuple[str, str, str, bool]]) -> None:
+def _store_files(
+    run: Run, files: RunFiles, judged_before: dict[str, tuple[str, str, str, bool]], among: set[str] | None
+) -> None:
     # A reused record is written back only when its judgement changed (a confirmation, a refused reuse).
     kept = frozenset(files.reused_calls)
-    _store_records(run, Call, files.calls, "call_id", kept)
+    _store_records(run, Call, files.calls, "call_id", kept, among)
     for call in files.calls:
         if call.call_id in kept and judged_before.get(call.call_id) != _judgement(call):
             Call.objects.filter(run=run, call_id=call.call_id).update(
@@ -562,32 +627,45 @@ def _import_run_locked(
 ) -> RunReport:
     if not force and _Known.of(run).unchanged(path, now, listing):
         return _report(run, changed=False)
-    cursor, ledger_file_findings = _import_ledger(run, path, limits, now, progress, batch_size)
-    known = {} if force else _known_receipts(run)
-    files = read_run_files(
-        path,
-        ledger=cursor,
-        limits=limits,
-        now=now,
-        known_receipts=known,
-        known_contract=run.contract_sha256,
-        listed_signatures=listing.receipt_signatures,
-        keys=signing_keys(),
-        require_signed=settings.EVIDENCE_SIGNED_RUNS_ONLY,
-    )
+    cursor, ledger_file_findings, whole_ledger = _import_ledger(run, path, limits, now, progress, batch_size)
+    buckets = receipt_buckets(listing.receipt_signatures)
+    decided = pending_decisions(run)
+    scope = None if force or whole_ledger else _Scope.of(run, listing, buckets, cursor.call_ids, decided)
+    while True:
+        if not whole_ledger:  # the sets name the new lines' calls only: those of the stored ledger
+            _ledger_calls(run, cursor, None if scope is None else scope.calls)
+        known = {} if force else _known_receipts(run, None if scope is None else scope.calls)
+        files = read_run_files(
+            path,
+            ledger=cursor,
+            limits=limits,
+            now=now,
+            known_receipts=known,
+            known_contract=run.contract_sha256,
+            listed_signatures=listing.receipt_signatures,
+            keys=signing_keys(),
+            require_signed=settings.EVIDENCE_SIGNED_RUNS_ONLY,
+            receipt_names=None if scope is None else scope.receipt_names,
+        )
+        if not files.contract_changed:
+            break
+        scope = None  # every receipt's identity depends on the contract: all of them, again
     judged_before = {call_id: _judgement(record) for call_id, record in known.items()}
-    apply_decisions(files, decided=pending_decisions(run))
+    apply_decisions(files, decided=decided)
     with transaction.atomic():
-        _store_files(run, files, judged_before)
+        _store_files(run, files, judged_before, None if scope is None else scope.calls)
         seen = _store_findings(run, ledger_file_findings + files.findings, now)
         # Ledger findings were stored batch by batch; re-check only what this pass re-checked.
-        _close_findings_not_seen(run.findings.filter(scope=FILES), seen, now)
+        _close_findings_not_seen(
+            run.findings.filter(scope=FILES), seen, now, None if scope is None else scope.rechecked
+        )
         Run.objects.filter(pk=run.pk).update(
             path=str(path),
             state=files.state,
             attempts=files.attempts,
             contract_sha256=files.contract_sha256,
             fingerprint=listing.fingerprint,
+            receipt_buckets=buckets,
             next_stale_at=files.next_stale_at,
             event_count=sum(run.event_type_counts.values()),  # counted batch by batch
             imported_at=now,
@@ -619,15 +697,99 @@ def _claimed_elsewhere(path: Path, recorded: str | None, owner: str | None, host
 
 @dataclasses.dataclass
 class Listing:
-    """A run directory's fingerprint and its receipts' signatures, taken in one pass."""
+    """A run directory's fingerprint, its receipts' signatures and its confirmations' names,
+    taken in one pass."""
 
     fingerprint: str
     receipt_signatures: dict[str, str]
+    confirmation_names: set[str] = dataclasses.field(default_factory=set)
 
     @classmethod
     def of(cls, path: Path) -> Listing:
         signatures: dict[str, str] = {}
-        return cls(run_fingerprint(path, signatures), signatures)
+        confirmations: set[str] = set()
+        return cls(run_fingerprint(path, signatures, confirmations), signatures, confirmations)
+
+
+# --- what a re-import looks at -----------------------------------------------
+
+# Above this share of the receipts (and this many calls), a re-import reads them all: it costs
+# what reading some would. Below the floor it reads some, so every run exercises the one way.
+SCOPED_READ_AT_MOST = 0.25
+SCOPED_READ_FLOOR = 1_000
+
+
+def _call_id_of(name: str) -> str:
+    return name.removesuffix(".json")
+
+
+def _bucket_of(call_id: str) -> str:
+    bucket = call_id[:2]
+    try:
+        bucket.encode("utf-8")
+    except UnicodeEncodeError:
+        return "\ufffd"  # a name that is not UTF-8 never names a call: a bucket of their own, kept as text
+    return bucket
+
+
+def receipt_buckets(signatures: dict[str, str]) -> dict[str, str]:
+    """The names and signatures of ``receipts/`` as one digest per bucket (the call ids' first two
+    characters: call ids are hex digests, so a hundred thousand make 256 buckets of some 400).
+
+    Kept with the run: a re-import compares them, and looks only at the buckets that differ,
+    instead of loading every known receipt to find the one that changed.
+    """
+    lines: dict[str, list[str]] = {}
+    for name, signature in signatures.items():
+        lines.setdefault(_bucket_of(_call_id_of(name)), []).append(f"{name}\0{signature}")
+    return {bucket: hashlib.sha256("\n".join(sorted(found)).encode("utf-8", "surrogateescape")).hexdigest()
+            for bucket, found in lines.items()}  # fmt: skip
+
+
+@dataclasses.dataclass
+class _Scope:
+    """The calls a re-import reads and checks again, when not all of them need it: those whose
+    receipt bucket changed (files added, replaced or removed), those the ledger's new lines
+    name, the calls still open (the clock can make them stale), those with a confirmation file
+    or a decision waiting for this host. The rest were checked before against a ledger that
+    said nothing new of them, and nothing they depend on has changed."""
+
+    calls: set[str]
+    receipt_names: set[str]
+
+    @classmethod
+    def of(
+        cls, run: Run, listing: Listing, buckets: dict[str, str], named_by_new_lines: set[str], decided: dict
+    ) -> _Scope | None:
+        before = run.receipt_buckets
+        if not before:
+            return None  # imported before buckets were kept: read whole once
+        changed = {bucket for bucket in buckets.keys() | before.keys() if buckets.get(bucket) != before.get(bucket)}
+        names = {name for name in listing.receipt_signatures if _bucket_of(_call_id_of(name)) in changed}
+        calls = {_call_id_of(name) for name in names} | named_by_new_lines | set(decided)
+        calls |= {_call_id_of(name) for name in listing.confirmation_names}
+        stored = Call.objects.filter(run=run)
+        for bucket in sorted(changed):  # removed files: their rows, in the bucket's range of call ids
+            calls.update(stored.filter(**_bucket_range(bucket)).values_list("call_id", flat=True))
+        calls.update(stored.filter(status__in=protocol.OPEN_STATUSES).values_list("call_id", flat=True))
+        if len(calls) > max(SCOPED_READ_FLOOR, SCOPED_READ_AT_MOST * len(listing.receipt_signatures)):
+            return None
+        names |= {f"{call_id}.json" for call_id in calls} & listing.receipt_signatures.keys()
+        return cls(calls, names)
+
+    def rechecked(self, call_id: str, subject: str) -> bool:
+        """Whether a finding was looked for again: about a call in scope, a receipt file read,
+        or any other file but a receipt (those are read whole every time)."""
+        if call_id:
+            return call_id in self.calls
+        folder, _, name = subject.partition("/")
+        return folder != "receipts" or name in self.receipt_names
+
+
+def _bucket_range(bucket: str) -> dict[str, str]:
+    """The call ids that start with ``bucket``, as a range the (run, call_id) index serves."""
+    following = bucket[:-1] + chr(min(ord(bucket[-1]) + 1, 0x10FFFF))
+    return {"call_id__gte": bucket, "call_id__lt": following}
 
 
 @dataclasses.dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 from receipts import protocol
@@ -55,3 +56,17 @@ def join(user, *roles: str):
     groups = ensure_roles()
     user.groups.add(*(groups[role] for role in roles))
     return user
+
+
+def table_snapshot() -> dict[str, list[tuple]]:
+    """Every column of every receipts table, but the import's own timestamps."""
+    from evidence.models import Call, Event, Finding, Run, Submission
+
+    snapshot = {}
+    for model in (Run, Call, Submission, Event, Finding):
+        names = [f.attname for f in model._meta.concrete_fields if f.attname not in IMPORT_TIMESTAMPS]
+        snapshot[model.__name__] = sorted(
+            tuple(json.dumps(value, sort_keys=True, default=str) for value in row)
+            for row in model.objects.values_list(*names)
+        )
+    return snapshot

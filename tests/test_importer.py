@@ -17,11 +17,11 @@ from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 
 from evidence import importer, selectors
-from evidence.models import Call, Event, Finding, Run, Submission
+from evidence.models import Call, Event, Finding, Run
 from evidence.selectors import calls_with_prefix
 from receipts import durable, protocol, runtime
 from receipts.demo import SCENARIOS
-from tests.helpers import CONTRACT, IMPORT_TIMESTAMPS, first_call_of
+from tests.helpers import CONTRACT, first_call_of, table_snapshot
 from tests.subprocess_db import child_env, database_url_for_children, manage, manage_command, normalized_dump
 from tests.volume import synthetic_ledger
 
@@ -32,18 +32,6 @@ def import_json(root: Path, *args: str) -> dict:
     out = StringIO()
     call_command("import_runs", str(root), "--json", *args, stdout=out)
     return json.loads(out.getvalue())
-
-
-def table_snapshot() -> dict[str, list[tuple]]:
-    """Every column of every receipts table, but the import's own timestamps."""
-    snapshot = {}
-    for model in (Run, Call, Submission, Event, Finding):
-        names = [f.attname for f in model._meta.concrete_fields if f.attname not in IMPORT_TIMESTAMPS]
-        snapshot[model.__name__] = sorted(
-            tuple(json.dumps(value, sort_keys=True, default=str) for value in row)
-            for row in model.objects.values_list(*names)
-        )
-    return snapshot
 
 
 def test_import_runs_json_reports_every_demo_run(demo_root):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -12,7 +12,7 @@ from receipts import protocol
 from receipts.findings import FindingRecord, storable_text
 from receipts.reader.ledger import LedgerCursor
 from receipts.reader.records import RunFiles
-from receipts.reader.safe_open import Limits, Unsafe, list_names, open_dir, read_regular
+from receipts.reader.safe_open import Limits, Unsafe, considered, list_names, open_dir, read_regular
 
 
 class RunContext:
@@ -60,10 +60,11 @@ class RunContext:
             self.finding(unsafe.code, f"{name}/", unsafe.detail)
             return None
 
-    def json_names(self, dir_fd: int, folder: str) -> list[str]:
-        """The ``.json`` names of a folder whose names are UTF-8; any other name is a finding."""
+    def json_names(self, dir_fd: int, folder: str, listed: Collection[str] | None = None) -> list[str]:
+        """The ``.json`` names of a folder whose names are UTF-8; any other name is a finding.
+        ``listed``: the names to consider, when the caller knows which (else the folder is listed)."""
         names = []
-        for name in list_names(dir_fd):
+        for name in list_names(dir_fd) if listed is None else considered(listed):
             if not name.endswith(".json"):
                 continue
             try:
@@ -74,10 +75,12 @@ class RunContext:
             names.append(name)
         return names
 
-    def call_files(self, dir_fd: int, folder: str, too_long: str) -> Iterator[tuple[str, str, str]]:
+    def call_files(
+        self, dir_fd: int, folder: str, too_long: str, listed: Collection[str] | None = None
+    ) -> Iterator[tuple[str, str, str]]:
         """The ``.json`` files of a folder named by call id (receipts, confirmations): each one's
         name, call id and subject. A name too long for a call id is a finding (``too_long``), not read."""
-        for name in self.json_names(dir_fd, folder):
+        for name in self.json_names(dir_fd, folder, listed):
             subject = f"{folder}/{name}"
             stem = name[: -len(".json")]
             if len(stem) > protocol.MAX_CALL_ID_LENGTH:

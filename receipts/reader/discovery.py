@@ -80,11 +80,14 @@ def discover_runs(root: Path) -> Discovery:
 # --- fingerprint -----------------------------------------------------------
 
 
-def run_fingerprint(run_dir: Path, receipt_signatures: dict[str, str] | None = None) -> str:
+def run_fingerprint(
+    run_dir: Path, receipt_signatures: dict[str, str] | None = None, confirmation_names: set[str] | None = None
+) -> str:
     """A digest of every relevant file's name and stat: equal means nothing changed.
 
     ``receipt_signatures``, when given, is filled with each receipt file's signature
-    (``safe_open.signature_from``), so that the reader need not stat them again.
+    (``safe_open.signature_from``), so that the reader need not stat them again;
+    ``confirmation_names`` with the names in ``confirmations/``.
 
     ctime is in it because no program can set it back, so an edit that restores
     size and mtime still changes the fingerprint. Entries are taken in the
@@ -109,6 +112,8 @@ def run_fingerprint(run_dir: Path, receipt_signatures: dict[str, str] | None = N
         except OSError:
             continue
         signatures = receipt_signatures if folder == "receipts" else None
+        if folder == "confirmations" and confirmation_names is not None:
+            confirmation_names.update(entry.name for entry in entries)
         # One loop, no call per file: a run can hold a hundred thousand receipts.
         for entry in entries:
             names.append(entry.name)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ def read_run_files(
     listed_signatures: dict[str, str] | None = None,
     keys: Mapping[str, protocol.SigningKey] | None = None,
     require_signed: bool = False,
+    receipt_names: Collection[str] | None = None,
 ) -> RunFiles:
     """Everything in a run directory but the ledger, checked against what the ledger says
     (``ledger``: the cursor after the whole ledger was read: the calls it names, commits, disputes).
@@ -49,6 +50,13 @@ def read_run_files(
     ``keys``: signing keys by id; signatures are checked only by a reader given keys (a run
     is signed when steer.json names its key id), and ``require_signed`` makes an unsigned
     run a finding too.
+
+    ``receipt_names``: the receipt files to look at (names in ``receipts/``), when the caller
+    knows which may have changed; the others are neither read nor checked, nor in the result.
+    The cross-checks then cover those calls only, so ``ledger``'s sets of call ids must be
+    narrowed to the same calls (a call the ledger names but that is not among them would be
+    a missing receipt). A run whose contract is not ``known_contract`` is not read this way:
+    ``contract_changed`` says so, and the caller reads it again whole.
     """
     run = RunContext(Path(run_dir), ledger, limits, now or protocol.utc_now())
     try:
@@ -62,12 +70,15 @@ def read_run_files(
         signing_key = _read_steer(run, run_fd, keys or {}, require_signed)
         if run.out.contract_sha256 != known_contract:
             known_receipts = None  # every identity check depends on the contract: check them all again
+            if receipt_names is not None:
+                run.out.contract_changed = True
+                return run.out
         for name in RUN_FOLDERS:
             folders[name] = run.folder(run_fd, name)
         receipts = ReceiptReader(
             run, known=known_receipts or {}, listed_signatures=listed_signatures or {}, signing_key=signing_key
         )
-        receipts.read(folders["receipts"])
+        receipts.read(folders["receipts"], receipt_names)
         confirmations = read_confirmations(run, folders["confirmations"], receipts.shas, signing_key)
         read_submissions(run, folders["submissions"], folders["tasks"])
         _cross_check(run, receipts.present, confirmations)

@@ -6,7 +6,7 @@ read again: the record passed in as known is kept in its place.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from receipts import protocol
@@ -38,12 +38,13 @@ class ReceiptReader:
         self.shas: dict[str, str] = {}  # call_id -> the digest of its receipt file, read or reused
         self.present: set[str] = set()  # the call ids that have a receipt file, readable or not
 
-    def read(self, dir_fd: int | None) -> None:
-        """Every receipt of ``receipts/`` (``dir_fd``; ``None`` when the run has no such folder)."""
+    def read(self, dir_fd: int | None, names: Collection[str] | None = None) -> None:
+        """Every receipt of ``receipts/`` (``dir_fd``; ``None`` when the run has no such folder),
+        or only those of ``names`` (file names) when the caller knows which may have changed."""
         if dir_fd is None:
             return
         too_long = f"file name over {protocol.MAX_CALL_ID_LENGTH} characters: not read"
-        for name, stem, subject in self.run.call_files(dir_fd, "receipts", too_long):
+        for name, stem, subject in self.run.call_files(dir_fd, "receipts", too_long, names):
             self.present.add(stem)
             signature = self.listed_signatures.get(name) or signature_of(name, dir_fd)
             known = self.known.get(stem)

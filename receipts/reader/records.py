@@ -92,6 +92,8 @@ class RunFiles:
     # Receipts not read again (their signature had not changed): their records are the ones
     # passed in as known, and carry no args, result or error.
     reused_calls: set[str] = dataclasses.field(default_factory=set)
+    # Asked to read some receipts only, it found the contract changed: read it again whole.
+    contract_changed: bool = False
 
 
 def time_field(document: dict[str, Any], name: str) -> dt.datetime | None:

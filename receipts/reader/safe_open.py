@@ -13,6 +13,7 @@ import datetime as dt
 import errno
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 MAX_JSON_BYTES = 16 * 1024 * 1024
@@ -109,9 +110,14 @@ def signature_from(info: os.stat_result) -> str:
 
 
 def list_names(dir_fd: int) -> list[str]:
-    """Entry names a reader considers: no dot names (temp files, writer internals), no ``.tmp``."""
+    """Entry names a reader considers, sorted (``considered``)."""
     with os.scandir(dir_fd) as entries:
-        return sorted(e.name for e in entries if not e.name.startswith(".") and not e.name.endswith(".tmp"))
+        return considered(entry.name for entry in entries)
+
+
+def considered(names: Iterable[str]) -> list[str]:
+    """The names a reader considers, sorted: no dot names (temp files, writer internals), no ``.tmp``."""
+    return sorted(name for name in names if not name.startswith(".") and not name.endswith(".tmp"))
 
 
 def _exists(dir_fd: int, name: str) -> bool:

@@ -1,0 +1,267 @@
+"""A re-import reads and checks only what changed, and ends where reading everything again would.
+
+The importer keeps each run's receipts as one digest per bucket of call ids
+(``importer.receipt_buckets``); a re-import reads the buckets that differ, the calls
+the ledger's new lines name, the open calls and the confirmed ones (``importer._Scope``).
+Each test changes real files the ways a writer, a crash or an attacker would, imports
+the root, and compares every table with what an import that reads everything again
+(``force``) makes of the same files.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from evidence import importer
+from evidence.models import Call, Finding, Run
+from receipts import durable, protocol, runtime
+from tests.helpers import CONTRACT, table_snapshot
+from tests.volume import synthetic_run
+
+pytestmark = pytest.mark.django_db
+
+LATER = protocol.utc_now() + dt.timedelta(minutes=20)  # the demo's killed calls are stale by then
+
+
+@pytest.fixture
+def root(demo_root: Path) -> Path:
+    synthetic_run(demo_root / "many", events=400, receipts=120, contract=CONTRACT)
+    return demo_root
+
+
+@pytest.fixture
+def scoped_reads(monkeypatch) -> list[int | None]:
+    """How many receipts each read of a run was asked to look at (``None``: all of them)."""
+    asked: list[int | None] = []
+    read = importer.read_run_files
+
+    def counting(*args, **kwargs):
+        names = kwargs.get("receipt_names")
+        asked.append(None if names is None else len(names))
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(importer, "read_run_files", counting)
+    return asked
+
+
+def open_findings() -> list[tuple]:
+    rows = Finding.objects.filter(closed_at__isnull=True)
+    return sorted(rows.values_list("run__run_id", "code", "subject", "call_id", "detail", "severity"))
+
+
+def state() -> tuple:
+    return table_snapshot(), open_findings()
+
+
+def assert_as_if_read_whole(root: Path) -> None:
+    importer.root_import(root=root, now=LATER)
+    after_some = state()
+    importer.root_import(root=root, now=LATER, force=True)
+    assert after_some == state()
+
+
+def receipts_of(run: Path) -> list[Path]:
+    return sorted(path for path in (run / "receipts").glob("*.json"))
+
+
+def replace_same_bytes(run: Path, rng: random.Random) -> None:
+    receipt = rng.choice(receipts_of(run))
+    temp = receipt.with_name(f".{receipt.name}.tmp")
+    shutil.copyfile(receipt, temp)
+    os.replace(temp, receipt)
+
+
+def tamper(run: Path, rng: random.Random) -> None:
+    receipt = rng.choice(receipts_of(run))
+    document = json.loads(receipt.read_bytes())
+    document["args"] = {"path": "elsewhere.txt"}
+    receipt.write_bytes(json.dumps(document).encode())
+
+
+def remove(run: Path, rng: random.Random) -> None:
+    receipt = rng.choice(receipts_of(run))
+    receipt.rename(run / f".removed-{receipt.name}")  # a dot name the reader never considers
+
+
+def restore(run: Path, rng: random.Random) -> None:
+    for removed in sorted(run.glob(".removed-*")):
+        removed.rename(run / "receipts" / removed.name.removeprefix(".removed-"))
+
+
+def orphan(run: Path, rng: random.Random) -> None:
+    receipt = rng.choice(receipts_of(run))
+    shutil.copyfile(receipt, run / "receipts" / f"{rng.randbytes(32).hex()}.json")
+
+
+def garbage(run: Path, rng: random.Random) -> None:
+    rng.choice(receipts_of(run)).write_bytes(b'{"call_id": ')
+
+
+def not_a_call_id(run: Path, rng: random.Random) -> None:
+    (run / "receipts" / f"{'x' * (protocol.MAX_CALL_ID_LENGTH + 1)}.json").write_bytes(b"{}")
+
+
+def commit_event(run: Path, rng: random.Random) -> None:
+    receipt = rng.choice(receipts_of(run))
+    durable.append_event(run, "receipt", {"call_id": receipt.stem, "status": "committed"})
+
+
+def refuse_reuse(run: Path, rng: random.Random) -> None:
+    durable.append_event(run, "reuse_refused", {"call_id": rng.choice(receipts_of(run)).stem})
+
+
+def reuse(run: Path, rng: random.Random) -> None:
+    durable.append_event(run, "call_reused", {"call_id": rng.choice(receipts_of(run)).stem})
+
+
+def note(run: Path, rng: random.Random) -> None:
+    durable.append_event(run, "note", {})
+
+
+def confirm(run: Path, rng: random.Random) -> None:
+    in_doubt = [path for path in receipts_of(run) if _status(path) in protocol.OPEN_STATUSES]
+    if in_doubt:
+        receipt = rng.choice(in_doubt)
+        runtime.confirm_call(
+            run,
+            receipt.stem,
+            resolution=rng.choice(["committed", "rejected"]),
+            reason="checked the target",
+            actor="tester",
+            receipt_sha256=hashlib.sha256(receipt.read_bytes()).hexdigest(),
+        )
+
+
+def forge_confirmation(run: Path, rng: random.Random) -> None:
+    """A confirmation nobody wrote, of a call that is not in doubt: checked against its receipt."""
+    settled = [path for path in receipts_of(run) if _status(path) not in protocol.OPEN_STATUSES]
+    if settled:
+        (run / "confirmations").mkdir(exist_ok=True)
+        (run / "confirmations" / rng.choice(settled).name).write_text('{"resolution": "rejected"}')
+
+
+def _status(receipt: Path) -> str | None:
+    try:
+        return json.loads(receipt.read_bytes()).get("status")
+    except (ValueError, AttributeError):
+        return None
+
+
+CHANGES = [
+    replace_same_bytes, tamper, remove, restore, orphan, garbage, not_a_call_id,
+    commit_event, refuse_reuse, reuse, note, confirm, forge_confirmation,
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("changes", [[change] for change in CHANGES if change is not restore] + [[remove, restore]],
+                         ids=lambda changes: "-".join(change.__name__ for change in changes))  # fmt: skip
+def test_each_kind_of_change_ends_as_a_whole_read_would(root, scoped_reads, changes):
+    importer.root_import(root=root, now=LATER)
+    rng = random.Random(changes[-1].__name__)
+    for change in changes:
+        for run in sorted(path for path in root.iterdir() if (path / "receipts").is_dir()):
+            if receipts_of(run):
+                change(run, rng)
+        scoped_reads.clear()
+        assert_as_if_read_whole(root)
+        some = [count for count in scoped_reads[: len(scoped_reads) // 2] if count is not None]
+        assert some, "the re-import looked at some receipts, not all"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_any_sequence_of_changes_ends_as_a_whole_read_would(root, scoped_reads, seed):
+    rng = random.Random(seed)
+    importer.root_import(root=root, now=LATER)
+    runs = sorted(path for path in root.iterdir() if (path / "receipts").is_dir())
+    for _ in range(5):
+        for _ in range(rng.randint(1, 4)):
+            run = rng.choice(runs)
+            if receipts_of(run):
+                rng.choice(CHANGES)(run, rng)
+        assert_as_if_read_whole(root)
+    assert any(count is not None for count in scoped_reads)
+
+
+def test_one_changed_receipt_of_many_is_the_only_one_read(root, scoped_reads):
+    importer.root_import(root=root, now=LATER)
+    many = root / "many"
+    before = Run.objects.get(run_id="many").receipt_buckets
+    receipt = receipts_of(many)[0]
+    replace_same_bytes_at(receipt)
+    scoped_reads.clear()
+    importer.root_import(root=root, now=LATER)
+    in_its_bucket = [path for path in receipts_of(many) if path.name[:2] == receipt.name[:2]]
+    assert scoped_reads == [len(in_its_bucket)], "the changed receipt's bucket, nothing else of 120"
+    after = Run.objects.get(run_id="many").receipt_buckets
+    assert {bucket for bucket in before if before[bucket] != after[bucket]} == {receipt.name[:2]}
+
+
+def test_a_run_imported_before_buckets_were_kept_is_read_whole_once(root, scoped_reads):
+    importer.root_import(root=root, now=LATER)
+    Run.objects.update(receipt_buckets={})  # as migration 0024 leaves the runs it finds
+    replace_same_bytes_at(receipts_of(root / "many")[0])
+    scoped_reads.clear()
+    importer.root_import(root=root, now=LATER)
+    assert scoped_reads == [None]
+    assert Run.objects.get(run_id="many").receipt_buckets
+
+
+def test_a_changed_contract_reads_every_receipt_again(root, scoped_reads):
+    importer.root_import(root=root, now=LATER)
+    many = root / "many"
+    (many / "steer.json").write_text(json.dumps({"contract_sha256": "d" * 64}))
+    scoped_reads.clear()
+    assert_as_if_read_whole(root)
+    assert scoped_reads[:2] == [0, None], "asked for none, it found the contract changed and read them all"
+    assert Call.objects.filter(run__run_id="many", verification=protocol.VERIFIED).count() == 0
+
+
+def replace_same_bytes_at(receipt: Path) -> None:
+    temp = receipt.with_name(f".{receipt.name}.tmp")
+    shutil.copyfile(receipt, temp)
+    os.replace(temp, receipt)
+
+
+def test_findings_of_receipts_not_read_again_stay_open(root, scoped_reads):
+    """A file that could not be read keeps its finding while another bucket changes."""
+    many = root / "many"
+    first, *others = receipts_of(many)
+    first.write_bytes(b"[")
+    not_a_call_id(many, random.Random(0))
+    importer.root_import(root=root, now=LATER)
+    findings = open_findings()
+    subjects = {subject for run_id, _, subject, *_ in findings if run_id == "many"}
+    assert f"receipts/{first.name}" in subjects and len(subjects) == 2
+    replace_same_bytes_at(next(path for path in others if path.name[:2] not in (first.name[:2], "xx")))
+    scoped_reads.clear()
+    importer.root_import(root=root, now=LATER)
+    assert scoped_reads and scoped_reads[0] is not None and open_findings() == findings
+    importer.root_import(root=root, now=LATER, force=True)
+    assert open_findings() == findings
+
+
+def test_an_open_call_turns_stale_when_only_time_has_passed(demo_root, scoped_reads):
+    importer.root_import(root=demo_root)  # now: the killed calls are not stale yet
+    stale = Finding.objects.filter(code="stale_call", closed_at__isnull=True)
+    assert not stale.exists()
+    scoped_reads.clear()
+    assert_as_if_read_whole(demo_root)  # twenty minutes later, not a file changed
+    open_calls = Call.objects.filter(status__in=protocol.OPEN_STATUSES).values("run").distinct().count()
+    assert stale.exists() and scoped_reads[:open_calls] == [1] * open_calls, "the open call, no other"
+
+
+def test_a_change_beside_an_open_call_checks_it_against_the_clock(demo_root, scoped_reads):
+    importer.root_import(root=demo_root)
+    for run in sorted(path for path in demo_root.iterdir() if (path / "receipts").is_dir()):
+        if receipts_of(run):
+            note(run, random.Random(0))
+    assert_as_if_read_whole(demo_root)
+    assert Finding.objects.filter(code="stale_call", closed_at__isnull=True).exists()
