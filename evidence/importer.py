@@ -29,13 +29,13 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import DateTimeField, Model
+from django.db.models import DateTimeField, Model, Q
 
-from evidence import hosts, stats
+from evidence import hosts, models, stats
 from evidence.models import Call, Confirmation, Event, Finding, Host, HumanDecision, JSONTextField, Run, Submission
 from receipts import durable, protocol, signing
 from receipts.durable import json_file
-from receipts.findings import FILES, LEDGER, FindingRecord, storable_text
+from receipts.findings import ACTIVITY, FILES, LEDGER, FindingRecord, storable_text
 from receipts.reader import (
     BATCH_EVENTS,
     DEFAULT_LIMITS,
@@ -656,6 +656,39 @@ class _Known:
         return self.may_be_unchanged(path, now) and listing.fingerprint == self.fingerprint
 
 
+@dataclasses.dataclass
+class Watch:
+    """What a watch carries from one pass to the next (``root_import``'s ``watch``).
+
+    ``mine``: the listed names already found in the database as this host's runs at these
+    paths. A pass looks up only the names it has not found so (a new directory, a copy another
+    host owns): looking 20,000 names up every pass would cost more than the hot runs. Forgotten
+    every ``cold_sweep``, so that a run deleted from the database is found again.
+    """
+
+    cold_sweep: dt.timedelta
+    mine: set[str] = dataclasses.field(default_factory=set)
+    found_at: dt.datetime | None = None
+
+    @classmethod
+    def from_settings(cls) -> Watch:
+        return cls(cold_sweep=dt.timedelta(seconds=settings.EVIDENCE_COLD_SWEEP_SECONDS))
+
+    def to_check(self, paths: dict[str, Path], host: Host, now: dt.datetime) -> set[str]:
+        """The listed runs this pass checks: the hot set, the cold runs due, and every name not
+        found as this host's run at this path. No file of any other run is touched."""
+        if self.found_at is None or now - self.found_at >= self.cold_sweep:
+            self.mine, self.found_at = set(), now
+        runs = Run.objects.filter(Q(host=host) | Q(host__isnull=True))
+        new = sorted(set(paths) - self.mine)
+        for start in range(0, len(new), 500):
+            rows = runs.filter(run_id__in=new[start : start + 500]).values_list("run_id", "path")
+            self.mine.update(run_id for run_id, path in rows if path == str(paths[run_id]))
+        self.mine &= set(paths)
+        due = (runs.hot(now) | runs.cold_due(now, self.cold_sweep)).values_list("run_id", flat=True)
+        return (set(paths) - self.mine) | (set(due) & set(paths))
+
+
 def root_import(
     *,
     root: Path,
@@ -665,6 +698,7 @@ def root_import(
     progress: Progress | None = None,
     report_unchanged: bool = True,
     host: Host | None = None,
+    watch: Watch | None = None,
 ) -> ImportReport:
     """Import every run directory under ``root`` (or ``root`` itself when it is one), as
     ``host``'s (this process's by default): a run another host imported is not imported here.
@@ -673,11 +707,20 @@ def root_import(
     last import recorded of every run is read in one query, so a run whose files
     have not changed costs its ``stat`` calls and nothing else; without
     ``report_unchanged`` (the watch) it is not even reported.
+
+    With ``watch`` only the runs ``Watch.to_check`` chooses are checked (and reported): the
+    hot set, the cold runs due, and new directories; the others cost one entry of the root's
+    listing. Every run checked is stamped checked (and changed, when its files were), and is
+    found abandoned, or no longer, by ``models.is_abandoned``.
     """
     now = now or protocol.utc_now()
     host = host or hosts.current()
     discovery = discover_runs(Path(root))
     root_key = storable_text(str(Path(root).absolute()))
+    if watch is not None:
+        listed = {path.name: path.absolute() for path in discovery.runs}
+        chosen = watch.to_check(listed, host, now)
+        discovery.runs = [path for path in discovery.runs if path.name in chosen]
     names = [path.name for path in discovery.runs]
     fields = ("run_id", "path", "fingerprint", "next_stale_at", "archived", "summary", "host__name")
     rows = [
@@ -711,6 +754,7 @@ def root_import(
         run_import(path=path, limits=limits, now=now, force=force, progress=progress, listing=listing, host=host)
         for path, listing in changed
     ]
+    _stamp_checked(reports, unchanged, {name: row.fingerprint for name, row in known.items()}, now)
     if report_unchanged:
         reports += [_report(run, changed=False) for run in Run.objects.filter(run_id__in=unchanged)]
         reports.sort(key=lambda report: report.run_id)
@@ -719,6 +763,60 @@ def root_import(
         for f in Finding.objects.filter(run__isnull=True, root=root_key, closed_at__isnull=True)
     ]
     return ImportReport(reports, root_findings)
+
+
+def _stamp_checked(
+    reports: list[RunReport], unchanged: list[str], fingerprints: dict[str, str], now: dt.datetime
+) -> None:
+    """After a pass: the runs it checked are stamped checked, those whose files changed (or whose
+    import failed, to be read again while hot) changed, and each is judged abandoned or not."""
+    imported = [report.run_id for report in reports]
+    checked = imported + unchanged
+    rows = [
+        row
+        for start in range(0, len(imported), 500)
+        for row in Run.objects.filter(run_id__in=imported[start : start + 500]).values_list("run_id", "fingerprint")
+    ]
+    failed = {report.run_id for report in reports if report.failed}
+    changed = [run_id for run_id, fingerprint in rows if run_id in failed or fingerprints.get(run_id) != fingerprint]
+    for start in range(0, len(checked), 500):
+        Run.objects.filter(run_id__in=checked[start : start + 500]).update(checked_at=now)
+    for start in range(0, len(changed), 500):
+        Run.objects.filter(run_id__in=changed[start : start + 500]).update(changed_at=now)
+    _judge_abandoned(checked, now)
+
+
+ABANDONED_SUBJECT = "activity"
+
+
+def _judge_abandoned(run_ids: list[str], now: dt.datetime) -> None:
+    """Open the run_abandoned finding of each run that ``models.is_abandoned`` says is (it then
+    leaves the hot set), and close it for each that wrote again or finished."""
+    after = dt.timedelta(seconds=settings.EVIDENCE_ABANDONED_AFTER_SECONDS)
+    fields = ("pk", "run_id", "state", "last_event_at", "changed_at", "abandoned_at")
+    for start in range(0, len(run_ids), 500):
+        rows = Run.objects.filter(run_id__in=run_ids[start : start + 500]).values_list(*fields)
+        for pk, run_id, state, last_event_at, changed_at, abandoned_at in rows:
+            abandoned = models.is_abandoned(state, last_event_at or changed_at, now, after)
+            if abandoned == (abandoned_at is not None):
+                continue
+            run = Run.objects.get(pk=pk)
+            with transaction.atomic():
+                if abandoned:
+                    since = protocol.format_time(last_event_at or changed_at)
+                    detail = (
+                        f"not finished (state {state or 'none'!r}) and no event since {since}: no longer checked "
+                        "every pass; resume the run, or end it with `python -m receipts state`"
+                    )
+                    _store_findings(
+                        run, [FindingRecord("run_abandoned", ABANDONED_SUBJECT, detail, scope=ACTIVITY)], now
+                    )
+                else:
+                    run.findings.filter(code="run_abandoned", closed_at__isnull=True).update(closed_at=now)
+                Run.objects.filter(pk=pk).update(abandoned_at=now if abandoned else None)
+                stats.refresh_run_summary(run)
+            event = "run_abandoned" if abandoned else "run_resumed"
+            log.info(event.replace("_", " "), extra={"event": event, "run_id": run_id})
 
 
 def pending_decisions(run: Run) -> dict[str, tuple[str, str]]:
@@ -766,3 +864,5 @@ def record_confirmation(*, run: Run, call: Call, document: dict[str, Any], now: 
         },
     )
     record_decision(run=run, call=call, resolution=document["resolution"], now=now)
+    # Its files changed: the run is hot, and the next pass of its host reads the confirmation back.
+    Run.objects.filter(pk=run.pk).update(changed_at=now)
