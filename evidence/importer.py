@@ -585,6 +585,7 @@ def _import_run_locked(
         Run.objects.filter(pk=run.pk).update(
             path=str(path),
             state=files.state,
+            finished=protocol.run_is_finished(files.state),
             attempts=files.attempts,
             contract_sha256=files.contract_sha256,
             fingerprint=listing.fingerprint,
@@ -685,8 +686,11 @@ class Watch:
             rows = runs.filter(run_id__in=new[start : start + 500]).values_list("run_id", "path")
             self.mine.update(run_id for run_id, path in rows if path == str(paths[run_id]))
         self.mine &= set(paths)
-        due = (runs.hot(now) | runs.cold_due(now, self.cold_sweep)).values_list("run_id", flat=True)
-        return (set(paths) - self.mine) | (set(due) & set(paths))
+        # Two queries, not one with both: SQLite walks the indexes of an OR's branches only when
+        # each branch is a range of its own, and unordered, or it reads the run_id index whole.
+        due = {*runs.hot(now).order_by().values_list("run_id", flat=True)}
+        due.update(runs.cold_due(now, self.cold_sweep).order_by().values_list("run_id", flat=True))
+        return (set(paths) - self.mine) | (due & set(paths))
 
 
 def root_import(

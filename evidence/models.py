@@ -25,7 +25,9 @@ LIVE_WINDOW = dt.timedelta(minutes=10)
 # decision written into it is read back by the next pass.
 HOT_AFTER_CHANGE = dt.timedelta(minutes=10)
 # Not finished and not found abandoned: a run that may still write, checked by every pass.
-ACTIVE = Q(abandoned_at__isnull=True) & ~Q(state__in=protocol.FINISHED_STATES)
+# "IN (false)", not "= false": SQLite's planner takes "NOT finished", Django's form of the
+# latter, for no index's range, and would read every run.
+ACTIVE = Q(finished__in=[False], abandoned_at__isnull=True)
 
 
 class JSONTextField(models.TextField):
@@ -96,6 +98,9 @@ class Run(models.Model):
     # The host whose importer imported it: its directory is on that machine.
     host = models.ForeignKey(Host, on_delete=models.PROTECT, null=True, related_name="runs", db_index=False)
     state = models.CharField(max_length=64, blank=True)
+    # ``protocol.run_is_finished(state)``, stored with it: "state NOT IN (...)" is no index's
+    # range, and the hot set finds the runs that may still write on an index.
+    finished = models.BooleanField(default=False)
     attempts = models.BigIntegerField(null=True)
     contract_sha256 = models.CharField(max_length=64, blank=True)
     # How far the ledger was read, and a digest of that prefix: the next
@@ -157,7 +162,7 @@ class Run(models.Model):
             models.Index(fields=["checked_at"], name="run_checked_idx"),
             models.Index(fields=["changed_at"], name="run_changed_idx"),
             models.Index(fields=["next_stale_at"], name="run_stale_due_idx"),
-            models.Index(fields=["id"], condition=ACTIVE, name="run_active_idx"),
+            models.Index(fields=["finished", "abandoned_at"], name="run_active_idx"),
         ]
         permissions = [
             ("browse", "Can browse runs, calls, findings, the inbox, the audit and retention"),
