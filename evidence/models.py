@@ -89,7 +89,7 @@ class RunQuerySet(models.QuerySet):
     def cold_due(self, now: dt.datetime, sweep: dt.timedelta) -> RunQuerySet:
         """Runs whose last check is ``sweep`` old: a cold run is checked this often, so that a
         late receipt or a tampered file in it is still found, later."""
-        return self.filter(archived=False, checked_at__lt=now - sweep)
+        return self.filter(archived=False, checked_at__lte=now - sweep)
 
 
 class Run(models.Model):
