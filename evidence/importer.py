@@ -35,7 +35,8 @@ from evidence import hosts, models, stats
 from evidence.models import Call, Confirmation, Event, Finding, Host, HumanDecision, JSONTextField, Run, Submission
 from receipts import durable, protocol, signing
 from receipts.durable import json_file
-from receipts.findings import ACTIVITY, FILES, LEDGER, FindingRecord, storable_text
+from receipts.findings import ACTIVITY as ACTIVITY_SCOPE
+from receipts.findings import FILES, LEDGER, FindingRecord, storable_text
 from receipts.reader import (
     BATCH_EVENTS,
     DEFAULT_LIMITS,
@@ -726,7 +727,7 @@ def root_import(
         chosen = watch.to_check(listed, host, now)
         discovery.runs = [path for path in discovery.runs if path.name in chosen]
     names = [path.name for path in discovery.runs]
-    fields = ("run_id", "path", "fingerprint", "next_stale_at", "archived", "summary", "host__name")
+    fields = ("run_id", "path", "fingerprint", "next_stale_at", "archived", "summary", "host__name", *ACTIVITY)
     rows = [
         row
         for start in range(0, len(names), 500)
@@ -734,6 +735,7 @@ def root_import(
     ]
     known = {row[0]: _Known(row[1], row[2], row[3], row[4], row[5] is not None) for row in rows}
     owners = {row[0]: row[6] for row in rows}
+    activity = {row[0]: row[7:] for row in rows}
     changed: list[tuple[Path, Listing | None]] = []
     unchanged: list[str] = []
     root_problems = list(discovery.findings)
@@ -758,7 +760,7 @@ def root_import(
         run_import(path=path, limits=limits, now=now, force=force, progress=progress, listing=listing, host=host)
         for path, listing in changed
     ]
-    _stamp_checked(reports, unchanged, {name: row.fingerprint for name, row in known.items()}, now)
+    _stamp_checked(reports, unchanged, known, activity, now)
     if report_unchanged:
         reports += [_report(run, changed=False) for run in Run.objects.filter(run_id__in=unchanged)]
         reports.sort(key=lambda report: report.run_id)
@@ -769,58 +771,67 @@ def root_import(
     return ImportReport(reports, root_findings)
 
 
+# What ``models.is_abandoned`` reads of a run, and the stamp it leaves.
+ACTIVITY = ("id", "state", "last_event_at", "changed_at", "abandoned_at")
+
+
 def _stamp_checked(
-    reports: list[RunReport], unchanged: list[str], fingerprints: dict[str, str], now: dt.datetime
+    reports: list[RunReport], unchanged: list[str], known: dict[str, _Known], activity: dict, now: dt.datetime
 ) -> None:
     """After a pass: the runs it checked are stamped checked, those whose files changed (or whose
-    import failed, to be read again while hot) changed, and each is judged abandoned or not."""
+    import failed, to be read again while hot) changed, and each is judged abandoned or not: an
+    unchanged run from what the pass read of it already, an imported one from its rows now."""
     imported = [report.run_id for report in reports]
-    checked = imported + unchanged
-    rows = [
-        row
-        for start in range(0, len(imported), 500)
-        for row in Run.objects.filter(run_id__in=imported[start : start + 500]).values_list("run_id", "fingerprint")
-    ]
     failed = {report.run_id for report in reports if report.failed}
-    changed = [run_id for run_id, fingerprint in rows if run_id in failed or fingerprints.get(run_id) != fingerprint]
+    judged = [activity[run_id] for run_id in unchanged]
+    changed = []
+    for start in range(0, len(imported), 500):
+        rows = Run.objects.filter(run_id__in=imported[start : start + 500]).values_list(
+            "run_id", "fingerprint", *ACTIVITY
+        )
+        for run_id, fingerprint, pk, state, last_event_at, changed_at, abandoned_at in rows:
+            recorded = known.get(run_id)
+            if run_id in failed or recorded is None or recorded.fingerprint != fingerprint:
+                changed.append(run_id)
+                changed_at = now
+            judged.append((pk, state, last_event_at, changed_at, abandoned_at))
+    checked = imported + unchanged
     for start in range(0, len(checked), 500):
         Run.objects.filter(run_id__in=checked[start : start + 500]).update(checked_at=now)
     for start in range(0, len(changed), 500):
         Run.objects.filter(run_id__in=changed[start : start + 500]).update(changed_at=now)
-    _judge_abandoned(checked, now)
+    _judge_abandoned(judged, now)
 
 
 ABANDONED_SUBJECT = "activity"
 
 
-def _judge_abandoned(run_ids: list[str], now: dt.datetime) -> None:
+def _judge_abandoned(rows: list[tuple], now: dt.datetime) -> None:
     """Open the run_abandoned finding of each run that ``models.is_abandoned`` says is (it then
-    leaves the hot set), and close it for each that wrote again or finished."""
+    leaves the hot set), and close it for each that wrote again or finished. ``rows``: each
+    run's ``ACTIVITY``."""
     after = dt.timedelta(seconds=settings.EVIDENCE_ABANDONED_AFTER_SECONDS)
-    fields = ("pk", "run_id", "state", "last_event_at", "changed_at", "abandoned_at")
-    for start in range(0, len(run_ids), 500):
-        rows = Run.objects.filter(run_id__in=run_ids[start : start + 500]).values_list(*fields)
-        for pk, run_id, state, last_event_at, changed_at, abandoned_at in rows:
-            abandoned = models.is_abandoned(state, last_event_at or changed_at, now, after)
-            if abandoned == (abandoned_at is not None):
-                continue
-            run = Run.objects.get(pk=pk)
-            with transaction.atomic():
-                if abandoned:
-                    since = protocol.format_time(last_event_at or changed_at)
-                    detail = (
-                        f"not finished (state {state or 'none'!r}) and no event since {since}: no longer checked "
-                        "every pass; resume the run, or end it with `python -m receipts state`"
-                    )
-                    _store_findings(
-                        run, [FindingRecord("run_abandoned", ABANDONED_SUBJECT, detail, scope=ACTIVITY)], now
-                    )
-                else:
-                    run.findings.filter(code="run_abandoned", closed_at__isnull=True).update(closed_at=now)
-                Run.objects.filter(pk=pk).update(abandoned_at=now if abandoned else None)
-                stats.refresh_run_summary(run)
-            event = "run_abandoned" if abandoned else "run_resumed"
-            log.info(event.replace("_", " "), extra={"event": event, "run_id": run_id})
+    for pk, state, last_event_at, changed_at, abandoned_at in rows:
+        abandoned = models.is_abandoned(state, last_event_at or changed_at, now, after)
+        if abandoned == (abandoned_at is not None):
+            continue
+        run = Run.objects.get(pk=pk)
+        with transaction.atomic():
+            if abandoned:
+                since = protocol.format_time(last_event_at or changed_at)
+                detail = (
+                    f"not finished (state {state or 'none'!r}) and no event since {since}: no longer checked "
+                    "every pass; resume the run, or end it with `python -m receipts state`"
+                )
+                _store_findings(
+                    run, [FindingRecord("run_abandoned", ABANDONED_SUBJECT, detail, scope=ACTIVITY_SCOPE)], now
+                )
+            else:
+                run.findings.filter(code="run_abandoned", closed_at__isnull=True).update(closed_at=now)
+            Run.objects.filter(pk=pk).update(abandoned_at=now if abandoned else None)
+            stats.refresh_run_summary(run)
+        event = "run_abandoned" if abandoned else "run_resumed"
+        log.info(event.replace("_", " "), extra={"event": event, "run_id": run.run_id})
 
 
 def pending_decisions(run: Run) -> dict[str, tuple[str, str]]:
