@@ -1,4 +1,4 @@
-"""Watch benchmark (run by hand: `make bench-watch`; not part of the suite).
+"""Watch benchmark (run by hand; not part of the suite).
 
 Builds (once, cached under tests/bench/out/) a runs root of 20,000 small runs,
 finished, of which 50 are running; imports it whole into a fresh database, then
