@@ -676,22 +676,23 @@ class Watch:
     def from_settings(cls) -> Watch:
         return cls(cold_sweep=dt.timedelta(seconds=settings.EVIDENCE_COLD_SWEEP_SECONDS))
 
-    def to_check(self, paths: dict[str, Path], host: Host, now: dt.datetime) -> set[str]:
-        """The listed runs this pass checks: the hot set, the cold runs due, and every name not
-        found as this host's run at this path. No file of any other run is touched."""
+    def to_check(self, base: Path, names: list[str], host: Host, now: dt.datetime) -> set[str]:
+        """The runs listed under ``base`` that this pass checks: the hot set, the cold runs due,
+        and every name not found as this host's run at this path. No other run is touched."""
         if self.found_at is None or now - self.found_at >= self.cold_sweep:
             self.mine, self.found_at = set(), now
+        listed = set(names)
         runs = Run.objects.filter(Q(host=host) | Q(host__isnull=True))
-        new = sorted(set(paths) - self.mine)
+        new = sorted(listed - self.mine)
         for start in range(0, len(new), 500):
             rows = runs.filter(run_id__in=new[start : start + 500]).values_list("run_id", "path")
-            self.mine.update(run_id for run_id, path in rows if path == str(paths[run_id]))
-        self.mine &= set(paths)
+            self.mine.update(run_id for run_id, path in rows if path == os.path.join(base, run_id))
+        self.mine &= listed
         # Two queries, not one with both: SQLite walks the indexes of an OR's branches only when
         # each branch is a range of its own, and unordered, or it reads the run_id index whole.
         due = {*runs.hot(now).order_by().values_list("run_id", flat=True)}
         due.update(runs.cold_due(now, self.cold_sweep).order_by().values_list("run_id", flat=True))
-        return (set(paths) - self.mine) | (due & set(paths))
+        return (listed - self.mine) | (due & listed)
 
 
 def root_import(
@@ -722,11 +723,10 @@ def root_import(
     host = host or hosts.current()
     discovery = discover_runs(Path(root))
     root_key = storable_text(str(Path(root).absolute()))
+    base, names = discovery.base.absolute(), discovery.names
     if watch is not None:
-        listed = {path.name: path.absolute() for path in discovery.runs}
-        chosen = watch.to_check(listed, host, now)
-        discovery.runs = [path for path in discovery.runs if path.name in chosen]
-    names = [path.name for path in discovery.runs]
+        chosen = watch.to_check(base, names, host, now)
+        names = [name for name in names if name in chosen]
     fields = ("run_id", "path", "fingerprint", "next_stale_at", "archived", "summary", "host__name", *ACTIVITY)
     rows = [
         row
@@ -739,7 +739,7 @@ def root_import(
     changed: list[tuple[Path, Listing | None]] = []
     unchanged: list[str] = []
     root_problems = list(discovery.findings)
-    for path in (path.absolute() for path in discovery.runs):
+    for path in (base / name for name in names):
         recorded = known.get(path.name)
         if recorded is not None and recorded.archived:
             continue  # an archived run is never brought back; retention removes what is left of it
