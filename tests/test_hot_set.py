@@ -241,6 +241,7 @@ def test_the_settings_defaults_are_a_day_and_an_hour(settings):
 
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace counts the watch's file system calls")
+@pytest.mark.django_db(transaction=True)  # the child's rows are committed: emptied after
 def test_a_watching_importer_touches_no_file_of_a_cold_run(root, tmp_path):
     """``import_runs --watch`` under strace: every file system call it makes, by path. Not even
     the cold run's directory is stat-ed: the root's listing gives each entry's type."""
