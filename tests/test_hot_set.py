@@ -274,3 +274,13 @@ def test_a_watching_importer_touches_no_file_of_a_cold_run(root, tmp_path):
     assert touching_cold == [], touching_cold[:5]
     listings = [line for line in calls if f'"{root}"' in line and "O_DIRECTORY" in line]
     assert len(listings) >= 3, "the root is listed every pass: the cold run is a name there, nothing more"
+
+
+def test_the_inbox_and_findings_pages_show_an_abandoned_run(root, logged_in):
+    make_run(root, "left-run", finished=False)
+    importer.root_import(root=root, now=protocol.utc_now() + 2 * DAY)
+    page = logged_in.get("/inbox/", {"kind": inbox.ABANDONED}).content.decode()
+    assert "left-run" in page and "run_abandoned" in page and "resume the run" in page
+    assert "findings/?code=run_abandoned&amp;run=left-run" in page
+    findings = logged_in.get("/findings/", {"code": "run_abandoned"}).content.decode()
+    assert "left-run" in findings and "no event since" in findings
