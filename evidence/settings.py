@@ -125,7 +125,7 @@ def env_seconds(name: str, default: int) -> int:
 EVIDENCE_ABANDONED_AFTER_SECONDS = env_seconds("EVIDENCE_ABANDONED_AFTER_SECONDS", 86400)
 # Every cold run (finished, or abandoned) is checked again at least this often: a change there
 # (a late receipt, a tampered file, an abandoned run resuming) is found within an hour, and a
-# sweep of 20,000 runs costs about a second of every hour (docs/benchmarks.md, "The watch").
+# sweep of 20,000 runs costs a few seconds of every hour (docs/benchmarks.md, "The watch").
 EVIDENCE_COLD_SWEEP_SECONDS = env_seconds("EVIDENCE_COLD_SWEEP_SECONDS", 3600)
 
 INSTALLED_APPS = [
