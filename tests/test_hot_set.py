@@ -284,3 +284,16 @@ def test_the_inbox_and_findings_pages_show_an_abandoned_run(root, logged_in):
     assert "findings/?code=run_abandoned&amp;run=left-run" in page
     findings = logged_in.get("/findings/", {"code": "run_abandoned"}).content.decode()
     assert "left-run" in findings and "no event since" in findings
+
+
+def test_the_cold_sweep_is_kept_per_run_across_a_restart_of_the_watch(root):
+    make_run(root, "cold-run", finished=True)
+    start = protocol.utc_now()
+    importer.root_import(root=root, now=start)
+    just_before = start + SWEEP - dt.timedelta(seconds=1)
+    assert checked(importer.root_import(root=root, now=just_before, watch=importer.Watch(cold_sweep=SWEEP))) == []
+    # A new watch (the importer restarted) knows no name yet: the stamps say the run is due.
+    assert checked(importer.root_import(root=root, now=start + SWEEP, watch=importer.Watch(cold_sweep=SWEEP))) == [
+        "cold-run"
+    ]
+    assert Run.objects.get(run_id="cold-run").checked_at == start + SWEEP
