@@ -29,12 +29,13 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import DateTimeField, Model
+from django.db.models import DateTimeField, Model, Q
 
-from evidence import hosts, stats
+from evidence import hosts, models, stats
 from evidence.models import Call, Confirmation, Event, Finding, Host, HumanDecision, JSONTextField, Run, Submission
 from receipts import durable, protocol, signing
 from receipts.durable import json_file
+from receipts.findings import ACTIVITY as ACTIVITY_SCOPE
 from receipts.findings import FILES, LEDGER, FindingRecord, storable_text
 from receipts.reader import (
     BATCH_EVENTS,
@@ -662,6 +663,7 @@ def _import_run_locked(
         Run.objects.filter(pk=run.pk).update(
             path=str(path),
             state=files.state,
+            finished=protocol.run_is_finished(files.state),
             attempts=files.attempts,
             contract_sha256=files.contract_sha256,
             fingerprint=listing.fingerprint,
@@ -818,6 +820,43 @@ class _Known:
         return self.may_be_unchanged(path, now) and listing.fingerprint == self.fingerprint
 
 
+@dataclasses.dataclass
+class Watch:
+    """What a watch carries from one pass to the next (``root_import``'s ``watch``).
+
+    ``mine``: the listed names already found in the database as this host's runs at these
+    paths. A pass looks up only the names it has not found so (a new directory, a copy another
+    host owns): looking 20,000 names up every pass would cost more than the hot runs. Forgotten
+    every ``cold_sweep``, so that a run deleted from the database is found again.
+    """
+
+    cold_sweep: dt.timedelta
+    mine: set[str] = dataclasses.field(default_factory=set)
+    found_at: dt.datetime | None = None
+
+    @classmethod
+    def from_settings(cls) -> Watch:
+        return cls(cold_sweep=dt.timedelta(seconds=settings.EVIDENCE_COLD_SWEEP_SECONDS))
+
+    def to_check(self, base: Path, names: list[str], host: Host, now: dt.datetime) -> set[str]:
+        """The runs listed under ``base`` that this pass checks: the hot set, the cold runs due,
+        and every name not found as this host's run at this path. No other run is touched."""
+        if self.found_at is None or now - self.found_at >= self.cold_sweep:
+            self.mine, self.found_at = set(), now
+        listed = set(names)
+        runs = Run.objects.filter(Q(host=host) | Q(host__isnull=True))
+        new = sorted(listed - self.mine)
+        for start in range(0, len(new), 500):
+            rows = runs.filter(run_id__in=new[start : start + 500]).values_list("run_id", "path")
+            self.mine.update(run_id for run_id, path in rows if path == os.path.join(base, run_id))
+        self.mine &= listed
+        # Two queries, not one with both: SQLite walks the indexes of an OR's branches only when
+        # each branch is a range of its own, and unordered, or it reads the run_id index whole.
+        due = {*runs.hot(now).order_by().values_list("run_id", flat=True)}
+        due.update(runs.cold_due(now, self.cold_sweep).order_by().values_list("run_id", flat=True))
+        return (listed - self.mine) | (due & listed)
+
+
 def root_import(
     *,
     root: Path,
@@ -827,6 +866,7 @@ def root_import(
     progress: Progress | None = None,
     report_unchanged: bool = True,
     host: Host | None = None,
+    watch: Watch | None = None,
 ) -> ImportReport:
     """Import every run directory under ``root`` (or ``root`` itself when it is one), as
     ``host``'s (this process's by default): a run another host imported is not imported here.
@@ -835,13 +875,21 @@ def root_import(
     last import recorded of every run is read in one query, so a run whose files
     have not changed costs its ``stat`` calls and nothing else; without
     ``report_unchanged`` (the watch) it is not even reported.
+
+    With ``watch`` only the runs ``Watch.to_check`` chooses are checked (and reported): the
+    hot set, the cold runs due, and new directories; the others cost one entry of the root's
+    listing. Every run checked is stamped checked (and changed, when its files were), and is
+    found abandoned, or no longer, by ``models.is_abandoned``.
     """
     now = now or protocol.utc_now()
     host = host or hosts.current()
     discovery = discover_runs(Path(root))
     root_key = storable_text(str(Path(root).absolute()))
-    names = [path.name for path in discovery.runs]
-    fields = ("run_id", "path", "fingerprint", "next_stale_at", "archived", "summary", "host__name")
+    base, names = discovery.base.absolute(), discovery.names
+    if watch is not None:
+        chosen = watch.to_check(base, names, host, now)
+        names = [name for name in names if name in chosen]
+    fields = ("run_id", "path", "fingerprint", "next_stale_at", "archived", "summary", "host__name", *ACTIVITY)
     rows = [
         row
         for start in range(0, len(names), 500)
@@ -849,10 +897,11 @@ def root_import(
     ]
     known = {row[0]: _Known(row[1], row[2], row[3], row[4], row[5] is not None) for row in rows}
     owners = {row[0]: row[6] for row in rows}
+    activity = {row[0]: row[7:] for row in rows}
     changed: list[tuple[Path, Listing | None]] = []
     unchanged: list[str] = []
     root_problems = list(discovery.findings)
-    for path in (path.absolute() for path in discovery.runs):
+    for path in (base / name for name in names):
         recorded = known.get(path.name)
         if recorded is not None and recorded.archived:
             continue  # an archived run is never brought back; retention removes what is left of it
@@ -873,6 +922,7 @@ def root_import(
         run_import(path=path, limits=limits, now=now, force=force, progress=progress, listing=listing, host=host)
         for path, listing in changed
     ]
+    _stamp_checked(reports, unchanged, known, activity, now)
     if report_unchanged:
         reports += [_report(run, changed=False) for run in Run.objects.filter(run_id__in=unchanged)]
         reports.sort(key=lambda report: report.run_id)
@@ -881,6 +931,69 @@ def root_import(
         for f in Finding.objects.filter(run__isnull=True, root=root_key, closed_at__isnull=True)
     ]
     return ImportReport(reports, root_findings)
+
+
+# What ``models.is_abandoned`` reads of a run, and the stamp it leaves.
+ACTIVITY = ("id", "state", "last_event_at", "changed_at", "abandoned_at")
+
+
+def _stamp_checked(
+    reports: list[RunReport], unchanged: list[str], known: dict[str, _Known], activity: dict, now: dt.datetime
+) -> None:
+    """After a pass: the runs it checked are stamped checked, those whose files changed (or whose
+    import failed, to be read again while hot) changed, and each is judged abandoned or not: an
+    unchanged run from what the pass read of it already, an imported one from its rows now."""
+    imported = [report.run_id for report in reports]
+    failed = {report.run_id for report in reports if report.failed}
+    judged = [activity[run_id] for run_id in unchanged]
+    changed = []
+    for start in range(0, len(imported), 500):
+        rows = Run.objects.filter(run_id__in=imported[start : start + 500]).values_list(
+            "run_id", "fingerprint", *ACTIVITY
+        )
+        for run_id, fingerprint, pk, state, last_event_at, changed_at, abandoned_at in rows:
+            recorded = known.get(run_id)
+            if run_id in failed or recorded is None or recorded.fingerprint != fingerprint:
+                changed.append(run_id)
+                changed_at = now
+            judged.append((pk, state, last_event_at, changed_at, abandoned_at))
+    checked = imported + unchanged
+    for start in range(0, len(checked), 500):
+        Run.objects.filter(run_id__in=checked[start : start + 500]).update(checked_at=now)
+    for start in range(0, len(changed), 500):
+        Run.objects.filter(run_id__in=changed[start : start + 500]).update(changed_at=now)
+    _judge_abandoned(judged, now)
+
+
+ABANDONED_SUBJECT = "activity"
+
+
+def _judge_abandoned(rows: list[tuple], now: dt.datetime) -> None:
+    """Open the run_abandoned finding of each run that ``models.is_abandoned`` says is (it then
+    leaves the hot set), and close it for each that wrote again or finished. ``rows``: each
+    run's ``ACTIVITY``."""
+    after = dt.timedelta(seconds=settings.EVIDENCE_ABANDONED_AFTER_SECONDS)
+    for pk, state, last_event_at, changed_at, abandoned_at in rows:
+        abandoned = models.is_abandoned(state, last_event_at or changed_at, now, after)
+        if abandoned == (abandoned_at is not None):
+            continue
+        run = Run.objects.get(pk=pk)
+        with transaction.atomic():
+            if abandoned:
+                since = protocol.format_time(last_event_at or changed_at)
+                detail = (
+                    f"not finished (state {state or 'none'!r}) and no event since {since}: no longer checked "
+                    "every pass; resume the run, or end it with `python -m receipts state`"
+                )
+                _store_findings(
+                    run, [FindingRecord("run_abandoned", ABANDONED_SUBJECT, detail, scope=ACTIVITY_SCOPE)], now
+                )
+            else:
+                run.findings.filter(code="run_abandoned", closed_at__isnull=True).update(closed_at=now)
+            Run.objects.filter(pk=pk).update(abandoned_at=now if abandoned else None)
+            stats.refresh_run_summary(run)
+        event = "run_abandoned" if abandoned else "run_resumed"
+        log.info(event.replace("_", " "), extra={"event": event, "run_id": run.run_id})
 
 
 def pending_decisions(run: Run) -> dict[str, tuple[str, str]]:
@@ -928,3 +1041,5 @@ def record_confirmation(*, run: Run, call: Call, document: dict[str, Any], now: 
         },
     )
     record_decision(run=run, call=call, resolution=document["resolution"], now=now)
+    # Its files changed: the run is hot, and the next pass of its host reads the confirmation back.
+    Run.objects.filter(pk=run.pk).update(changed_at=now)

@@ -1,8 +1,9 @@
 """The inbox: everything that needs a person's decision, across runs, one list.
 
-Five kinds, each an index-backed query: calls in doubt (``Call.in_doubt``),
-receipts among them that fail their identity check, submission conflicts,
-stale reservations, and rewritten ledgers or broken chains. Each item says its
+Seven kinds, each an index-backed query: silent hosts, calls in doubt
+(``Call.in_doubt``), receipts among them that fail their identity check,
+submission conflicts, stale reservations, rewritten ledgers or broken chains,
+and abandoned runs (not finished, silent: ``models.is_abandoned``). Each item says its
 severity, its age, its run and the next action. The list is keyset-paged like
 every other (``inbox_segments``). A settled call leaves the inbox: it is no
 longer in doubt.
@@ -25,9 +26,16 @@ from receipts.findings import CODES, ERROR, WARNING
 
 IN_DOUBT, TAMPERED, CONFLICT, STALE, LEDGER = "in doubt", "tampered", "conflict", "stale reservation", "ledger"
 HOST = "silent host"  # a host whose importer stopped reporting: its runs' decisions wait
-KINDS = (HOST, TAMPERED, LEDGER, IN_DOUBT, CONFLICT, STALE)  # the order of the filter, most serious first
+# A run that stopped writing before it finished: someone resumes it or ends it (retention keeps it till then).
+ABANDONED = "abandoned run"
+KINDS = (HOST, TAMPERED, LEDGER, IN_DOUBT, CONFLICT, STALE, ABANDONED)  # the order of the filter, most serious first
 LEDGER_CODES = ("ledger_rewritten", "ledger_chain_broken")
-FINDING_KINDS = {LEDGER: LEDGER_CODES, CONFLICT: ("submission_conflict",), STALE: ("stale_reservation",)}
+FINDING_KINDS = {
+    LEDGER: LEDGER_CODES,
+    CONFLICT: ("submission_conflict",),
+    STALE: ("stale_reservation",),
+    ABANDONED: ("run_abandoned",),
+}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,6 +20,14 @@ from receipts.protocol import EMPTY_SHA256, ZERO_HASH
 
 # A run whose last event is older than this is shown as not live, and its page stops refreshing.
 LIVE_WINDOW = dt.timedelta(minutes=10)
+# A run whose files changed stays hot this long, finished or not: a writer between two calls, or
+# one that has just finished, writes again soon (its last receipt, a sweep), and a person's
+# decision written into it is read back by the next pass.
+HOT_AFTER_CHANGE = dt.timedelta(minutes=10)
+# Not finished and not found abandoned: a run that may still write, checked by every pass.
+# "IN (false)", not "= false": SQLite's planner takes "NOT finished", Django's form of the
+# latter, for no index's range, and would read every run.
+ACTIVE = Q(finished__in=[False], abandoned_at__isnull=True)
 
 
 class JSONTextField(models.TextField):
@@ -69,6 +77,20 @@ class RunQuerySet(models.QuerySet):
         """Runs that may still write: ``protocol.run_is_finished``, said in SQL."""
         return self.exclude(state__in=protocol.FINISHED_STATES)
 
+    def hot(self, now: dt.datetime) -> RunQuerySet:
+        """The hot set: runs every pass of a watch checks (docs/operations.md, "How a pass chooses
+        what to check"). Never checked (new, or imported before the hot set), changed within
+        ``HOT_AFTER_CHANGE``, a stale-age deadline due, or not finished and not abandoned.
+        ``Run.is_hot`` is the same rule for one row; each branch is a range of its own index."""
+        return self.filter(archived=False).filter(
+            Q(checked_at__isnull=True) | Q(changed_at__gte=now - HOT_AFTER_CHANGE) | Q(next_stale_at__lte=now) | ACTIVE
+        )
+
+    def cold_due(self, now: dt.datetime, sweep: dt.timedelta) -> RunQuerySet:
+        """Runs whose last check is ``sweep`` old: a cold run is checked this often, so that a
+        late receipt or a tampered file in it is still found, later."""
+        return self.filter(archived=False, checked_at__lte=now - sweep)
+
 
 class Run(models.Model):
     run_id = models.CharField(max_length=128, unique=True)
@@ -76,6 +98,9 @@ class Run(models.Model):
     # The host whose importer imported it: its directory is on that machine.
     host = models.ForeignKey(Host, on_delete=models.PROTECT, null=True, related_name="runs", db_index=False)
     state = models.CharField(max_length=64, blank=True)
+    # ``protocol.run_is_finished(state)``, stored with it: "state NOT IN (...)" is no index's
+    # range, and the hot set finds the runs that may still write on an index.
+    finished = models.BooleanField(default=False)
     attempts = models.BigIntegerField(null=True)
     contract_sha256 = models.CharField(max_length=64, blank=True)
     # How far the ledger was read, and a digest of that prefix: the next
@@ -120,6 +145,13 @@ class Run(models.Model):
     retention_clock_from = models.DateTimeField(null=True)
     retention_blocked = models.BooleanField(default=False)
     body_bytes = models.BigIntegerField(default=0)  # what stripping the bodies would free
+    # The hot set's facts (``RunQuerySet.hot``): when a pass last compared the files with what
+    # was imported (null: never, so the next pass does), when they were last known to change (a
+    # pass found them changed, or a person's decision was written into them), and since when the
+    # run is abandoned (its run_abandoned finding is open).
+    checked_at = models.DateTimeField(null=True)
+    changed_at = models.DateTimeField(null=True)
+    abandoned_at = models.DateTimeField(null=True)
 
     objects = RunQuerySet.as_manager()
 
@@ -129,6 +161,11 @@ class Run(models.Model):
             models.Index(fields=["state"]),
             # The runs list, newest activity first, paged by key.
             models.Index(fields=["last_event_at", "run_id"], name="run_activity_idx"),
+            # The hot set and the cold sweep, one index a branch (RunQuerySet.hot, cold_due).
+            models.Index(fields=["checked_at"], name="run_checked_idx"),
+            models.Index(fields=["changed_at"], name="run_changed_idx"),
+            models.Index(fields=["next_stale_at"], name="run_stale_due_idx"),
+            models.Index(fields=["finished", "abandoned_at"], name="run_active_idx"),
         ]
         permissions = [
             ("browse", "Can browse runs, calls, findings, the inbox, the audit and retention"),
@@ -150,6 +187,31 @@ class Run(models.Model):
         if self.is_finished or self.last_event_at is None:
             return False
         return protocol.utc_now() - self.last_event_at < LIVE_WINDOW
+
+    def is_hot(self, now: dt.datetime) -> bool:
+        """Whether every pass of a watch checks it: ``RunQuerySet.hot``'s rule, for this row."""
+        if self.archived:
+            return False
+        return (
+            self.checked_at is None
+            or (self.changed_at is not None and self.changed_at >= now - HOT_AFTER_CHANGE)
+            or (self.next_stale_at is not None and self.next_stale_at <= now)
+            or (self.abandoned_at is None and not self.is_finished)
+        )
+
+    @property
+    def last_activity_at(self) -> dt.datetime | None:
+        """Its last event, or for a run with none, when its files last changed."""
+        return self.last_event_at or self.changed_at
+
+
+def is_abandoned(state: str, last_activity_at: dt.datetime | None, now: dt.datetime, after: dt.timedelta) -> bool:
+    """The one rule for "abandoned": not finished (``protocol.run_is_finished``), and no event
+    (nor, for a run with no event, a change of its files) for ``after``. The pass that checks a
+    run asks it, and opens or closes the run's run_abandoned finding."""
+    if protocol.run_is_finished(state) or last_activity_at is None:
+        return False
+    return now - last_activity_at >= after
 
 
 def with_run(rows: models.QuerySet) -> models.QuerySet:

@@ -5,8 +5,8 @@ DJANGO_DEBUG, DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS, DJANGO_HTTPS,
 EVIDENCE_RUNS_ROOT, EVIDENCE_ARCHIVE_ROOT, EVIDENCE_READ_ONLY, EVIDENCE_STRIP_AFTER_DAYS,
 EVIDENCE_ARCHIVE_AFTER_DAYS, EVIDENCE_PROXY_COUNT,
 EVIDENCE_METRICS_TOKEN, EVIDENCE_SIGNING_KEY_FILES, EVIDENCE_SIGNED_RUNS_ONLY, EVIDENCE_HOST_NAME,
-EVIDENCE_HOST_SILENT_AFTER_SECONDS. Parsers are strict: a malformed
-value stops start-up. What is unset is what a deployment needs: debugging off,
+EVIDENCE_HOST_SILENT_AFTER_SECONDS, EVIDENCE_ABANDONED_AFTER_SECONDS, EVIDENCE_COLD_SWEEP_SECONDS.
+Parsers are strict: a malformed value stops start-up. What is unset is what a deployment needs: debugging off,
 HTTPS on.
 """
 
@@ -109,6 +109,24 @@ if not RUN_ID_RE.fullmatch(EVIDENCE_HOST_NAME) or EVIDENCE_HOST_NAME.startswith(
 EVIDENCE_HOST_SILENT_AFTER_SECONDS = env_count("EVIDENCE_HOST_SILENT_AFTER_SECONDS", 120)
 if EVIDENCE_HOST_SILENT_AFTER_SECONDS < 1:
     raise ImproperlyConfigured("EVIDENCE_HOST_SILENT_AFTER_SECONDS must be a whole number of seconds from 1")
+
+
+def env_seconds(name: str, default: int) -> int:
+    value = os.environ.get(name, str(default))
+    if not value.isdigit() or int(value) < 1:
+        raise ImproperlyConfigured(f"{name} must be a whole number of seconds from 1, not {value!r}")
+    return int(value)
+
+
+# The watch's hot set (docs/operations.md, "How a pass chooses what to check"). A run not finished
+# with no event for a day is abandoned: an agent's run lasts minutes to hours, a runtime that
+# resumes after a crash does so within hours, and a day still lets a run paused overnight go on
+# without a finding; its run_abandoned finding closes by itself when it writes again.
+EVIDENCE_ABANDONED_AFTER_SECONDS = env_seconds("EVIDENCE_ABANDONED_AFTER_SECONDS", 86400)
+# Every cold run (finished, or abandoned) is checked again at least this often: a change there
+# (a late receipt, a tampered file, an abandoned run resuming) is found within an hour, and a
+# sweep of 20,000 runs costs a few seconds of every hour (docs/benchmarks.md, "The watch").
+EVIDENCE_COLD_SWEEP_SECONDS = env_seconds("EVIDENCE_COLD_SWEEP_SECONDS", 3600)
 
 INSTALLED_APPS = [
     "evidence.admin_apps.RoleAdminConfig",

@@ -13,6 +13,7 @@ ERROR, WARNING = "error", "warning"
 FILES = "files"  # re-checked on every import: closed when not seen again
 LEDGER = "ledger"  # about ledger lines: re-checked only when the ledger is read from scratch
 STICKY = "sticky"  # a rewritten ledger: stays open until a person deals with it
+ACTIVITY = "activity"  # a run's silence: re-checked by every pass that checks the run, from its rows
 
 CODES: dict[str, tuple[str, str]] = {
     # code: (severity, meaning)
@@ -56,6 +57,10 @@ CODES: dict[str, tuple[str, str]] = {
     "decision_undeliverable": (
         ERROR,
         "a person's decision its host could not write into the run: the receipt changed since, or another is there",
+    ),
+    "run_abandoned": (
+        WARNING,
+        "not finished, and no event for EVIDENCE_ABANDONED_AFTER_SECONDS: no longer checked every pass",
     ),
 }
 

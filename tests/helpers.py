@@ -11,8 +11,9 @@ from receipts import protocol
 PROJECT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 CONTRACT = protocol.sha256_hex(b"test contract")
-# The columns an import stamps with its own time: two imports of the same files differ only there.
-IMPORT_TIMESTAMPS = ("imported_at", "first_seen", "last_seen", "closed_at")
+# The columns an import stamps with its own time (and the hot set's): two imports of the same files
+# differ only there.
+IMPORT_TIMESTAMPS = ("imported_at", "first_seen", "last_seen", "closed_at", "checked_at", "changed_at", "abandoned_at")
 
 
 def data_path(*parts: str) -> Path:

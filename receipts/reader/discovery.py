@@ -20,8 +20,18 @@ from receipts.reader.safe_open import signature_from
 
 @dataclasses.dataclass
 class Discovery:
-    runs: list[Path]
+    """The run directories found, by name under ``base``, and what else the root holds.
+
+    Names, not paths: a root of 20,000 runs is listed every pass of a watch, which makes
+    paths of the few it checks (``runs`` makes them all)."""
+
+    base: Path
+    names: list[str]
     findings: list[FindingRecord]
+
+    @property
+    def runs(self) -> list[Path]:
+        return [self.base / name for name in self.names]
 
 
 def looks_like_run(path: Path) -> bool:
@@ -37,26 +47,29 @@ def discover_runs(root: Path) -> Discovery:
     root = Path(root)
     label = storable_text(str(root))
     if ".." in root.parts:
-        return Discovery([], [FindingRecord("unsafe_path", label, "a path with '..' in it: not followed")])
+        return Discovery(root, [], [FindingRecord("unsafe_path", label, "a path with '..' in it: not followed")])
     if label != str(root):
-        return Discovery([], [FindingRecord("unsafe_path", label, "the path is not UTF-8: not followed")])
+        return Discovery(root, [], [FindingRecord("unsafe_path", label, "the path is not UTF-8: not followed")])
     if root.is_symlink():
-        return Discovery([], [FindingRecord("unsafe_path", label, "the root is a symlink: not followed")])
+        return Discovery(root, [], [FindingRecord("unsafe_path", label, "the root is a symlink: not followed")])
     if not root.is_dir():
-        return Discovery([], [FindingRecord("unsafe_path", label, "not a directory")])
+        return Discovery(root, [], [FindingRecord("unsafe_path", label, "not a directory")])
     if looks_like_run(root):
         if not protocol.valid_run_id(root.name):
-            return Discovery([], [FindingRecord("unsafe_path", root.name, "not a valid run_id")])
-        return Discovery([root], [])
-    runs, findings = [], []
+            return Discovery(root, [], [FindingRecord("unsafe_path", root.name, "not a valid run_id")])
+        return Discovery(root.parent, [root.name], [])
+    runs: list[str] = []
+    findings: list[FindingRecord] = []
     try:
-        names = sorted(os.listdir(root))
+        with os.scandir(root) as listing:
+            entries = sorted((entry.name, entry) for entry in listing)
     except OSError as error:
-        return Discovery([], [FindingRecord("unsafe_path", label, f"cannot be listed: {error.strerror}")])
-    for name in names:
-        path = root / name
+        return Discovery(root, [], [FindingRecord("unsafe_path", label, f"cannot be listed: {error.strerror}")])
+    for name, entry in entries:
+        # The entry's type as the listing gave it: no stat per entry, for a root of 20,000 runs
+        # that a watch lists every pass (DirEntry stats only where the file system gives no type).
         try:
-            kind = path.lstat().st_mode
+            kind = _kind(entry)
         except OSError:
             continue  # gone since it was listed
         if stat.S_ISLNK(kind):
@@ -73,8 +86,19 @@ def discover_runs(root: Path) -> Discovery:
                 FindingRecord("unsafe_path", name, "not a valid run_id (1-128 of A-Za-z0-9._-, no leading dot)")
             )
         else:
-            runs.append(path)
-    return Discovery(runs, findings)
+            runs.append(name)
+    return Discovery(root, runs, findings)
+
+
+def _kind(entry: os.DirEntry) -> int:
+    """A mode with only the file type of ``entry``, not following a symlink."""
+    if entry.is_symlink():
+        return stat.S_IFLNK
+    if entry.is_dir(follow_symlinks=False):
+        return stat.S_IFDIR
+    if entry.is_file(follow_symlinks=False):
+        return stat.S_IFREG
+    return stat.S_IFMT(entry.stat(follow_symlinks=False).st_mode)
 
 
 # --- fingerprint -----------------------------------------------------------

@@ -3,6 +3,10 @@
 On an agent host, pointed at the central database, ``--watch`` is the host's
 shipper: it registers the host, delivers the people's decisions about its runs
 before each pass, and beats the host's heart after each.
+
+A one-off import checks every run. A watch checks the hot set (``RunQuerySet.hot``), the
+cold runs due for their sweep (``EVIDENCE_COLD_SWEEP_SECONDS``) and new run directories,
+from its first pass on (``--force`` makes the first pass a full, forced one).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from evidence import delivery, hosts
-from evidence.importer import ImportReport, root_import
+from evidence.importer import ImportReport, Watch, root_import
 from receipts.reader import MAX_JSON_BYTES, MAX_LINE_BYTES, Limits
 
 
@@ -56,7 +60,9 @@ class Command(BaseCommand):
             "root", type=Path, nargs="?", default=None, help="runs root or run directory (default: EVIDENCE_RUNS_ROOT)"
         )
         parser.add_argument("--json", action="store_true", help="print the report as one JSON document")
-        parser.add_argument("--watch", action="store_true", help="re-import changes until interrupted")
+        parser.add_argument(
+            "--watch", action="store_true", help="re-import changes until interrupted, checking the hot set each pass"
+        )
         parser.add_argument("--interval", type=float, default=3.0, help="seconds between --watch passes (3)")
         parser.add_argument("--force", action="store_true", help="re-read runs whose files did not change")
         parser.add_argument("--stale-minutes", type=float, default=15.0, help="stale age of reservations and calls")
@@ -78,7 +84,11 @@ class Command(BaseCommand):
         host = hosts.register(runs_root=root, watching=options["watch"])
         started = time.monotonic()
         self.deliver(host)
-        report = root_import(root=root, limits=limits, force=options["force"], progress=progress, host=host)
+        watch = Watch.from_settings() if options["watch"] else None
+        first = None if options["force"] else watch
+        report = root_import(
+            root=root, limits=limits, force=options["force"], progress=progress, host=host, watch=first
+        )
         hosts.beat(host, pass_seconds=time.monotonic() - started)
         self.emit(report, options["json"], only_changed=False)
         if not options["watch"]:
@@ -92,7 +102,9 @@ class Command(BaseCommand):
                 started = time.monotonic()
                 try:
                     self.deliver(host)
-                    report = root_import(root=root, limits=limits, progress=progress, report_unchanged=False, host=host)
+                    report = root_import(
+                        root=root, limits=limits, progress=progress, report_unchanged=False, host=host, watch=watch
+                    )
                     hosts.beat(host, pass_seconds=time.monotonic() - started)
                 except DatabaseError as error:
                     # The database went away (a restart, a full disk): the watch goes on and tries again.

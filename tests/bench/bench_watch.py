@@ -1,0 +1,181 @@
+"""Watch benchmark (run by hand; not part of the suite).
+
+Builds (once, cached under tests/bench/out/) a runs root of 20,000 small runs,
+finished, of which 50 are running; imports it whole into a fresh database, then
+times, in this process, with the importer's own functions:
+- a full pass, nothing changed: what the cold sweep costs (every run's files
+  stat-ed), and every pass of a watch cost before the hot set;
+- a full pass after each of the 50 running runs was appended events: a watch's
+  pass before the hot set, on a root where 50 runs are writing;
+- the first pass of a watch (every listed name looked up once, no file of a cold run read);
+- a hot pass after each of the 50 running runs was appended events (the
+  events imported), and a hot pass with nothing changed;
+each measurement but the first import the median of --repeat passes (the full
+pass without a change: of --repeat + 1, the first one right after the import).
+
+    python tests/bench/bench_watch.py [--runs N] [--active N] [--repeat N] [--postgres]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[2]
+OUT = Path(__file__).resolve().parent / "out"
+CONTRACT = "c" * 64
+# The benchmarks' own PostgreSQL database: made again from nothing by each run of this script.
+PG_SERVER = "postgres://postgres@127.0.0.1:5432"
+PG_NAME = "imp"
+
+
+def build_root(runs: int, active: int) -> Path:
+    """``runs`` run directories of 20 events and 2 receipts each, the first ``active`` running."""
+    root = OUT / f"watch-root-{runs}-{active}"
+    done = root / ".built"
+    if done.exists():
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    from tests.volume import synthetic_run
+
+    started = time.perf_counter()
+    for number in range(runs):
+        run_dir = root / f"run-{number:05d}"
+        synthetic_run(run_dir, events=20, receipts=2, contract=CONTRACT)
+        if number < active:
+            (run_dir / "state.json").write_text(json.dumps({"name": "running", "attempts": 1}))
+    done.touch()  # a dot-name: no reader lists it
+    print(f"built {runs:,} runs in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return root
+
+
+def fresh_database(postgres: bool) -> str:
+    if postgres:
+        import psycopg
+
+        with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {PG_NAME}")
+            conn.execute(f"CREATE DATABASE {PG_NAME}")
+        url = f"{PG_SERVER}/{PG_NAME}"
+    else:
+        path = OUT / "bench_watch.sqlite3"
+        for suffix in ("", "-wal", "-shm", ".import.lock"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        url = f"sqlite:///{path}"
+    env = {**os.environ, "DATABASE_URL": url, "DJANGO_DEBUG": "1"}
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], env=env, cwd=PROJECT, check=True)
+    return url
+
+
+def append_now(run_dir: Path, count: int) -> None:
+    """``count`` chained note events stamped now: the run is writing."""
+    from receipts import protocol
+    from tests.volume import _append_chained
+
+    with (run_dir / "events.jsonl").open("rb") as ledger:
+        last = json.loads(ledger.readlines()[-1])
+    stamp = protocol.format_time(protocol.utc_now())
+    seqs = range(last["seq"] + 1, last["seq"] + 1 + count)
+    _append_chained(run_dir / "events.jsonl", ({"seq": seq, "ts": stamp, "type": "note"} for seq in seqs))
+
+
+def timed(function, *args, **kwargs) -> tuple[float, object]:
+    started = time.perf_counter()
+    result = function(*args, **kwargs)
+    return time.perf_counter() - started, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20_000)
+    parser.add_argument("--active", type=int, default=50)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--postgres", action="store_true", help=f"measure on {PG_SERVER}/{PG_NAME} instead of SQLite")
+    options = parser.parse_args()
+    OUT.mkdir(exist_ok=True)
+    sys.path.insert(0, str(PROJECT))
+    root = build_root(options.runs, options.active)
+    url = fresh_database(options.postgres)
+    os.environ.update({"DATABASE_URL": url, "DJANGO_DEBUG": "1", "DJANGO_SETTINGS_MODULE": "evidence.settings"})
+    import django
+
+    django.setup()
+    from evidence import hosts, importer
+    from evidence.models import Event
+    from receipts import protocol
+
+    host = hosts.register(runs_root=root, watching=True)
+    active = [root / f"run-{number:05d}" for number in range(options.active)]
+    for run_dir in active:
+        append_now(run_dir, 1)  # writing now: not abandoned
+    first_import, _ = timed(importer.root_import, root=root, host=host)
+    # A watch's pass before the hot set: every run's files stat-ed, only the changed ones reported.
+    full, report = timed(importer.root_import, root=root, host=host, report_unchanged=False)
+    assert not report.runs  # type: ignore[attr-defined]
+    # The watch's passes a quarter of an hour on: the one-off import's changes are past.
+    later = dt.timedelta(minutes=15)
+    watch = importer.Watch.from_settings()
+    first_watch, report = timed(importer.root_import, root=root, host=host, watch=watch, now=protocol.utc_now() + later)
+    assert len(report.runs) == options.active  # type: ignore[attr-defined]
+
+    def changed_pass(watch: importer.Watch | None) -> float:
+        events = Event.objects.count()
+        for run_dir in active:
+            append_now(run_dir, 10)
+        seconds, report = timed(importer.root_import, root=root, host=host, watch=watch,
+                                now=protocol.utc_now() + later, report_unchanged=False)  # fmt: skip
+        assert sum(run.changed for run in report.runs) == options.active  # type: ignore[attr-defined]
+        assert Event.objects.count() == events + 10 * options.active
+        return seconds
+
+    full_passes, full_changed_passes, changed_passes, quiet_passes = [full], [], [], []
+    for _ in range(options.repeat):
+        seconds, report = timed(importer.root_import, root=root, host=host, report_unchanged=False)
+        assert not report.runs  # type: ignore[attr-defined]
+        full_passes.append(seconds)
+        full_changed_passes.append(changed_pass(None))
+        changed_passes.append(changed_pass(watch))
+        seconds, report = timed(importer.root_import, root=root, host=host, watch=watch,
+                                now=protocol.utc_now() + later, report_unchanged=False)  # fmt: skip
+        assert not report.runs  # type: ignore[attr-defined]
+        quiet_passes.append(seconds)
+    full_changed = statistics.median(full_changed_passes)
+    full = statistics.median(full_passes)
+    hot, quiet = statistics.median(changed_passes), statistics.median(quiet_passes)
+    label = "PostgreSQL" if options.postgres else "SQLite"
+    print(f"{label}: {options.runs:,} runs, {options.active} running")
+    print(f"  first import of the root:                          {first_import:8.1f} s")
+    print(f"  full pass, nothing changed (the cold sweep):       {full:8.2f} s")
+    print(f"  full pass, 10 events appended to each running run: {full_changed:8.2f} s  (a watch's pass before)")
+    print(f"  first pass of a watch:                             {first_watch:8.3f} s")
+    print(f"  hot pass, 10 events appended to each running run:  {hot:8.3f} s  ({full_changed / hot:.0f}x less)")
+    print(f"  hot pass, nothing changed:                         {quiet:8.3f} s  ({full / quiet:.0f}x less)")
+    figures: dict[str, object] = {
+        "first_import_s": first_import,
+        "full_pass_s": full,
+        "first_watch_pass_s": first_watch,
+    }
+    figures |= {
+        "full_passes_s": full_passes,
+        "full_changed_pass_s": full_changed,
+        "full_changed_passes_s": full_changed_passes,
+    }
+    figures |= {"hot_pass_s": hot, "quiet_hot_pass_s": quiet, "hot_passes_s": changed_passes}
+    print(
+        json.dumps(
+            {"db": label, "runs": options.runs, "active": options.active, **figures, "quiet_passes_s": quiet_passes}
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
