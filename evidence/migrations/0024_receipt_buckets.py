@@ -8,7 +8,7 @@ import evidence.models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("receipts", "0021_hosts_and_delivery"),
+        ("receipts", "0023_hot_set"),
     ]
 
     operations = [
