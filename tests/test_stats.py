@@ -13,7 +13,7 @@ from django.db.models import Count
 from django.test.utils import CaptureQueriesContext
 
 from evidence import hosts, importer, stats
-from evidence.models import Call, Event, EventTally, Run
+from evidence.models import Call, Event, EventTally, Finding, Run
 from tests.helpers import CONTRACT
 from tests.volume import synthetic_ledger, synthetic_run
 
@@ -119,9 +119,12 @@ def test_one_changed_receipt_is_the_only_one_read_again(tmp_path, db, monkeypatc
     tampered.write_text(tampered.read_text().replace("content", "CONTENT"))
     assert receipts_read_during(monkeypatch, lambda: importer.run_import(path=run_dir)) == [tampered.name]
     assert Call.objects.get(call_id=tampered.stem).verification == "mismatch"
-    # A receipt with findings of its own is read on every import, so its findings stay true.
+    # A receipt with findings of its own is not read again while its file has not changed: they stay open.
+    findings = sorted(Finding.objects.filter(closed_at__isnull=True).values_list("code", "subject"))
+    assert findings, "the tampered receipt's"
     os.utime(run_dir / "state.json")
-    assert receipts_read_during(monkeypatch, lambda: importer.run_import(path=run_dir)) == [tampered.name]
+    assert receipts_read_during(monkeypatch, lambda: importer.run_import(path=run_dir)) == []
+    assert sorted(Finding.objects.filter(closed_at__isnull=True).values_list("code", "subject")) == findings
 
     incremental = call_rows("active")
     importer.run_import(path=run_dir, force=True)
