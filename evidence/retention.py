@@ -8,9 +8,9 @@ reservation or an open conflict, an unfinished run, an open digest mismatch,
 tampering or rewritten ledger. A person's decision restarts the clock.
 
 ``plan_runs`` and ``plan_segment`` only plan. ``strip_bodies`` and ``archive_run`` apply a plan:
-``apply_due`` calls them, for ``manage.py apply_retention --apply`` and the worker's daily task. The failpoints named in the
-interface docs ("Retention's failpoints") end the process between their phases,
-as if it had been killed, when ``RECEIPTS_FAILPOINT`` names them.
+``apply_due`` calls them, for ``manage.py apply_retention --apply`` and the worker's daily task.
+The failpoints named in the interface docs ("Retention's failpoints") end the process between
+their phases, as if it had been killed, when ``RECEIPTS_FAILPOINT`` names them.
 """
 
 from __future__ import annotations

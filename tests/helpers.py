@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from receipts import protocol
@@ -55,3 +57,31 @@ def join(user, *roles: str):
     groups = ensure_roles()
     user.groups.add(*(groups[role] for role in roles))
     return user
+
+
+def export_through_the_page(client, run_id: str):
+    """Ask for the run's evidence on its page, make it as the worker would (in this process:
+    tests/test_tasks.py runs the real worker), and download it: the zip's response."""
+    from evidence import tasks
+    from evidence.models import Export
+
+    assert client.post(f"/runs/{run_id}/export/").status_code == 303
+    export = Export.objects.filter(run__run_id=run_id).latest("pk")
+    tasks.make_export.call(export.pk)
+    return client.get(f"/runs/{run_id}/exports/{export.pk}.zip")
+
+
+def until(condition: Callable[[], object], what: str, seconds: float = 60) -> object:
+    """Wait for ``condition`` to hold: a deadline against a hang, never an assertion about speed."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"waited {seconds} s for {what}")
+
+
+def downloaded(response) -> bytes:
+    """A file download's bytes (read whole, which also closes the file)."""
+    return b"".join(response.streaming_content)
