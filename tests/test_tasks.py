@@ -23,6 +23,7 @@ from receipts.reader.verify import verify_export
 from tests.helpers import CONTRACT, content, downloaded, join, until
 from tests.serving import stop
 from tests.subprocess_db import start_worker, this_database_url
+from tests.test_operations import scrape
 from tests.volume import synthetic_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -65,6 +66,9 @@ def test_an_export_of_a_100k_event_run_is_queued_at_once_made_by_the_worker_and_
     assert export.state == Export.WAITING and export.done == 0 and export.path == ""
     assert DBTaskResult.objects.get(id=export.task_id).status == "READY"
     assert files_under(export_root) == []
+    queue = scrape(client)
+    assert queue[("callproof_tasks", (("state", "waiting"),))] == 1
+    assert queue[("callproof_task_oldest_waiting_seconds", ())] >= 0
     page = content(client.get("/runs/big-run/"))
     assert "waiting</span> for the worker" in page and 'hx-trigger="every 1s"' in page
 
@@ -77,6 +81,9 @@ def test_an_export_of_a_100k_event_run_is_queued_at_once_made_by_the_worker_and_
     assert export.state == Export.DONE, (export.error, (tmp_path / "worker.log").read_text()[-3000:])
     assert export.done == export.total >= 100_000 and export.percent == 100
     assert DBTaskResult.objects.get(id=export.task_id).status == "SUCCESSFUL"
+    queue = scrape(client)
+    assert queue[("callproof_tasks", (("state", "waiting"),))] == 0
+    assert queue[("callproof_task_oldest_waiting_seconds", ())] == 0
     assert export.started_at and export.finished_at
     took = (export.finished_at - export.started_at).total_seconds()
     print(f"\nrequest answered in {answered * 1000:.0f} ms; the worker made it in {took:.1f} s ({export.size} bytes)")
@@ -149,6 +156,7 @@ def test_an_export_that_fails_shows_its_error_and_leaves_no_file(tmp_path, small
     assert export.state == Export.FAILED and export.path == "" and export.finished_at is not None
     assert export.error == "the export could not be written: No space left on device"
     assert DBTaskResult.objects.get(id=export.task_id).status == "FAILED"
+    assert scrape(client)[("callproof_tasks", (("state", "failed"),))] == 1
     assert files_under(small_disk) == [] and list(small_disk.iterdir()) == [], "no partial file, no temp folder"
     page = content(client.get("/runs/mid-run/"))
     assert "failed</span>" in page and "No space left on device" in page and 'hx-trigger="every 1s"' not in page
@@ -221,3 +229,12 @@ def test_enqueue_maintenance_names_what_it_knows(capsys):
         "evidence.tasks.clear_sessions",
         "evidence.tasks.remove_expired_exports",
     ]
+
+
+def test_metrics_count_the_queue_by_state(client):
+    first, second = tasks.clear_sessions.enqueue(), tasks.remove_expired_exports.enqueue()
+    DBTaskResult.objects.get(id=first.id).claim("a-worker")  # what a worker does as it takes a task
+    DBTaskResult.objects.filter(id=second.id).update(enqueued_at=protocol.utc_now() - dt.timedelta(hours=1))
+    values = scrape(client)
+    assert [values[("callproof_tasks", (("state", state),))] for state in ("waiting", "running", "failed")] == [1, 1, 0]
+    assert 3600 <= values[("callproof_task_oldest_waiting_seconds", ())] < 7200, "an hour: nobody took it"
