@@ -242,3 +242,13 @@ def test_metrics_count_the_queue_by_state(client):
     values = scrape(client)
     assert [values[("callproof_tasks", (("state", state),))] for state in ("waiting", "running", "failed")] == [1, 1, 0]
     assert 3600 <= values[("callproof_task_oldest_waiting_seconds", ())] < 7200, "an hour: nobody took it"
+
+
+def test_a_read_only_deployment_still_exports(demo_root, exporter, client, settings):
+    """An export changes nothing of a run: EVIDENCE_READ_ONLY keeps it, as when it was a download."""
+    settings.EVIDENCE_READ_ONLY = True
+    importer.run_import(path=demo_root / "clean-run")
+    client.force_login(exporter)
+    assert "Export the redacted evidence" in content(client.get("/runs/clean-run/"))
+    assert client.post("/runs/clean-run/export/").status_code == HTTPStatus.SEE_OTHER
+    assert Export.objects.get().state == Export.WAITING
