@@ -18,6 +18,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 
 from evidence.export import export_run
 from evidence.models import Export, Run
@@ -122,10 +123,12 @@ def newest_file(run: Run) -> Path | None:
 
 def remove_expired(*, now: dt.datetime) -> int:
     """Remove the zips of exports finished more than ``EVIDENCE_EXPORT_KEEP_HOURS`` ago, and their
-    rows, and the temp files of exports a killed worker left (those not written to for an hour)."""
+    rows; the rows of exports asked for that long ago and never finished (a worker killed under
+    them: the page would wait for ever); and the temp files such a worker left (an hour old)."""
     limit = now - dt.timedelta(hours=settings.EVIDENCE_EXPORT_KEEP_HOURS)
     removed = 0
-    for export in Export.objects.filter(finished_at__lte=limit).iterator():
+    expired = Q(finished_at__lte=limit) | Q(finished_at__isnull=True, created_at__lte=limit)
+    for export in Export.objects.filter(expired).iterator():
         if export.path:
             Path(export.path).unlink(missing_ok=True)
         export.delete()

@@ -199,6 +199,10 @@ def test_the_maintenance_tasks_do_their_work_in_a_worker(tmp_path, export_root, 
         Export.objects.filter(pk=export.pk).update(finished_at=finished)
         made.append(Export.objects.get(pk=export.pk))
     stale, recent = made
+    # Asked for past the keep and never finished: the worker that ran it was killed.
+    abandoned = Export.objects.create(
+        run=run, state=Export.RUNNING, created_at=now - dt.timedelta(hours=kept_hours + 1)
+    )
     assert Path(stale.path).is_file() and Path(recent.path).is_file()
 
     call_command("enqueue_maintenance", "all", stdout=io.StringIO())
@@ -217,6 +221,7 @@ def test_the_maintenance_tasks_do_their_work_in_a_worker(tmp_path, export_root, 
     assert list(AccessLog.objects.values_list("username", flat=True)) == ["fresh"]
     assert not Path(stale.path).exists() and not Export.objects.filter(pk=stale.pk).exists()
     assert Path(recent.path).is_file() and Export.objects.filter(pk=recent.pk).exists()
+    assert not Export.objects.filter(pk=abandoned.pk).exists()
     run.refresh_from_db()
     assert run.archived and (archive_root / "old-run.tar.gz").is_file() and not run_dir.exists()
 
