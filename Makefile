@@ -33,7 +33,8 @@ lock:
 # The demo serves what a deployment would: debugging off, collected static files
 # served by whitenoise, the branded error pages, a secret key made once under var/.
 # Only HTTPS is off, because it serves plain HTTP on loopback. The watcher
-# re-imports what changes every 3 s, so open run pages refresh live; it stops
+# re-imports what changes every 3 s, so open run pages refresh live; the worker
+# makes the evidence exports asked for on a run page (var/worker.log); both stop
 # with the server (Ctrl-C).
 DEMO_HOST = $(firstword $(subst :, ,$(ADDR)))
 DEMO_ENV = DJANGO_DEBUG=0 DJANGO_HTTPS=0 DJANGO_SECRET_KEY="$$(cat var/secret_key)" \
@@ -50,7 +51,8 @@ demo: install var/secret_key
 	$(DEMO_ENV) $(BIN)/python manage.py import_runs $(RUNS)
 	$(DEMO_ENV) $(BIN)/python manage.py demo_login --url http://$(ADDR)/
 	$(DEMO_ENV) $(BIN)/python manage.py import_runs $(RUNS) --watch > var/watch.log 2>&1 & watcher=$$!; \
-	trap 'kill $$watcher 2>/dev/null' EXIT INT TERM; \
+	$(DEMO_ENV) $(BIN)/python manage.py db_worker --no-reload > var/worker.log 2>&1 & worker=$$!; \
+	trap 'kill $$watcher $$worker 2>/dev/null' EXIT INT TERM; \
 	$(DEMO_ENV) $(BIN)/python manage.py runserver $(ADDR)
 
 # Browser tests drive Debian's Chromium; install it when it is missing (never a downloaded browser).

@@ -14,7 +14,7 @@ import dataclasses
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -40,6 +40,9 @@ CONFLICT_REASONS = {
     "record_invalid",
 }
 PAGE_ROWS = 1000  # the page shows this many calls and findings; evidence.json has them all
+PROGRESS_EVERY = 5000  # rows between two progress reports: a 100k-event run reports 20 times
+# Told (rows written, rows in all) as the export goes: the worker shows it on the run page.
+Progress = Callable[[int, int], None]
 
 
 @dataclasses.dataclass
@@ -49,8 +52,11 @@ class ExportResult:
     counts: dict[str, int]
 
 
-def export_run(*, run: Run, out: Path, policy: Policy, actor: str = "export_evidence", user=None) -> ExportResult:
-    """Write ``out/evidence.json`` and ``out/index.html`` for ``run``, redacted under ``policy``.
+def export_run(
+    *, run: Run, out: Path, policy: Policy, actor: str = "export_evidence", user=None, progress: Progress | None = None
+) -> ExportResult:
+    """Write ``out/evidence.json`` and ``out/index.html`` for ``run``, redacted under ``policy``;
+    ``progress`` is told how far it is every ``PROGRESS_EVERY`` rows, and once at the end.
 
     Every export is audited (who, when), beside holds and retention, and logged.
     """
@@ -59,6 +65,7 @@ def export_run(*, run: Run, out: Path, policy: Policy, actor: str = "export_evid
     digests: dict[str, str] = {}
     counts: dict[str, int] = {}
     sources = _sections(run, policy)
+    tally = _Tally(progress, _row_total(run) if progress else 0)
     with (out / "evidence.json").open("wb") as stream:
         stream.write(b'{"format":' + json.dumps(FORMAT).encode())
         for name in SECTIONS:
@@ -69,18 +76,50 @@ def export_run(*, run: Run, out: Path, policy: Policy, actor: str = "export_evid
                 stream.write(data)
                 digests[name], counts[name] = protocol.sha256_hex(data), 1
             else:
-                digests[name], counts[name] = _write_list(stream, value)
+                digests[name], counts[name] = _write_list(stream, tally.counted(value))
         manifest: dict[str, Any] = {"sections": digests, "policy": policy.describe()}
         manifest["whole"] = whole_digest(digests, manifest["policy"])
         # The page shows the manifest, and the manifest then names the page's own digest.
         page = _write_page(out, run, policy, manifest, counts)
         manifest["page_sha256"] = protocol.sha256_hex(page)
         stream.write(b',"manifest":' + protocol.canonical_json(manifest) + b"}\n")
+    tally.report()
     AuditEntry.objects.create(
         run=run, action=AuditEntry.EVIDENCE_EXPORTED, actor=actor, user=user, at=protocol.utc_now()
     )
     log.info("evidence exported", extra={"event": "evidence_exported", "run_id": run.run_id, "actor": actor})
     return ExportResult(out, manifest, counts)
+
+
+class _Tally:
+    """Counts the rows that go by, and tells ``progress`` now and then."""
+
+    def __init__(self, progress: Progress | None, total: int) -> None:
+        self.progress, self.total, self.done = progress, total, 0
+
+    def counted(self, items: Iterable[Any]) -> Iterator[Any]:
+        for item in items:
+            yield item
+            self.done += 1
+            if self.progress and self.done % PROGRESS_EVERY == 0:
+                self.report()
+
+    def report(self) -> None:
+        if self.progress:
+            # The rows may have grown since they were counted (a live run): never past the whole.
+            self.total = max(self.total, self.done)
+            self.progress(self.done, self.total)
+
+
+def _row_total(run: Run) -> int:
+    """The rows of every list section, counted before they are written."""
+    return (
+        _calls(run).count()
+        + Submission.objects.filter(run=run).count()
+        + Event.objects.filter(run=run).count()
+        + _open_findings(run).count()
+        + Confirmation.objects.filter(run=run).count()
+    )
 
 
 def _calls(run: Run):

@@ -14,8 +14,10 @@ import ipaddress
 from collections.abc import Iterator
 
 from django.conf import settings
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Min
 from django.http import HttpRequest
+from django_tasks import TaskResultStatus
+from django_tasks_db.models import DBTaskResult
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -47,6 +49,26 @@ def _seconds(moment) -> float:
 
 
 class DashboardCollector(Collector):
+    def queue(self, now) -> Iterator[GaugeMetricFamily]:
+        """The background tasks' queue (a table: django-tasks' database backend)."""
+        by_status = dict(DBTaskResult.objects.values_list("status").annotate(n=Count("id")).order_by())
+        tasks = GaugeMetricFamily(
+            "callproof_tasks",
+            "Background tasks in the queue: waiting for a worker, running, and failed (kept until pruned)",
+            labels=["state"],
+        )
+        for state, status in (("waiting", TaskResultStatus.READY), ("running", TaskResultStatus.RUNNING),
+                              ("failed", TaskResultStatus.FAILED)):  # fmt: skip
+            tasks.add_metric([state], by_status.get(status, 0))
+        yield tasks
+        oldest = DBTaskResult.objects.filter(status=TaskResultStatus.READY).aggregate(at=Min("enqueued_at"))["at"]
+        waited = GaugeMetricFamily(
+            "callproof_task_oldest_waiting_seconds",
+            "How long the oldest waiting task has waited for a worker, 0 when none waits (a growing value: no worker)",
+        )
+        waited.add_metric([], (now - oldest).total_seconds() if oldest else 0.0)
+        yield waited
+
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         in_doubt = GaugeMetricFamily(
             "callproof_calls_in_doubt",
@@ -107,6 +129,7 @@ class DashboardCollector(Collector):
             )
             owed.add_metric([name], facts.awaiting_delivery)
         yield from (up, seen, took, owed)
+        yield from self.queue(now)
 
         confirmations = CounterMetricFamily(
             "callproof_confirmations", "Calls settled by a person, by where they settled it", labels=["via"]

@@ -524,3 +524,43 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user}: {self.name}"
+
+
+class Export(models.Model):
+    """A run's redacted evidence that a person asked for on the run page: made by the worker
+    (evidence/tasks.py), its progress shown while it runs, its zip downloaded when done, removed
+    ``EVIDENCE_EXPORT_KEEP_HOURS`` after it finished (a copy: the run can be exported again)."""
+
+    WAITING, RUNNING, DONE, FAILED = "waiting", "running", "done", "failed"
+    STATES = [(WAITING, "waiting"), (RUNNING, "running"), (DONE, "done"), (FAILED, "failed")]
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="exports", db_index=False)
+    requested_by = models.ForeignKey("auth.User", on_delete=models.SET_NULL, null=True, related_name="+")
+    state = models.CharField(max_length=16, choices=STATES, default=WAITING)
+    task_id = models.CharField(max_length=64, blank=True)  # the queue's id of the task making it
+    done = models.PositiveBigIntegerField(default=0)  # rows written so far, of ``total``
+    total = models.PositiveBigIntegerField(default=0)
+    path = models.TextField(blank=True)  # the zip under EVIDENCE_EXPORT_ROOT, once done
+    size = models.PositiveBigIntegerField(null=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True)
+    finished_at = models.DateTimeField(null=True)
+
+    class Meta:
+        indexes = [
+            # The run page shows its newest exports; the maintenance task finds the finished ones.
+            models.Index(fields=["run", "created_at"], name="export_run_idx"),
+            models.Index(fields=["finished_at"], name="export_finished_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: export {self.pk} {self.state}"
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (self.DONE, self.FAILED)
+
+    @property
+    def percent(self) -> int:
+        return min(100, self.done * 100 // self.total) if self.total else 0

@@ -8,9 +8,9 @@ reservation or an open conflict, an unfinished run, an open digest mismatch,
 tampering or rewritten ledger. A person's decision restarts the clock.
 
 ``plan_runs`` and ``plan_segment`` only plan. ``strip_bodies`` and ``archive_run`` apply a plan:
-``manage.py apply_retention --apply`` calls them. The failpoints named in the
-interface docs ("Retention's failpoints") end the process between their phases,
-as if it had been killed, when ``RECEIPTS_FAILPOINT`` names them.
+``apply_due`` calls them, for ``manage.py apply_retention --apply`` and the worker's daily task.
+The failpoints named in the interface docs ("Retention's failpoints") end the process between
+their phases, as if it had been killed, when ``RECEIPTS_FAILPOINT`` names them.
 """
 
 from __future__ import annotations
@@ -234,6 +234,50 @@ def sweep_writer_locks(run: Run) -> int:
 
 
 # --- applying the plan -------------------------------------------------------
+
+
+def apply_due(*, now: dt.datetime, apply: bool) -> list[dict[str, object]]:
+    """Each run's plan (run_id, action, blockers, reason), and with ``apply`` what was done to it."""
+    plans = list(plan_runs(policy=RetentionPolicy.from_settings(), now=now))
+    if apply:
+        sweep_temp_archives(Path(settings.EVIDENCE_ARCHIVE_ROOT))  # what killed applies left
+    results = []
+    for plan in plans:
+        result: dict[str, object] = {
+            "run_id": plan.run_id,
+            "action": plan.action,
+            "blockers": plan.blockers,
+            "reason": plan.reason,
+        }
+        if apply:
+            result.update(_apply_plan(plan, now))
+        results.append(result)
+    if apply:
+        # Runs marked archived whose directory (or its renamed copy) a killed apply left behind.
+        for run in unfinished_removals(Run.objects.filter(archived=True)):
+            remove_run_directory(run)
+    return results
+
+
+def _apply_plan(plan: RunPlan, now: dt.datetime) -> dict[str, object]:
+    from django.db import transaction
+
+    run = Run.objects.get(run_id=plan.run_id)
+    if not plan.blockers and not run.archived and Path(run.path).is_dir():
+        sweep_writer_locks(run)  # a finished run writes nothing more
+    if plan.action == KEEP:
+        return {"applied": "nothing"}
+    with transaction.atomic():  # the bodies stripped and its audit entry, or neither
+        strip_bodies(run=run, now=now)
+        audit(run=run, action=AuditEntry.BODIES_STRIPPED, now=now, reason=plan.reason)
+    durable.failpoint("retention_after_strip")
+    if plan.action == STRIP_BODIES:
+        return {"applied": "stripped"}
+    try:
+        archive = archive_run(run=run, archive_root=Path(settings.EVIDENCE_ARCHIVE_ROOT), now=now, reason=plan.reason)
+    except (ArchiveError, OSError) as error:
+        return {"applied": "nothing archived", "error": str(error)}
+    return {"applied": "archived", "archive": str(archive)}
 
 
 class ArchiveError(Exception):

@@ -4,7 +4,7 @@ migration that makes the groups, by `demo_login`, and by the tests.
 Every role browses. The others add one kind of act each, so that a person is
 given exactly what they do (least privilege): settling a call, exporting evidence,
 or administering (legal holds, users). A person may hold several roles.
-Retention is applied by `manage.py apply_retention` on the server, not from a page.
+Retention is applied on the server (`manage.py apply_retention`, or the worker's daily task), not from a page.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ DJANGO_DEBUG, DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS, DJANGO_HTTPS,
 EVIDENCE_RUNS_ROOT, EVIDENCE_ARCHIVE_ROOT, EVIDENCE_READ_ONLY, EVIDENCE_STRIP_AFTER_DAYS,
 EVIDENCE_ARCHIVE_AFTER_DAYS, EVIDENCE_PROXY_COUNT,
 EVIDENCE_METRICS_TOKEN, EVIDENCE_SIGNING_KEY_FILES, EVIDENCE_SIGNED_RUNS_ONLY, EVIDENCE_HOST_NAME,
-EVIDENCE_HOST_SILENT_AFTER_SECONDS, EVIDENCE_ABANDONED_AFTER_SECONDS, EVIDENCE_COLD_SWEEP_SECONDS.
-Parsers are strict: a malformed value stops start-up. What is unset is what a deployment needs: debugging off,
-HTTPS on.
+EVIDENCE_HOST_SILENT_AFTER_SECONDS, EVIDENCE_ABANDONED_AFTER_SECONDS, EVIDENCE_COLD_SWEEP_SECONDS, EVIDENCE_EXPORT_ROOT,
+EVIDENCE_EXPORT_KEEP_HOURS. Parsers are strict: a malformed value stops start-up. What is unset is what a deployment
+needs: debugging off, HTTPS on.
 """
 
 from __future__ import annotations
@@ -51,6 +51,13 @@ def env_int(name: str, default: int) -> int:
     return int(value)
 
 
+def env_hours(name: str, default: int) -> int:
+    value = os.environ.get(name, str(default))
+    if not value.isdigit() or int(value) < 1:
+        raise ImproperlyConfigured(f"{name} must be a whole number of hours from 1, not {value!r}")
+    return int(value)
+
+
 def env_count(name: str, default: int) -> int:
     value = os.environ.get(name, str(default))
     if not value.isdigit():
@@ -76,6 +83,10 @@ ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG 
 EVIDENCE_RUNS_ROOT = env_path("EVIDENCE_RUNS_ROOT", BASE_DIR / "var" / "runs")
 # Where retention puts the archives of whole runs.
 EVIDENCE_ARCHIVE_ROOT = env_path("EVIDENCE_ARCHIVE_ROOT", BASE_DIR / "var" / "archive")
+# Where the worker writes the evidence zips people ask for on a run's page, and how long each
+# is kept there before the maintenance task removes it (it is a copy: the run can be exported again).
+EVIDENCE_EXPORT_ROOT = env_path("EVIDENCE_EXPORT_ROOT", BASE_DIR / "var" / "exports")
+EVIDENCE_EXPORT_KEEP_HOURS = env_hours("EVIDENCE_EXPORT_KEEP_HOURS", 24)
 # Retention: days after a run's last event (or a person's later decision) until its
 # bodies are stripped, and until the whole run is archived. Only a finished run is (its state
 # one of the protocol's FINISHED_STATES: the one rule, which pages and /metrics follow too).
@@ -140,6 +151,9 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "axes",
+    # Django's tasks API (the backport) and its database backend: the queue is a table.
+    "django_tasks",
+    "django_tasks_db",
     # The dashboard (its app label is still "receipts": evidence/apps.py says why).
     "evidence",
 ]
@@ -200,6 +214,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,
     }
+
+# Background work (evidence exports, maintenance) is queued in the same database and run by
+# `manage.py db_worker`: no broker to deploy, on SQLite as on PostgreSQL.
+TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default"]}}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

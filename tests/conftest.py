@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,21 @@ def logged_in(client, user):
     """Django's test client, logged in as ``user``."""
     client.force_login(user)
     return client
+
+
+@pytest.fixture(autouse=True)
+def export_root(tmp_path, settings) -> Path:
+    """Each test's evidence exports in its own folder, never under the checkout's var/."""
+    settings.EVIDENCE_EXPORT_ROOT = tmp_path / "exports"
+    return settings.EVIDENCE_EXPORT_ROOT
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB tmpfs (for archives, for exports): a full disk, for real."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], check=False).returncode:
+        pytest.fail("mounting a tmpfs needs root: the suite runs as root here and in CI")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=False)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from receipts import protocol
@@ -71,3 +73,29 @@ def table_snapshot() -> dict[str, list[tuple]]:
             for row in model.objects.values_list(*names)
         )
     return snapshot
+def export_through_the_page(client, run_id: str):
+    """Ask for the run's evidence on its page, make it as the worker would (in this process:
+    tests/test_tasks.py runs the real worker), and download it: the zip's response."""
+    from evidence import tasks
+    from evidence.models import Export
+
+    assert client.post(f"/runs/{run_id}/export/").status_code == 303
+    export = Export.objects.filter(run__run_id=run_id).latest("pk")
+    tasks.make_export.call(export.pk)
+    return client.get(f"/runs/{run_id}/exports/{export.pk}.zip")
+
+
+def until(condition: Callable[[], object], what: str, seconds: float = 60) -> object:
+    """Wait for ``condition`` to hold: a deadline against a hang, never an assertion about speed."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"waited {seconds} s for {what}")
+
+
+def downloaded(response) -> bytes:
+    """A file download's bytes (read whole, which also closes the file)."""
+    return b"".join(response.streaming_content)

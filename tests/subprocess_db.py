@@ -15,11 +15,19 @@ from tests.helpers import IMPORT_TIMESTAMPS, PROJECT
 def database_url_for_children(tmp_path: Path) -> str:
     """pytest's PostgreSQL test database, or a migrated SQLite file under ``tmp_path``."""
     if connection.vendor == "postgresql":
-        settings = connection.settings_dict
-        return f"postgres://{settings['USER']}@{settings['HOST']}:{settings['PORT']}/{settings['NAME']}"
+        return this_database_url()
     url = f"sqlite:///{tmp_path / 'shared.sqlite3'}"
     manage(url, "migrate", "-v", "0", check=True)
     return url
+
+
+def this_database_url() -> str:
+    """The test's own database, for child processes that must see the rows this process writes
+    (a transactional test commits them): pytest's PostgreSQL database, or the SQLite test file."""
+    settings = connection.settings_dict
+    if connection.vendor == "postgresql":
+        return f"postgres://{settings['USER']}@{settings['HOST']}:{settings['PORT']}/{settings['NAME']}"
+    return f"sqlite:///{settings['NAME']}"
 
 
 def manage_command(*args: str) -> list[str]:
@@ -62,3 +70,13 @@ def normalized_dump(url: str) -> list[str]:
     """Per table: row count, distinct row count and a digest of every row by natural key,
     without primary keys or the import's own timestamps."""
     return [line for line in manage(url, "shell", "-v", "0", "-c", DUMP_SCRIPT, check=True).stdout.splitlines() if line]
+
+
+def start_worker(url: str, log: Path, *args: str, **env: str) -> subprocess.Popen[bytes]:
+    """``manage.py db_worker`` as deploy/ runs it (without the development reloader), polling the
+    queue often; its output goes to ``log``."""
+    with log.open("ab") as output:
+        return subprocess.Popen(
+            manage_command("db_worker", "--no-reload", "--no-startup-delay", "--interval", "0.1", *args),
+            env=child_env(url) | env, cwd=PROJECT, stdout=output, stderr=subprocess.STDOUT,
+        )  # fmt: skip

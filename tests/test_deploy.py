@@ -4,16 +4,20 @@ importers and web workers run at once without losing or duplicating a row."""
 from __future__ import annotations
 
 import shlex
+import shutil
 import subprocess
+import sys
 import threading
 from http import HTTPStatus
+from pathlib import Path
 
 import psycopg
 import pytest
-from django.core.management import get_commands
+from django.core.management import get_commands, load_command_class
 from django.db import connection
 from django.test import Client
 
+from evidence.tasks import MAINTENANCE
 from tests.helpers import CONTRACT, PROJECT, join
 from tests.subprocess_db import child_env, database_url_for_children, manage, manage_command, normalized_dump
 from tests.volume import synthetic_ledger, synthetic_run
@@ -33,15 +37,59 @@ def deploy_commands() -> list[list[str]]:
 
 def test_the_procfile_and_the_units_name_commands_that_exist():
     commands = deploy_commands()
-    assert len(commands) >= 5
-    management = set(get_commands())
+    assert len(commands) >= 8
+    management = get_commands()
     for command in commands:
         program = command[0].rsplit("/", 1)[-1]
         if program.startswith("python"):
             assert command[1].endswith("manage.py") and command[2] in management, command
+            # The arguments parse as the command itself parses them (a typo'd option fails here).
+            parser = load_command_class(management[command[2]], command[2]).create_parser("manage.py", command[2])
+            options = parser.parse_args(command[3:])
+            if command[2] == "enqueue_maintenance":
+                assert set(options.names) <= set(MAINTENANCE), command
         else:
             assert program == "gunicorn" and "evidence.wsgi" in command, command
     assert any("--watch" in command for command in commands), "the importer runs as its own process"
+    workers = [command for command in commands if "db_worker" in command]
+    assert len(workers) == 2 and all("--no-reload" in command for command in workers), "Procfile and unit"
+
+
+def timers() -> dict[str, str]:
+    """Each timer of deploy/ and the service it starts (its own name, unless it says Unit=)."""
+    started = {}
+    for timer in sorted((PROJECT / "deploy").glob("*.timer")):
+        named = [line.split("=", 1)[1] for line in timer.read_text().splitlines() if line.startswith("Unit=")]
+        started[timer.name] = named[0] if named else timer.with_suffix(".service").name
+    return started
+
+
+def test_every_maintenance_task_is_queued_by_a_timer():
+    queued: set[str] = set()
+    for timer, service in timers().items():
+        unit = (PROJECT / "deploy" / service).read_text()
+        assert "Type=oneshot" in unit and "enqueue_maintenance" in unit, (timer, service)
+        [line] = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+        queued |= set(shlex.split(line)[3:])
+    assert queued == set(MAINTENANCE), "each task on a schedule, none twice"
+
+
+def test_systemd_accepts_every_unit(tmp_path):
+    """``systemd-analyze verify``, on copies whose /opt/callproof is this checkout's venv."""
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed on this machine (Debian's systemd package has it)")
+    (tmp_path / "opt" / ".venv" / "bin").mkdir(parents=True)
+    for program in ("python", "gunicorn"):
+        (tmp_path / "opt" / ".venv" / "bin" / program).symlink_to(Path(sys.prefix) / "bin" / program)
+    units = sorted([*(PROJECT / "deploy").glob("*.service"), *(PROJECT / "deploy").glob("*.timer")])
+    for unit in units:
+        (tmp_path / unit.name).write_text(unit.read_text().replace("/opt/callproof", str(tmp_path / "opt")))
+    names = [unit.name for unit in units]
+    verified = subprocess.run(
+        ["systemd-analyze", "verify", *names], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert verified.returncode == 0 and verified.stderr == "", verified.stderr
+    assert {"callproof-worker.service", "callproof-retention.timer", "callproof-cleanup.timer"} <= set(names)
 
 
 @pytest.mark.django_db(transaction=True)

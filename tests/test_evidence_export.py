@@ -16,7 +16,7 @@ from evidence.redaction import Policy, load_policy, secret_kind
 from receipts import durable, protocol, runtime
 from receipts.demo import run_writer
 from receipts.reader.verify import verify_export
-from tests.helpers import CONTRACT, first_call_of
+from tests.helpers import CONTRACT, export_through_the_page, first_call_of
 
 pytestmark = pytest.mark.django_db
 
@@ -363,12 +363,12 @@ def test_the_evidence_download_needs_its_permission_and_verifies(client, demo, u
     from django.contrib.auth.models import Permission
 
     client.force_login(user)
-    assert client.get("/runs/clean-run/evidence.zip").status_code == HTTPStatus.FORBIDDEN
-    assert "Download the redacted evidence" not in client.get("/runs/clean-run/").content.decode()
+    assert client.post("/runs/clean-run/export/").status_code == HTTPStatus.FORBIDDEN
+    assert "Export the redacted evidence" not in client.get("/runs/clean-run/").content.decode()
     user.user_permissions.add(Permission.objects.get(codename="export_evidence"))
     page = client.get("/runs/clean-run/").content.decode()
-    assert "Download the redacted evidence" in page
-    response = client.get("/runs/clean-run/evidence.zip")
+    assert "Export the redacted evidence" in page
+    response = export_through_the_page(client, "clean-run")
     assert response.status_code == HTTPStatus.OK
     assert response["Content-Disposition"] == 'attachment; filename="clean-run-evidence.zip"'
     with zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content))) as bundle:
@@ -471,7 +471,7 @@ def download_evidence(client, user, run_id: str, into: Path) -> tuple[str, list[
 
     user.user_permissions.add(Permission.objects.get(codename="export_evidence"))
     client.force_login(user)
-    response = client.get(f"/runs/{run_id}/evidence.zip")
+    response = export_through_the_page(client, run_id)
     assert response.status_code == HTTPStatus.OK
     with zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content))) as bundle:
         names = bundle.namelist()

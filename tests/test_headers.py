@@ -39,6 +39,8 @@ def test_every_response_carries_the_hardening_headers(who, demo, client, django_
     for act in ACTS:
         response = getattr(client, act.method)(act.url(), act.data())
         check_headers(response, f"{who} {act.method} {act.name}")
+        if response.streaming:
+            b"".join(response.streaming_content)  # a download: read, so that its file is closed
     check_headers(client.get("/no-such-page/"), "a 404")
 
 

@@ -14,8 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from django.db import connection
 from evidence.models import Call, Host, HumanDecision, Run
 from receipts import runtime
 from receipts.demo import run_writer
-from tests.helpers import CONTRACT, PROJECT, join
+from tests.helpers import CONTRACT, PROJECT, join, until
 from tests.ledger import events_of
 from tests.serving import Browser, free_port, stop, wait_for
 from tests.subprocess_db import child_env, database_url_for_children, manage_command
@@ -33,16 +32,6 @@ from tests.writer import outbox_lines
 PASSWORD = "a-long-password-for-carol-1"
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-def until(condition: Callable[[], object], what: str, seconds: float = 60) -> object:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"waited {seconds} s for {what}")
 
 
 def killed_send(root: Path, run_id: str, body: str) -> dict:

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from evidence import importer, inbox
 from evidence.models import Run
 from receipts import protocol
-from tests.helpers import first_call_of, join
+from tests.helpers import export_through_the_page, first_call_of, join
 
 
 def scrape(client, **headers) -> dict[tuple[str, tuple], float]:
@@ -46,7 +46,8 @@ def test_a_settlement_and_an_export_are_counted(demo, client, django_user_model)
     form = {"resolution": "committed", "reason": "the mail log shows it", "confirm_call_id": call.call_id[:12],
             "receipt_sha256": call.file_sha256}  # fmt: skip
     assert client.post(f"/runs/send-message-killed/calls/{call.call_id}/confirm/", form).status_code == 303
-    assert client.get("/runs/clean-run/evidence.zip").status_code == 200
+    download = export_through_the_page(client, "clean-run")
+    assert download.status_code == 200 and b"".join(download.streaming_content).startswith(b"PK")
     values = scrape(client)
     assert values[("callproof_confirmations_total", (("via", "dashboard"),))] == 1
     assert values[("callproof_evidence_exports_total", ())] == 1

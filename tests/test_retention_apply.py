@@ -95,17 +95,6 @@ def child_query(url: str, expression: str) -> str:
     return manage(url, "shell", "-v", "0", "-c", code, check=True).stdout.strip()
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 64 KiB tmpfs for the archives: a full disk, for real."""
-    mount = tmp_path / "small-disk"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], check=False).returncode:
-        pytest.fail("mounting a tmpfs needs root: the suite runs as root here and in CI")
-    yield mount
-    subprocess.run(["umount", str(mount)], check=False)
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_full_disk_while_archiving_removes_nothing(demo_root, tmp_path, small_disk):
     url = database_url_for_children(tmp_path)

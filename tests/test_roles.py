@@ -14,8 +14,10 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from evidence.models import Call, HumanDecision, Run
+from evidence import exports
+from evidence.models import Call, Export, HumanDecision, Run
 from evidence.roles import ROLES
+from receipts import protocol
 from tests.helpers import first_call_of, join
 
 OK, REDIRECT, SEE_OTHER = HTTPStatus.OK, HTTPStatus.FOUND, HTTPStatus.SEE_OTHER
@@ -38,6 +40,15 @@ def in_doubt() -> Call:
     return first_call_of("send-message-killed")
 
 
+def made_export() -> int:
+    """A finished export of clean-run, made as the worker makes one (someone else's: nobody's)."""
+    export = Export.objects.filter(run__run_id="clean-run", requested_by=None).first()
+    if export is None:
+        export = Export.objects.create(run=Run.objects.get(run_id="clean-run"), created_at=protocol.utc_now())
+        exports.make(export.pk)
+    return export.pk
+
+
 EVERY_ROLE = tuple(ROLES)
 ACTS = [
     Act("healthz", "get", lambda: "/healthz", WHO, public=True),
@@ -54,6 +65,12 @@ ACTS = [
     Act("inbox", "get", lambda: reverse("inbox"), EVERY_ROLE),
     Act("retention", "get", lambda: reverse("retention"), EVERY_ROLE),
     Act("hosts", "get", lambda: reverse("hosts"), EVERY_ROLE),
+    Act("export_request", "get", lambda: reverse("export_request", args=["clean-run"]), ()),
+    Act("export_request", "post", lambda: reverse("export_request", args=["clean-run"]), ("exporter",),
+        success=SEE_OTHER),
+    Act("export_panel", "get", lambda: reverse("export_panel", args=["clean-run"]), ("exporter",)),
+    Act("export_download", "get", lambda: reverse("export_download", args=["clean-run", made_export()]),
+        ("exporter",)),
     Act("run_evidence", "get", lambda: reverse("run_evidence", args=["clean-run"]), ("exporter",)),
     Act("legal_hold", "get", lambda: reverse("legal_hold", args=["clean-run"]), ()),
     Act(
@@ -111,6 +128,8 @@ def test_nothing_unauthorised_succeeds(who, demo, client, django_user_model):
         client.force_login(user)
     for act in ACTS:
         response = getattr(client, act.method)(act.url(), act.data())
+        if response.streaming:
+            b"".join(response.streaming_content)  # a download: read, so that its file is closed
         may = who in act.allowed
         expected = {act.success} if may else denied(who, act)
         assert response.status_code in expected, (who, act.name, act.method, response.status_code)
@@ -119,6 +138,7 @@ def test_nothing_unauthorised_succeeds(who, demo, client, django_user_model):
         if not may and act.method == "post":
             assert not Run.objects.filter(legal_hold=True).exists() or who == "admin"
             assert not HumanDecision.objects.exists() or who == "confirmer"
+            assert not Export.objects.exclude(requested_by=None).exists() or who == "exporter"
     if who == "admin":
         assert Run.objects.get(run_id="clean-run").legal_hold
     if who == "confirmer":

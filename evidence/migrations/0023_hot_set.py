@@ -20,7 +20,7 @@ def hot_once(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("receipts", "0021_hosts_and_delivery"),
+        ("receipts", "0022_exports"),
     ]
 
     operations = [

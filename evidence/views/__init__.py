@@ -16,7 +16,16 @@ from evidence.views.findings import findings, reservations
 from evidence.views.hosts import hosts_page
 from evidence.views.inbox import inbox_page
 from evidence.views.retention import retention_page
-from evidence.views.runs import legal_hold, run, run_evidence, runs, search
+from evidence.views.runs import (
+    export_download,
+    export_panel,
+    export_request,
+    legal_hold,
+    run,
+    run_evidence,
+    runs,
+    search,
+)
 
 
 @login_not_required
@@ -45,6 +54,9 @@ __all__ = [
     "audit",
     "call",
     "confirm",
+    "export_download",
+    "export_panel",
+    "export_request",
     "findings",
     "healthz",
     "hosts_page",

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import io
-import tempfile
-import zipfile
 from http import HTTPStatus
 from pathlib import Path
 
@@ -12,15 +9,14 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied
-from django.http import FileResponse, HttpResponse, HttpResponseBase
-from django.shortcuts import redirect, render
+from django.http import FileResponse, Http404, HttpResponse, HttpResponseBase
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from evidence import listings, retention, selectors
-from evidence.export import export_run
+from evidence import exports, listings, retention, selectors
+from evidence.models import Export, Run
 from evidence.pagination import cursor_page, first_rows
-from evidence.redaction import Policy, file_name
 from evidence.views.common import (
     HtmxHttpRequest,
     choice,
@@ -137,28 +133,55 @@ def run(request: HtmxHttpRequest, run_id: str) -> HttpResponseBase:
         "legacy": selectors.legacy_submissions(run=run)[:50],
         "findings": selectors.run_open_findings(run=run),
         "read_only": settings.EVIDENCE_READ_ONLY,
+        "exports": exports.recent(run) if request.user.has_perm("receipts.export_evidence") else None,
     }
     # The live refresh swaps the whole body: summary, charts, ledger, calls and decisions.
     template = "receipts/run.html#run-body" if request.htmx else "receipts/run.html"
     return render(request, template, context)
 
 
+@require_POST
+@permission_required("receipts.export_evidence", raise_exception=True)
+def export_request(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    """Queue an export of the run's redacted evidence for the worker, and answer at once: the
+    exports panel (htmx), or back to the run page."""
+    run = get_run_or_404(run_id)
+    exports.request_export(run=run, user=request.user)
+    if request.htmx:
+        return render(request, "receipts/run.html#exports", {"run": run, "exports": exports.recent(run)})
+    response = redirect(reverse("run", args=[run.run_id]) + "#exports")
+    response.status_code = HTTPStatus.SEE_OTHER
+    return response
+
+
+@require_GET
+@permission_required("receipts.export_evidence", raise_exception=True)
+def export_panel(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    """The run's newest exports, with their progress: what the run page polls while one runs."""
+    run = get_run_or_404(run_id)
+    return render(request, "receipts/run.html#exports", {"run": run, "exports": exports.recent(run)})
+
+
+@require_GET
+@permission_required("receipts.export_evidence", raise_exception=True)
+def export_download(request: HtmxHttpRequest, run_id: str, export_id: int) -> HttpResponseBase:
+    """A finished export's zip, streamed from EVIDENCE_EXPORT_ROOT."""
+    export = get_object_or_404(Export, pk=export_id, run__run_id=run_id)
+    return _zip_response(exports.ready_file(export), export.run)
+
+
 @require_GET
 @permission_required("receipts.export_evidence", raise_exception=True)
 def run_evidence(request: HtmxHttpRequest, run_id: str) -> HttpResponseBase:
-    """The run's redacted evidence as a zip (evidence.json and index.html), made on request."""
+    """The run's newest finished export (the stable link); exports are asked for on the run page."""
     run = get_run_or_404(run_id)
-    policy = Policy()
-    # The names carry the run_id as the export shows it: a run_id the scanner redacts is its digest here too.
-    stem = f"{file_name(run.run_id, policy)}-evidence"
-    with tempfile.TemporaryDirectory() as folder:
-        export_run(run=run, out=Path(folder), policy=policy, actor=request.user.get_username(), user=request.user)
-        archive = io.BytesIO()
-        with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bundle:
-            for name in ("evidence.json", "index.html"):
-                bundle.write(Path(folder) / name, f"{stem}/{name}")
-    archive.seek(0)
-    return FileResponse(archive, as_attachment=True, filename=f"{stem}.zip")
+    return _zip_response(exports.newest_file(run), run)
+
+
+def _zip_response(path: Path | None, run: Run) -> HttpResponseBase:
+    if path is None:
+        raise Http404("no evidence of this run is ready: ask for an export on the run's page")
+    return FileResponse(path.open("rb"), as_attachment=True, filename=f"{exports.stem_of(run)}.zip")
 
 
 @require_POST
