@@ -73,6 +73,8 @@ def table_snapshot() -> dict[str, list[tuple]]:
             for row in model.objects.values_list(*names)
         )
     return snapshot
+
+
 def export_through_the_page(client, run_id: str):
     """Ask for the run's evidence on its page, make it as the worker would (in this process:
     tests/test_tasks.py runs the real worker), and download it: the zip's response."""
