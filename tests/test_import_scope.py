@@ -19,9 +19,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from evidence import importer
-from evidence.models import Call, Finding, Run
+from evidence.models import Call, Event, Finding, Run
 from receipts import durable, protocol, runtime
 from tests.helpers import CONTRACT, table_snapshot
 from tests.volume import synthetic_run
@@ -265,3 +266,27 @@ def test_a_change_beside_an_open_call_checks_it_against_the_clock(demo_root, sco
             note(run, random.Random(0))
     assert_as_if_read_whole(demo_root)
     assert Finding.objects.filter(code="stale_call", closed_at__isnull=True).exists()
+
+
+def planner_rows(model) -> float | None:
+    """What PostgreSQL's planner thinks ``model``'s table holds (-1: never analysed); None on SQLite,
+    where the importer asks for no statistics (and so no ``sqlite_stat1`` table may appear)."""
+    with connection.cursor() as cursor:
+        if connection.vendor != "postgresql":
+            cursor.execute("SELECT count(*) FROM sqlite_master WHERE name = 'sqlite_stat1'")
+            assert cursor.fetchone() == (0,), "an import analysed the SQLite database"
+            return None
+        cursor.execute("SELECT reltuples FROM pg_class WHERE oid = %s::regclass", [model._meta.db_table])
+        return cursor.fetchone()[0]
+
+
+def test_an_import_that_grows_a_table_leaves_the_planner_its_statistics(tmp_path, monkeypatch):
+    monkeypatch.setattr(importer, "STATISTICS_AFTER_ROWS", 100)
+    synthetic_run(tmp_path / "big", events=3_000, receipts=300, contract=CONTRACT)
+    synthetic_run(tmp_path / "small", events=20, receipts=2, contract=CONTRACT)
+    importer.run_import(path=tmp_path / "big")
+    events_known, calls_known = planner_rows(Event), planner_rows(Call)
+    if connection.vendor == "postgresql":  # before, both were -1 until autovacuum came by
+        assert events_known == 3_000 and calls_known == 300
+    importer.run_import(path=tmp_path / "small")  # 20 events: under the threshold, nothing asked
+    assert (planner_rows(Event), planner_rows(Call)) == (events_known, calls_known)
