@@ -9,3 +9,33 @@ document.addEventListener("htmx:beforeRequest", (event) => {
     event.preventDefault();
   }
 });
+
+// A poll never replaces a form a person is editing. Forms in a polled region carry hx-preserve
+// (htmx keeps the very element, with its text and focus); this is the net under any that does
+// not: while a posting form's field has focus or differs from what the page gave it, the
+// poll's answer is dropped and the next one tries again.
+function beingEdited(field) {
+  if (field === document.activeElement) {
+    return true;
+  }
+  if (field.type === "checkbox" || field.type === "radio") {
+    return field.checked !== field.defaultChecked;
+  }
+  if (field.tagName === "SELECT") {
+    return Array.from(field.options).some((option) => option.selected !== option.defaultSelected);
+  }
+  return field.type !== "hidden" && field.value !== field.defaultValue;
+}
+
+document.addEventListener("htmx:beforeSwap", (event) => {
+  const source = event.detail.requestConfig && event.detail.requestConfig.elt;
+  if (!source || !source.hasAttribute("data-poll-visible")) {
+    return;
+  }
+  const fields = event.detail.target.querySelectorAll(
+    'form[method="post"]:not([hx-preserve]) :is(input, textarea, select)',
+  );
+  if (Array.from(fields).some(beingEdited)) {
+    event.detail.shouldSwap = false;
+  }
+});
