@@ -34,26 +34,35 @@ lock:
 # served by whitenoise, the branded error pages, a secret key made once under var/.
 # Only HTTPS is off, because it serves plain HTTP on loopback. The watcher
 # re-imports what changes every 3 s, so open run pages refresh live; the worker
-# makes the evidence exports asked for on a run page (var/worker.log); both stop
-# with the server (Ctrl-C).
+# makes the evidence exports asked for on a run page. Each step's output goes to
+# var/*.log, so that the login is the last thing printed, once the server answers;
+# all three stop with make (Ctrl-C).
 DEMO_HOST = $(firstword $(subst :, ,$(ADDR)))
 DEMO_ENV = DJANGO_DEBUG=0 DJANGO_HTTPS=0 DJANGO_SECRET_KEY="$$(cat var/secret_key)" \
 	DJANGO_ALLOWED_HOSTS=$(DEMO_HOST),127.0.0.1,localhost EVIDENCE_RUNS_ROOT=$(RUNS)
 
 var/secret_key:
-	mkdir -p var
-	umask 077 && $(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(50))' > $@
+	@mkdir -p var
+	@umask 077 && $(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(50))' > $@
 
 demo: install var/secret_key
-	$(DEMO_ENV) $(BIN)/python manage.py migrate --noinput
-	$(DEMO_ENV) $(BIN)/python manage.py collectstatic --noinput -v 0
-	$(BIN)/python -m receipts demo $(RUNS)
-	$(DEMO_ENV) $(BIN)/python manage.py import_runs $(RUNS)
-	$(DEMO_ENV) $(BIN)/python manage.py demo_login --url http://$(ADDR)/
+	@echo "Preparing the demo: migrate, collect static files, write and import the demo runs (var/setup.log)"
+	@{ $(DEMO_ENV) $(BIN)/python manage.py migrate --noinput && \
+	  $(DEMO_ENV) $(BIN)/python manage.py collectstatic --noinput -v 0 && \
+	  $(BIN)/python -m receipts demo $(RUNS) && \
+	  $(DEMO_ENV) $(BIN)/python manage.py import_runs $(RUNS); } > var/setup.log 2>&1 || { tail -20 var/setup.log; exit 1; }
+	@login=$$($(DEMO_ENV) $(BIN)/python manage.py demo_login --banner --url http://$(ADDR)/) || exit 1; \
 	$(DEMO_ENV) $(BIN)/python manage.py import_runs $(RUNS) --watch > var/watch.log 2>&1 & watcher=$$!; \
 	$(DEMO_ENV) $(BIN)/python manage.py db_worker --no-reload > var/worker.log 2>&1 & worker=$$!; \
-	trap 'kill $$watcher $$worker 2>/dev/null' EXIT INT TERM; \
-	$(DEMO_ENV) $(BIN)/python manage.py runserver $(ADDR)
+	$(DEMO_ENV) $(BIN)/python manage.py runserver --noreload $(ADDR) > var/server.log 2>&1 & server=$$!; \
+	trap 'kill $$watcher $$worker $$server 2>/dev/null; wait' EXIT INT TERM; \
+	for _ in $$(seq 100); do \
+	  $(BIN)/python -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' \
+	    http://$(ADDR)/healthz 2>/dev/null && break; \
+	  kill -0 $$server 2>/dev/null || { tail -20 var/server.log; exit 1; }; sleep 0.2; \
+	done; \
+	printf '%s\n' "$$login"; \
+	wait $$server
 
 # Browser tests drive Debian's Chromium; install it when it is missing (never a downloaded browser).
 browser:

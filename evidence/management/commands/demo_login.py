@@ -16,12 +16,33 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--username", default="demo")
         parser.add_argument("--url", default="http://127.0.0.1:8000/", help="where the dashboard is served")
+        parser.add_argument(
+            "--banner", action="store_true", help="print a short block to end the demo's start-up with, not one line"
+        )
 
-    def handle(self, *args, username: str, url: str, **options) -> None:
+    def handle(self, *args, username: str, url: str, banner: bool, **options) -> None:
         password = secrets.token_urlsafe(12)
         user, _ = get_user_model().objects.get_or_create(username=username)
         user.set_password(password)
         user.save()
         # The demo person holds every role, to try every page and act.
         user.groups.add(*ensure_roles().values())
-        self.stdout.write(f"Log in at {url} as {username} / {password}")
+        if not banner:
+            self.stdout.write(f"Log in at {url} as {username} / {password}")
+            return
+        # The last thing `make demo` prints, so that it is not lost among the install's lines.
+        self.stdout.write(
+            "\n".join(
+                (
+                    "",
+                    "  Callproof demo is running",
+                    f"    Open       {url}",
+                    f"    User       {username}",
+                    f"    Password   {password}",
+                    "    Start at   the Inbox: settle send-message-killed",
+                    "    Logs       var/server.log, var/watch.log, var/worker.log",
+                    "    Stop       Ctrl-C",
+                    "",
+                )
+            )
+        )
