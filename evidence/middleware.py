@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.core.exceptions import BadRequest, PermissionDenied
+from django.core.exceptions import BadRequest
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.cache import patch_cache_control
 
@@ -14,7 +14,9 @@ from evidence.roles import BROWSE
 
 class RoleRequiredMiddleware:
     """After Django's LoginRequiredMiddleware: a logged-in person without a role (no
-    ``receipts.browse``) gets 403 on every page of the dashboard. Views marked
+    ``receipts.browse``) gets one page, a 403, wherever they go on the dashboard: it says they
+    have no role yet and who may give them one (a page of links that all refuse would leave
+    them nowhere to go). Views marked
     ``login_not_required`` (the login page, the health check) stay public, and the
     admin site keeps its own rule (the admin role, and each model's permissions: evidence/admin_site.py)."""
 
@@ -24,13 +26,17 @@ class RoleRequiredMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         return self.get_response(request)
 
-    def process_view(self, request: HttpRequest, view_func: Callable, view_args: Any, view_kwargs: Any) -> None:
+    def process_view(
+        self, request: HttpRequest, view_func: Callable, view_args: Any, view_kwargs: Any
+    ) -> HttpResponse | None:
         if not getattr(view_func, "login_required", True) or not request.user.is_authenticated:
             return None  # public, or LoginRequiredMiddleware has sent the person to log in
         if request.resolver_match and request.resolver_match.app_name == "admin":
             return None
         if not request.user.has_perm(BROWSE):
-            raise PermissionDenied("this login has no role on the dashboard: ask an admin for one")
+            from evidence.views.errors import no_role  # views import the models: not at start-up
+
+            return no_role(request)
         return None
 
 

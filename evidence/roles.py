@@ -41,3 +41,13 @@ def ensure_roles(apps: Any = None) -> dict[str, Any]:
         group.permissions.set(wanted)
         groups[role] = group
     return groups
+
+
+def role_givers() -> list[Any]:
+    """The active people who may give a role: the admin role's members and superusers, for the
+    page a login with no role sees."""
+    from django.contrib.auth import get_user_model
+    from django.db.models import Q
+
+    people = get_user_model()._default_manager.filter(is_active=True)
+    return list(people.filter(Q(groups__name="admin") | Q(is_superuser=True)).distinct().order_by("username"))

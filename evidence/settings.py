@@ -307,6 +307,7 @@ SECURE_REFERRER_POLICY = "same-origin"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = True  # forms carry the token; htmx reads it from the page, not the cookie
+CSRF_FAILURE_VIEW = "evidence.views.errors.csrf_failure"  # the site's page, keeping what was typed
 SESSION_COOKIE_SAMESITE = CSRF_COOKIE_SAMESITE = "Lax"
 MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"  # no cookie of its own
 

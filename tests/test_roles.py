@@ -166,3 +166,38 @@ def test_the_data_migration_makes_the_four_roles_and_keeps_the_old_confirmers(dj
     assert not Group.objects.filter(name="confirmers").exists()
     carol = django_user_model.objects.get(username="carol")
     assert carol.has_perm("receipts.confirm_call") and carol.has_perm("receipts.browse")
+
+
+@pytest.mark.django_db
+def test_a_login_with_no_role_sees_one_page_naming_who_can_give_one(client, django_user_model):
+    """Wherever it goes, a login with no role gets the same page (a 403): no navigation of
+    links that all refuse, and the active people who may give it a role."""
+    admin = join(django_user_model.objects.create_user("ana", email="ana@example.org"), "admin")
+    django_user_model.objects.create_superuser("root-person", email="")
+    join(django_user_model.objects.create_user("gone", is_active=False), "admin")
+    join(django_user_model.objects.create_user("vera"), "viewer")
+    client.force_login(django_user_model.objects.create_user("newcomer"))
+    for url in (reverse("runs"), reverse("inbox"), reverse("audit"), reverse("run", args=["no-such-run"])):
+        page = client.get(url)
+        assert page.status_code == FORBIDDEN, url
+        html = page.content.decode()
+        assert "You have no role yet" in html and "<strong>viewer</strong>" in html
+        assert 'aria-label="Main"' not in html and 'role="search"' not in html, "links that would all refuse"
+        assert f'href="mailto:{admin.email}"' in html and "root-person" in html
+        assert "gone" not in html and "vera" not in html, "only active people who can give a role"
+        assert "Log out" in html
+
+
+@pytest.mark.django_db
+def test_the_no_role_page_says_how_to_make_the_first_admin(client, django_user_model):
+    client.force_login(django_user_model.objects.create_user("newcomer"))
+    html = client.get(reverse("runs")).content.decode()
+    assert "Nobody can give roles yet" in html and "createsuperuser" in html
+
+
+@pytest.mark.django_db
+def test_a_refusal_offers_no_way_back_that_refuses_too(client, django_user_model):
+    """A viewer refused an act is offered the runs; the 403 page links nowhere it cannot go."""
+    client.force_login(join(django_user_model.objects.create_user("vera"), "viewer"))
+    refused = client.post(reverse("legal_hold", args=["any-run"]), {"hold": "set", "reason": "x"})
+    assert refused.status_code == FORBIDDEN and b"Back to the runs" in refused.content

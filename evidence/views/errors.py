@@ -1,14 +1,85 @@
-"""Error pages with the site's navigation, and a 400 that says what is allowed."""
+"""Error pages with the site's navigation: a 400 that says what is allowed, the one page a login
+with no role sees, and a CSRF refusal that keeps what the person typed."""
 
 from __future__ import annotations
 
 from http import HTTPStatus
+from urllib.parse import urlencode
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import Resolver404, ResolverMatch, resolve, reverse
+
+from evidence.forms import ConfirmForm
+from evidence.models import Call, Run
+from evidence.roles import BROWSE, role_givers
+from evidence.views.calls import call_page, may_settle
+from evidence.views.common import HtmxHttpRequest
 
 
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
     # Django's own 400 renders without the request, so without the navigation; the
     # message of our BadRequest names what is allowed, and is safe to show.
     return render(request, "400.html", {"message": str(exception)}, status=HTTPStatus.BAD_REQUEST)
+
+
+def no_role(request: HttpRequest) -> HttpResponse:
+    return render(request, "no_role.html", {"admins": role_givers()}, status=HTTPStatus.FORBIDDEN)
+
+
+# What a refused form is about, by the name of the URL it was posted to: the page that holds
+# the form (so a person can send it again from there) and the fields a person typed.
+FORM_PAGES = {"confirm": "call", "legal_hold": "run", "export_request": "run"}
+TYPED_FIELDS = ("reason",)
+CSRF_MESSAGE = (
+    "Nothing was done: this form came from a page that is out of date (you logged in again since it "
+    "opened, or it was open a long time), so it could not be told apart from a forged one."
+)
+
+
+def csrf_failure(request: HtmxHttpRequest, reason: str = "") -> HttpResponse:
+    """Django's CSRF refusal, in the site's clothes, keeping what the person typed.
+
+    A settle form comes back as the call's page with the decision and reason filled in again
+    and a fresh token; the call_id's first characters must be typed again, so a forged post is
+    never one click from being sent. Another form shows what was typed, and links to its page.
+    This runs before the login and role checks (the CSRF check comes first), so it makes them."""
+    try:
+        match = resolve(request.path_info)
+    except Resolver404:
+        match = None
+    user = request.user if hasattr(request, "user") else None
+    url_name = match.url_name if match else None
+    if user is None or not user.is_authenticated:
+        login = f"{reverse('login')}?{urlencode({'next': _form_page(url_name, match) or reverse('runs')})}"
+        return _csrf_page(request, login_url=login)
+    if not user.has_perm(BROWSE):
+        return no_role(request)
+    if url_name == "confirm" and match is not None and may_settle(user):
+        refused = _settle_again(request, **match.kwargs)
+        if refused is not None:
+            return refused
+    return _csrf_page(request, back=_form_page(url_name, match))
+
+
+def _settle_again(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpResponse | None:
+    run = Run.objects.filter(run_id=run_id).first()
+    call = Call.objects.filter(run=run, call_id=call_id).first() if run else None
+    if run is None or call is None:
+        return None
+    retyped = {name: request.POST.get(name, "") for name in ("resolution", "reason", "receipt_sha256")}
+    form = ConfirmForm(initial={**retyped, "confirm_queryable": bool(request.POST.get("confirm_queryable"))})
+    return call_page(request, run, call, form=form, error=CSRF_MESSAGE, status=HTTPStatus.FORBIDDEN)
+
+
+def _form_page(url_name: str | None, match: ResolverMatch | None) -> str | None:
+    page = FORM_PAGES.get(url_name or "")
+    if page is None or match is None:
+        return None
+    return reverse(page, kwargs=match.kwargs)
+
+
+def _csrf_page(request: HttpRequest, *, back: str | None = None, login_url: str | None = None) -> HttpResponse:
+    typed = [(name, request.POST[name]) for name in TYPED_FIELDS if request.POST.get(name, "").strip()]
+    context = {"message": CSRF_MESSAGE, "typed": typed, "back": back, "login_url": login_url}
+    return render(request, "403_csrf.html", context, status=HTTPStatus.FORBIDDEN)
