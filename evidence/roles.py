@@ -20,6 +20,8 @@ ROLES: dict[str, tuple[str, ...]] = {
         BROWSE,
         "receipts.set_legal_hold",
         "auth.view_user", "auth.add_user", "auth.change_user", "auth.delete_user", "auth.view_group",
+        # The audit, read-only in the admin as on /audit/ (its admin refuses every change).
+        "receipts.view_humandecision", "receipts.view_auditentry",
     ),
 }  # fmt: skip
 

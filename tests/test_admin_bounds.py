@@ -10,7 +10,9 @@ import pytest
 from django.contrib.auth.models import Group, Permission
 from django.urls import reverse
 
+from evidence.models import AuditEntry, Run
 from evidence.roles import ROLES
+from receipts import protocol
 from tests.helpers import join
 
 PASSWORD = "a-long-password-1"
@@ -162,3 +164,20 @@ def test_the_admin_login_lets_in_the_role_and_no_one_else(client, mallory, bob):
     assert refused.status_code == HTTPStatus.OK and "_auth_user_id" not in client.session, "a viewer stays out"
     let_in = client.post(login, {"username": "mallory", "password": PASSWORD, "next": reverse("admin:index")})
     assert let_in.status_code == HTTPStatus.FOUND and client.get(reverse("admin:index")).status_code == HTTPStatus.OK
+
+
+@pytest.mark.django_db
+def test_the_admin_role_reads_the_audit_in_the_admin_and_changes_nothing(admin_client, demo):
+    """The docs promised it; the role lacked the two view permissions, so the admin hid both."""
+    run = Run.objects.get(run_id="clean-run")
+    entry = AuditEntry.objects.create(run=run, actor="sam", action="legal_hold_set", at=protocol.utc_now())
+    index = admin_client.get(reverse("admin:index")).content.decode()
+    assert reverse("admin:receipts_auditentry_changelist") in index
+    assert reverse("admin:receipts_humandecision_changelist") in index
+    listing = admin_client.get(reverse("admin:receipts_auditentry_changelist"))
+    assert listing.status_code == HTTPStatus.OK and b"legal_hold_set" in listing.content
+    assert admin_client.get(reverse("admin:receipts_humandecision_changelist")).status_code == HTTPStatus.OK
+    change, delete = (reverse(f"admin:receipts_auditentry_{act}", args=[entry.pk]) for act in ("change", "delete"))
+    assert admin_client.post(change, {"actor": "mallory"}).status_code == HTTPStatus.FORBIDDEN
+    assert admin_client.post(delete, {"post": "yes"}).status_code == HTTPStatus.FORBIDDEN
+    assert AuditEntry.objects.get(pk=entry.pk).actor == "sam"

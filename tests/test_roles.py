@@ -201,3 +201,15 @@ def test_a_refusal_offers_no_way_back_that_refuses_too(client, django_user_model
     client.force_login(join(django_user_model.objects.create_user("vera"), "viewer"))
     refused = client.post(reverse("legal_hold", args=["any-run"]), {"hold": "set", "reason": "x"})
     assert refused.status_code == FORBIDDEN and b"Back to the runs" in refused.content
+
+
+def test_the_roles_migration_gives_a_database_migrated_before_the_admin_role_the_audit(django_user_model):
+    migration = importlib.import_module("evidence.migrations.0026_admin_sees_the_audit")
+    ada = join(django_user_model.objects.create_user("ada"), "admin")  # (join makes the roles as they are now)
+    admin = Group.objects.get(name="admin")
+    admin.permissions.remove(*Permission.objects.filter(codename__in=["view_humandecision", "view_auditentry"]))
+    assert not django_user_model.objects.get(pk=ada.pk).has_perm("receipts.view_auditentry")
+    state = MigrationExecutor(connection).loader.project_state(("receipts", migration.__name__.rsplit(".", 1)[1]))
+    migration.refresh_roles(state.apps, None)
+    ada = django_user_model.objects.get(pk=ada.pk)
+    assert ada.has_perm("receipts.view_auditentry") and ada.has_perm("receipts.view_humandecision")
