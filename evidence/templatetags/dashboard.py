@@ -40,6 +40,9 @@ BADGE_CLASSES = {
     "tampered": "bad",
     "unverified": "warn",
     "disputed": "bad",
+    # a person's decision: their word, not the receipt's proof
+    "settled: committed": "info",
+    "settled: rejected": "info",
     "in doubt": "warn",
     "ok": "ok",
     "keep": "neutral",
@@ -76,6 +79,22 @@ def badge(value: object) -> SafeString:
     """
     label = as_text(value) if value not in (None, "") else "missing"
     return format_html('<span class="badge badge-{}">{}</span>', BADGE_CLASSES.get(label, "neutral"), label)
+
+
+@register.simple_tag
+def call_status(call: object, settled_by: str = "") -> SafeString:
+    """A call's status as pages show it (``Call.shown_status``); a settled call says what its
+    receipt says, what a person settled it as, and who: "prepared → settled: committed by carol"."""
+    shown = getattr(call, "shown_status", "")
+    if not getattr(call, "settled", False):
+        return badge(shown)
+    by = settled_by or getattr(call, "settled_by", "")
+    return format_html(
+        '<span class="muted">{} →</span> {}{}',
+        getattr(call, "status", ""),
+        badge(shown),
+        format_html(' <span class="muted">by {}</span>', by) if by else "",
+    )
 
 
 @register.filter
