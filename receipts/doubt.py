@@ -96,7 +96,9 @@ def reading(tool: str, evidence: Evidence | None, *, queried: bool = False) -> R
     if evidence.verdict == PRESENT:
         then = "a resume will find it done and reuse it" if queried else "settle it as committed"
         return Reading("committed", f"{present}: {then}")
-    then = "a resume will find it not done and run it again" if queried else "settle it as rejected (the runtime retries it)"
+    if queried:
+        return Reading("rejected", f"{absent}: a resume will find it not done and run it again")
+    then = "settle it as rejected (the runtime retries it)"
     return Reading("rejected", f"{absent}: {then}")
 
 

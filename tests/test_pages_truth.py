@@ -165,7 +165,8 @@ def test_the_run_page_opens_with_what_needs_a_person_and_its_verdict(client, dja
     client.force_login(join(django_user_model.objects.create_user("ann", password="a-long-password-1"), "admin"))
     call = first_call_of(SENT)
     page = content(client.get(reverse("run", args=[SENT])))
-    needs = page[page.index('aria-labelledby="needs-heading"') : page.index("</section>", page.index('aria-labelledby="needs-heading"'))]
+    start = page.index('aria-labelledby="needs-heading"')
+    needs = page[start : page.index("</section>", start)]
     assert "1 call in doubt" in needs and "a person decides whether it happened" in needs
     assert f'href="/runs/{SENT}/calls/{call.call_id}/">Settle</a>' in needs
     assert 'badge-warn">in doubt' in needs, "the run's verdict, first"
