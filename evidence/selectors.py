@@ -321,11 +321,22 @@ def run_needs(*, run: Run, summary: RunSummary) -> list[Need]:
         needs.append(Need(WARNING, f"{conflicts} submission conflict{pluralize(conflicts)}",
                           "one client_submission_id, two requests: no second task was written",
                           "Look at the conflict", url))  # fmt: skip
+    if summary.in_doubt:
+        # Why those calls are in doubt: the lines above are the problems, these their evidence.
+        findings = {code: n for code, n in findings.items() if code not in CALL_DOUBT_CODES}
     if others := sum(findings.values()):
         needs.append(Need(ERROR if set(findings) & set(DIGEST_CODES) else WARNING,
-                          f"{others} other open finding{pluralize(others)}", ", ".join(sorted(findings)),
+                          f"{others} open finding{pluralize(others)}", ", ".join(sorted(findings)),
                           "Look at the findings", "#findings"))  # fmt: skip
     return needs
+
+
+# The findings that say why a call is in doubt (a receipt that fails its check, is missing or
+# stale): on the run page the call in doubt is the line, not each of its findings.
+CALL_DOUBT_CODES = frozenset({
+    "identity_mismatch", "identity_unverifiable", "contract_mismatch", "input_digest_mismatch", "effect_not_shown",
+    "missing_receipt", "stale_call", "legacy_status", "invalid_status",
+})  # fmt: skip
 
 
 def _one_call_url(run: Run, kind: str) -> str:

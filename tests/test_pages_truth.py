@@ -189,6 +189,7 @@ def test_the_run_page_links_stale_reservations_conflicts_and_altered_receipts_to
     needs = tampered[tampered.index('aria-labelledby="needs-heading"') :][:2000]
     assert "1 receipt altered after it was written" in needs and "Investigate" in needs
     assert f"/runs/{TAMPERED}/calls/{call.call_id}/" in needs
+    assert "identity_mismatch" not in needs, "one problem, one line: its findings are the evidence on its page"
     clean = content(logged_in.get(reverse("run", args=["clean-run"])))
     assert "Nothing in this run needs a person" in clean and 'badge-ok">ok' in clean
 
