@@ -209,3 +209,39 @@ def test_a_queryable_call_in_doubt_says_resume_the_run_not_settle(as_confirmer, 
     row = home[home.index(call.call_id[:16]) :]
     row = row[: row.index("</tr>")]
     assert "Resume the run" in row and ">Settle</a>" not in row
+
+
+def test_more_than_one_call_of_a_kind_links_to_the_inbox_filtered_by_run_and_kind(logged_in, demo):
+    run = Run.objects.get(run_id="clean-run")
+    Call.objects.filter(run=run).update(decision="confirm", decision_reason="made up for the test")
+    stats.refresh_run_summary(run)  # what an import or a settlement does after changing a call
+    page = content(logged_in.get(reverse("run", args=["clean-run"])))
+    needs = page[page.index('aria-labelledby="needs-heading"') :][:2000]
+    assert "3 calls in doubt" in needs and "/inbox/?run=clean-run&amp;kind=in+doubt" in needs
+
+
+def test_a_summary_stored_before_the_needs_were_counted_still_says_the_calls_in_doubt(logged_in, demo):
+    run = Run.objects.get(run_id=SENT)
+    stored = dict(run.summary)
+    del stored["in_doubt_by_need"]
+    Run.objects.filter(pk=run.pk).update(summary=stored)
+    page = content(logged_in.get(reverse("run", args=[SENT])))
+    needs = page[page.index('aria-labelledby="needs-heading"') :][:2000]
+    assert "1 call in doubt" in needs and f"/inbox/?run={SENT}" in needs
+
+
+def test_the_inbox_says_investigate_for_an_altered_receipt(logged_in, demo):
+    call = first_call_of(TAMPERED)
+    page = content(logged_in.get(reverse("inbox")))
+    row = page[page.index(call.call_id[:16]) :]
+    row = row[: row.index("</tr>")]
+    assert ">Investigate</a>" in row and ">Settle</a>" not in row
+
+
+def test_a_tampered_receipt_settled_by_a_person_still_shows_as_tampered(as_confirmer, demo):
+    call = first_call_of(TAMPERED)
+    settle(as_confirmer, call)
+    _, page = call_page(as_confirmer, TAMPERED)
+    assert "Settled by a person" in page and "Altered after it was written: investigate" in page
+    assert 'name="resolution"' not in page and "badge-ok" not in page.split("Settled by a person")[0]
+    assert stats.RunSummary.of(Run.objects.get(run_id=TAMPERED)).calls_by_status == {"tampered": 1}
