@@ -222,7 +222,7 @@ def test_more_than_one_call_of_a_kind_links_to_the_inbox_filtered_by_run_and_kin
 
 def test_a_summary_stored_before_the_needs_were_counted_still_says_the_calls_in_doubt(logged_in, demo):
     run = Run.objects.get(run_id=SENT)
-    stored = dict(run.summary)
+    stored = dict(run.summary or {})
     del stored["in_doubt_by_need"]
     Run.objects.filter(pk=run.pk).update(summary=stored)
     page = content(logged_in.get(reverse("run", args=[SENT])))
