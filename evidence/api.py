@@ -157,7 +157,9 @@ class EventOut(Schema):
 
 class CallOut(Schema):
     call_id: str
-    status: str  # as a page shows it: "tampered" or "unverified" for a receipt that fails its check
+    # As a page shows it: "tampered" or "unverified" for a receipt that fails its check,
+    # "settled: committed" or "settled: rejected" for a call a person settled (``settled_by``).
+    status: str
     written_status: str
     tool: str
     tool_version: str
@@ -167,6 +169,7 @@ class CallOut(Schema):
     decision_reason: str
     created_at: Moment | None
     updated_at: Moment | None
+    settled_by: str
 
 
 class SubmissionOut(Schema):

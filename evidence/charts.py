@@ -13,9 +13,17 @@ from collections.abc import Mapping, Sequence
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from receipts import protocol
+from receipts import protocol, recovery
 
-STATUS_ORDER = (*protocol.RECEIPT_STATUSES, *protocol.SHOWN_FOR_VERDICT.values(), protocol.LEGACY_STATUS, "missing")
+STATUS_ORDER = (
+    *protocol.RECEIPT_STATUSES[:1], *recovery.SETTLED_SHOWN.values(), *protocol.RECEIPT_STATUSES[1:],
+    *protocol.SHOWN_FOR_VERDICT.values(), protocol.LEGACY_STATUS, "missing",
+)  # fmt: skip
+
+
+def fill_class(status: str) -> str:
+    """A shown status as a class name: "settled: committed" is ``fill-settled-committed``."""
+    return "fill-" + "-".join(status.replace(":", " ").split())
 
 
 def _status_key(status: str) -> tuple[int, str]:
@@ -33,11 +41,11 @@ def status_bar(counts: Mapping[str, int], width: int = 140, height: int = 12) ->
     x, shapes = 0.0, []
     for status, count in sorted(counts.items(), key=lambda item: _status_key(item[0])):
         share = width * count / total
-        shapes.append((f"{x:.2f}", f"{share:.2f}", height, status, f"{count} {status}"))
+        shapes.append((f"{x:.2f}", f"{share:.2f}", height, fill_class(status), f"{count} {status}"))
         x += share
     rects = format_html_join(
         "",
-        '<rect x="{}" y="0" width="{}" height="{}" class="fill-{}"><title>{}</title></rect>',
+        '<rect x="{}" y="0" width="{}" height="{}" class="{}"><title>{}</title></rect>',
         shapes,
     )
     return format_html(

@@ -46,7 +46,7 @@ class InboxItem:
     run_id: str
     subject: str  # the call_id, the client_submission_id or the finding's subject
     detail: str
-    action: str  # "settle", "finding" or "reservation": what the link opens
+    action: str  # "settle", "resume", "host", "finding" or "reservation": what the link opens
     code: str = ""  # the finding code, for a finding
 
 
@@ -135,7 +135,9 @@ def _call_items(calls: list[Call]) -> list[InboxItem]:
             asked = " (the runtime can ask the target when it resumes)" if call.decision == "query" else ""
             detail = f"{call.tool}: {call.status}, did it happen?{asked}"
         severity = WARNING if call.decision == "query" else ERROR
-        items.append(InboxItem(kind, severity, since, run_id, call.call_id, detail, "settle"))
+        # The runtime settles a queryable call itself when the run resumes: that is the next step.
+        action = "resume" if call.decision == "query" else "settle"
+        items.append(InboxItem(kind, severity, since, run_id, call.call_id, detail, action))
     return items
 
 

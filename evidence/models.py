@@ -15,7 +15,7 @@ from typing import Any
 from django.db import models
 from django.db.models import Q
 
-from receipts import findings, protocol
+from receipts import findings, protocol, recovery
 from receipts.protocol import EMPTY_SHA256, ZERO_HASH
 
 # A run whose last event is older than this is shown as not live, and its page stops refreshing.
@@ -282,10 +282,16 @@ class Call(models.Model):
 
     @property
     def shown_status(self) -> str:
-        """The status a page shows: a receipt that fails its identity check is never "committed"."""
-        if not self.receipt_present:
-            return "missing"
-        return protocol.SHOWN_FOR_VERDICT.get(self.verification, self.status)
+        """The status a page shows (``recovery.shown_status``): a receipt that fails its identity
+        check is never "committed", a call a person settled shows as settled."""
+        return recovery.shown_status(
+            present=self.receipt_present, status=self.status, verification=self.verification, decision=self.decision
+        )
+
+    @property
+    def settled(self) -> bool:
+        """A person's confirmation decides it (``recovery.SETTLED_SHOWN``)."""
+        return self.shown_status in recovery.SETTLED_SHOWN.values()
 
 
 class Submission(models.Model):

@@ -15,8 +15,11 @@ import shlex
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
+from urllib.parse import urlencode
 
-from django.db.models import Case, Count, Q, QuerySet, Value, When
+from django.db.models import Case, Count, OuterRef, Q, QuerySet, Subquery, TextField, Value, When
+from django.db.models.functions import Coalesce
+from django.urls import reverse
 
 from evidence import hosts, stats
 from evidence.models import (
@@ -32,8 +35,8 @@ from evidence.models import (
     with_run,
 )
 from evidence.stats import RunSummary
-from receipts import doubt, protocol
-from receipts.findings import DIGEST_CODES
+from receipts import doubt, protocol, recovery
+from receipts.findings import DIGEST_CODES, ERROR, WARNING
 from receipts.recovery import reservation_resume
 from receipts.tools import BUILTIN_ADAPTERS
 
@@ -169,7 +172,17 @@ def call_identity(*, call: Call, run: Run) -> protocol.IdentityCheck:
 
 
 def run_calls(*, run: Run) -> QuerySet[Call]:
-    return Call.objects.filter(run=run).order_by("call_id")
+    """The run's calls by call_id, each with ``settled_by``: who settled it, on the dashboard or
+    with the writer's command line (two look-ups a row, on their (run, call_id) keys)."""
+    return Call.objects.filter(run=run).annotate(settled_by=settled_by()).order_by("call_id")
+
+
+def settled_by() -> Coalesce:
+    """Who decided a call: the person's decision on the dashboard, else a valid confirmation's actor."""
+    same_call = {"run": OuterRef("run"), "call_id": OuterRef("call_id")}
+    decided = HumanDecision.objects.filter(**same_call).values("actor")[:1]
+    confirmed = Confirmation.objects.filter(**same_call, valid=True).values("actor")[:1]
+    return Coalesce(Subquery(decided), Subquery(confirmed), Value(""), output_field=TextField())
 
 
 def run_submissions(*, run: Run, client_submission_id: str = "") -> QuerySet[Submission]:
@@ -191,6 +204,13 @@ class CallDetail:
     findings: list[Finding]
     decision: HumanDecision | None  # a person's decision made on the dashboard
 
+    @property
+    def settled_by(self) -> str:
+        """Who settled the call: on the dashboard, else with the writer's command line (``settled_by``)."""
+        if self.decision is not None:
+            return self.decision.actor
+        return self.confirmation.actor if self.confirmation is not None and self.confirmation.valid else ""
+
 
 def call_detail(*, run: Run, call: Call, event_limit: int = 200) -> CallDetail:
     """What the call page shows beside the receipt: five queries."""
@@ -203,12 +223,149 @@ def call_detail(*, run: Run, call: Call, event_limit: int = 200) -> CallDetail:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class AlteredField:
+    """One input of a receipt's identity whose stored value is not the one recomputed."""
+
+    name: str
+    stored: str
+    recomputed: str
+
+
+def altered_fields(*, call: Call) -> list[AlteredField]:
+    """What does not match in a receipt that fails its identity check, as the import stored it."""
+    fields = []
+    if call.recomputed_call_id and call.declared_call_id != call.recomputed_call_id:
+        fields.append(AlteredField("call_id", call.declared_call_id, call.recomputed_call_id))
+    if call.input_sha256 and call.recomputed_input_sha256 and call.input_sha256 != call.recomputed_input_sha256:
+        fields.append(AlteredField("input digest (input_sha256)", call.input_sha256, call.recomputed_input_sha256))
+    return fields
+
+
+def unproven_calls(*, run: Run, events: Iterable[Event]) -> dict[str, str]:
+    """Of the calls these events' receipts name, those whose receipt fails its identity check,
+    with the status a page shows for them: their ledger events say what the receipt said, which
+    proves nothing. One query on the (run, call_id) key for one page of a ledger; none for a run
+    whose stored counts hold no such call."""
+    if not set(RunSummary.of(run).calls_by_status) & set(protocol.SHOWN_FOR_VERDICT.values()):
+        return {}
+    call_ids = {event.call_id for event in events if event.type == "receipt" and event.call_id}
+    rows = (
+        Call.objects.filter(run=run, call_id__in=call_ids, receipt_present=True)
+        .exclude(verification=protocol.VERIFIED)
+        .values_list("call_id", "status", "verification", "decision")
+    )
+    return {
+        call_id: recovery.shown_status(present=True, status=status, verification=verification, decision=decision)
+        for call_id, status, verification, decision in rows
+        if verification in protocol.SHOWN_FOR_VERDICT
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class Need:
+    """One line of what a run needs from a person, with the action that answers it."""
+
+    severity: str  # error or warning, as the inbox says
+    what: str  # "1 call in doubt"
+    detail: str
+    action: str  # the link's words
+    url: str
+
+
+# What each kind of call in doubt (``stats.need_of``) is called, what waits, and its action.
+NEED_WORDS = {
+    "tampered": ("receipt altered after it was written", "receipts altered after they were written",
+                 "it proves nothing: find out who changed it, then decide whether the call happened", "Investigate"),
+    "unverified": ("receipt that cannot be checked", "receipts that cannot be checked",
+                   "an input of its identity is missing: a person decides whether the call happened", "Investigate"),
+    "disputed": ("commit its target does not show", "commits their targets do not show",
+                 "the writer refused to reuse it: a person decides whether it happened", "Investigate"),
+    "missing": ("call without a receipt", "calls without a receipt",
+                "the ledger names it but its receipt is missing: a person decides", "Investigate"),
+    "confirm": ("call in doubt", "calls in doubt", "a person decides whether it happened", "Settle"),
+    "query": ("call in doubt the runtime can check", "calls in doubt the runtime can check",
+              "resume the run: it will ask the target whether the effect happened", "Look at the call"),
+}  # fmt: skip
+
+
+def run_needs(*, run: Run, summary: RunSummary) -> list[Need]:
+    """What the run needs from a person, most serious first, from its stored counts: calls in
+    doubt by what they wait for, stale reservations, conflicts, other open findings. A kind with
+    one call links to it (one query on the (run, decision, call_id) index); more, to the inbox."""
+    needs = []
+    counted = 0
+    for kind in stats.NEEDS:
+        count = summary.in_doubt_by_need.get(kind, 0)
+        if not count:
+            continue
+        counted += count
+        one, many, detail, action = NEED_WORDS[kind]
+        severity = WARNING if kind == "query" else ERROR
+        url = _one_call_url(run, kind) if count == 1 else ""
+        if not url:
+            inbox_kind = "in doubt" if kind in ("confirm", "query", "missing") else "tampered"
+            url = f"{reverse('inbox')}?{urlencode({'run': run.run_id, 'kind': inbox_kind})}"
+        needs.append(Need(severity, f"{count} {one if count == 1 else many}", detail, action, url))
+    if summary.in_doubt > counted:  # a summary stored before these counts were kept
+        count = summary.in_doubt - counted
+        url = f"{reverse('inbox')}?{urlencode({'run': run.run_id})}"
+        needs.append(Need(ERROR, f"{count} call{pluralize(count)} in doubt", NEED_WORDS["confirm"][2], "Open", url))
+    findings = dict(summary.findings_by_code)
+    if stale := findings.pop("stale_reservation", 0):
+        needs.append(Need(WARNING, f"{stale} stale reservation{pluralize(stale)}",
+                          "a task submission reserved and never finished: a resume finishes it or stops",
+                          "Look at the reservations", reverse("reservations")))  # fmt: skip
+    if conflicts := findings.pop("submission_conflict", 0):
+        url = f"{reverse('findings')}?{urlencode({'code': 'submission_conflict', 'run': run.run_id})}"
+        needs.append(Need(WARNING, f"{conflicts} submission conflict{pluralize(conflicts)}",
+                          "one client_submission_id, two requests: no second task was written",
+                          "Look at the conflict", url))  # fmt: skip
+    if summary.in_doubt:
+        # Why those calls are in doubt: the lines above are the problems, these their evidence.
+        findings = {code: n for code, n in findings.items() if code not in CALL_DOUBT_CODES}
+    if others := sum(findings.values()):
+        needs.append(Need(ERROR if set(findings) & set(DIGEST_CODES) else WARNING,
+                          f"{others} open finding{pluralize(others)}", ", ".join(sorted(findings)),
+                          "Look at the findings", "#findings"))  # fmt: skip
+    return needs
+
+
+# The findings that say why a call is in doubt (a receipt that fails its check, is missing or
+# stale): on the run page the call in doubt is the line, not each of its findings.
+CALL_DOUBT_CODES = frozenset({
+    "identity_mismatch", "identity_unverifiable", "contract_mismatch", "input_digest_mismatch", "effect_not_shown",
+    "missing_receipt", "stale_call", "legacy_status", "invalid_status",
+})  # fmt: skip
+
+
+def _one_call_url(run: Run, kind: str) -> str:
+    """The page of the run's one call in doubt of this kind ("" when it is not found)."""
+    calls = Call.objects.filter(run=run, decision="query" if kind == "query" else "confirm")
+    if kind in ("confirm", "query"):
+        calls = calls.filter(receipt_present=True, verification=protocol.VERIFIED)
+    elif kind == "missing":
+        calls = calls.filter(receipt_present=False)
+    else:
+        calls = calls.filter(receipt_present=True, verification=VERIFICATION_OF[kind])
+    call_id = calls.order_by("call_id").values_list("call_id", flat=True).first()
+    return reverse("call", args=[run.run_id, call_id]) if call_id else ""
+
+
+VERIFICATION_OF = {shown: verification for verification, shown in protocol.SHOWN_FOR_VERDICT.items()}
+
+
+def pluralize(count: int) -> str:
+    return "" if count == 1 else "s"
+
+
 @dataclasses.dataclass
 class DoubtPanel:
     """What a person reads before settling a call in doubt."""
 
     description: str  # what the call was meant to do
     evidence: doubt.Evidence | None  # what the target's side shows (None: nothing can look)
+    reading: doubt.Reading | None  # what the evidence most likely means (None: it does not say)
     confirmation_file: str  # what the form would write, for an operator who settles by hand
     command: str  # the same, with the writer's command line
 
@@ -229,12 +386,19 @@ def doubt_panel(*, run: Run, call: Call) -> DoubtPanel:
         f"python -m receipts confirm {shlex.quote(run.path)} {call.call_id} --resolution committed "
         f"--reason 'what you checked' --actor \"$USER\" --receipt-sha256 {call.file_sha256}"
     )
+    evidence = (
+        doubt.evidence_for(Path(run.path), call.tool, call.args, call.call_id, BUILTIN_ADAPTERS)
+        if hosts.owns(run)
+        else doubt.Evidence(doubt.UNCLEAR, (f"the run's files are on host {run.host}: its target is read there",))
+    )
     return DoubtPanel(
         description=doubt.describe(call.tool, call.args),
-        evidence=(
-            doubt.evidence_for(Path(run.path), call.tool, call.args, call.call_id, BUILTIN_ADAPTERS)
-            if hosts.owns(run)
-            else doubt.Evidence(doubt.UNCLEAR, (f"the run's files are on host {run.host}: its target is read there",))
+        evidence=evidence,
+        # An altered receipt's args are not what ran: its evidence is compared with them, and suggests nothing.
+        reading=(
+            doubt.reading(call.tool, evidence, queried=call.decision == "query")
+            if call.verification == protocol.VERIFIED
+            else None
         ),
         confirmation_file=json.dumps(template, indent=2),
         command=command,

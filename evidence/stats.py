@@ -26,7 +26,7 @@ from django.db.models import Count, Max, Sum
 from django.db.models.functions import Coalesce, Length
 
 from evidence.models import EventTally, Run
-from receipts import protocol
+from receipts import protocol, recovery
 from receipts.findings import DIGEST_CODES
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -78,6 +78,8 @@ class RunSummary:
 
     calls_by_status: dict[str, int] = dataclasses.field(default_factory=dict)  # as shown: see Call.shown_status
     in_doubt: int = 0  # calls whose recovery decision waits for the target or a person (Call.in_doubt)
+    # The same calls by what they wait for (``need_of``): the run page's first lines.
+    in_doubt_by_need: dict[str, int] = dataclasses.field(default_factory=dict)
     findings_by_code: dict[str, int] = dataclasses.field(default_factory=dict)  # open findings
     decisions: dict[str, int] = dataclasses.field(default_factory=dict)
     submissions: int = 0
@@ -131,6 +133,19 @@ class RunSummary:
         return "ok"
 
 
+# What a call in doubt waits for: a receipt that fails its check or is missing, investigated
+# first (its shown status says which); a query of its target, which a resume makes; a person.
+INVESTIGATE = ("tampered", "unverified", "disputed", "missing")
+NEEDS = (*INVESTIGATE, "confirm", "query")  # most serious first
+
+
+def need_of(shown: str, decision: str) -> str:
+    """What a call in doubt with this shown status and decision waits for (one of ``NEEDS``)."""
+    if shown in INVESTIGATE:
+        return shown
+    return "query" if decision == "query" else "confirm"
+
+
 SUMMARY_FIELDS = frozenset(field.name for field in dataclasses.fields(RunSummary))
 
 
@@ -154,10 +169,13 @@ def refresh_run_summary(run: Run, apps: Any = None) -> RunSummary:
         .order_by()
     )
     for status, verification, decision, present, count, body_bytes in calls:
-        shown = (protocol.SHOWN_FOR_VERDICT.get(verification, status) if present else "") or "missing"
+        shown = recovery.shown_status(present=present, status=status, verification=verification, decision=decision)
+        shown = shown or "missing"
         summary.calls_by_status[shown] = summary.calls_by_status.get(shown, 0) + count
         if protocol.in_doubt(decision):
             summary.in_doubt += count
+            need = need_of(shown, decision)
+            summary.in_doubt_by_need[need] = summary.in_doubt_by_need.get(need, 0) + count
         if decision:
             summary.decisions[decision] = summary.decisions.get(decision, 0) + count
         summary.body_bytes += body_bytes or 0

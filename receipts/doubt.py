@@ -10,6 +10,7 @@ function for a tool name with ``register_evidence``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Callable, Mapping
@@ -32,8 +33,10 @@ __all__ = [
     "PRESENT",
     "UNCLEAR",
     "Evidence",
+    "Reading",
     "describe",
     "evidence_for",
+    "reading",
     "register_evidence",
     "send_message_evidence",
     "write_file_evidence",
@@ -63,6 +66,40 @@ def evidence_for(
         return function(Path(run_dir), args, call_id)
     except (OSError, ValueError, KeyError, TypeError) as error:
         return Evidence(UNCLEAR, (f"the evidence could not be read: {type(error).__name__}: {error}",))
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """What the target's evidence most likely means, and the resolution it points to."""
+
+    resolution: str  # committed or rejected
+    sentence: str
+
+
+# What the built-in tools' evidence means, said of their targets: (present, absent).
+MEANINGS = {
+    "send_message": ("the message was sent", "no message was sent"),
+    "write_file": ("the file holds what the call writes", "the file was never written"),
+}
+
+
+def reading(tool: str, evidence: Evidence | None, *, queried: bool = False) -> Reading | None:
+    """What ``evidence`` most likely means (``None`` when it is unclear or there is none): a
+    person still decides, and says why; the evidence is what the target shows now.
+
+    ``queried``: the runtime asks the target itself when the run resumes (its decision is
+    ``query``), so the evidence says what that answer will most likely be, not how to settle.
+    """
+    if evidence is None or evidence.verdict not in (PRESENT, ABSENT):
+        return None
+    present, absent = MEANINGS.get(tool, ("the target shows the effect", "the target does not show the effect"))
+    if evidence.verdict == PRESENT:
+        then = "a resume will find it done and reuse it" if queried else "settle it as committed"
+        return Reading("committed", f"{present}: {then}")
+    if queried:
+        return Reading("rejected", f"{absent}: a resume will find it not done and run it again")
+    then = "settle it as rejected (the runtime retries it)"
+    return Reading("rejected", f"{absent}: {then}")
 
 
 def describe(tool: str, args: Any) -> str:

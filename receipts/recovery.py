@@ -66,6 +66,29 @@ def decide(
     return Decision("confirm", f"status {status!r} is not a receipt state: a person decides")
 
 
+# What a page shows for a call a person settled: the decision their confirmation gave it.
+SETTLED_SHOWN = {"reuse": "settled: committed", "retry": "settled: rejected"}
+
+
+def shown_status(*, present: bool, status: str, verification: str, decision: str) -> str:
+    """The one rule for what a call shows as, on every page, bar, download and API answer.
+
+    A receipt that fails its identity check (``SHOWN_FOR_VERDICT``) never shows as what it
+    says: an altered one stays "tampered" even after a person settled it, since settling does
+    not make its bytes true. A call that would be in doubt but for a person's confirmation
+    shows as settled, committed or rejected, whatever its receipt still says.
+    """
+    if not present:
+        return "missing"
+    if verification == protocol.MISMATCH:
+        return protocol.SHOWN_FOR_VERDICT[verification]
+    settled = SETTLED_SHOWN.get(decision)
+    unsettled = decide(status=status or None, verification=verification or protocol.VERIFIED)
+    if settled and protocol.in_doubt(unsettled.decision):
+        return settled
+    return protocol.SHOWN_FOR_VERDICT.get(verification, status)
+
+
 def reservation_resume(*, state: str, task_present: bool, digests_match: bool) -> str:
     """What ``write_task`` does when the same submission is retried (RUN_DIRECTORY.md's rules)."""
     if state == "committed":

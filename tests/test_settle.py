@@ -448,7 +448,7 @@ def test_a_tampered_receipt_settled_by_a_person_is_followed_by_the_runtime(as_co
     call = first_call_of("tampered-receipt")
     assert call.verification == "mismatch" and call.status == "committed"
     page = content(as_confirmer.get(reverse("call", args=["tampered-receipt", call.call_id])))
-    assert "This call is in doubt" in page
+    assert "Altered after it was written: investigate" in page and 'name="resolution"' in page
     response = as_confirmer.post(confirm_url(call), form_for(call, confirm_queryable="on"))
     assert response.status_code == HTTPStatus.SEE_OTHER
     call.refresh_from_db()

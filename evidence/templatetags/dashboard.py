@@ -40,6 +40,9 @@ BADGE_CLASSES = {
     "tampered": "bad",
     "unverified": "warn",
     "disputed": "bad",
+    # a person's decision: their word, not the receipt's proof
+    "settled: committed": "info",
+    "settled: rejected": "info",
     "in doubt": "warn",
     "ok": "ok",
     "keep": "neutral",
@@ -69,13 +72,40 @@ def as_text(value: object) -> str:
 
 
 @register.simple_tag
-def badge(value: object) -> SafeString:
+def badge(value: object, unproven: bool = False) -> SafeString:
     """A status, decision, disposition or severity as a labelled badge (text, not colour alone).
 
     Event payloads are whatever the ledger holds: a list or an object is shown as JSON, never a 500.
+    ``unproven``: said of a call whose receipt fails its identity check, never green.
     """
     label = as_text(value) if value not in (None, "") else "missing"
-    return format_html('<span class="badge badge-{}">{}</span>', BADGE_CLASSES.get(label, "neutral"), label)
+    kind = BADGE_CLASSES.get(label, "neutral")
+    return format_html(
+        '<span class="badge badge-{}">{}</span>', "neutral" if unproven and kind == "ok" else kind, label
+    )
+
+
+@register.simple_tag
+def call_status(call: object, settled_by: str = "") -> SafeString:
+    """A call's status as pages show it (``Call.shown_status``); a settled call says what its
+    receipt says, what a person settled it as, and who: "prepared → settled: committed by carol"."""
+    shown = getattr(call, "shown_status", "")
+    if not getattr(call, "settled", False):
+        return badge(shown)
+    by = settled_by or getattr(call, "settled_by", "")
+    return format_html(
+        '<span class="muted">{} →</span> {}{}',
+        getattr(call, "status", ""),
+        badge(shown),
+        format_html(' <span class="muted">by {}</span>', by) if by else "",
+    )
+
+
+@register.simple_tag
+def call_decision(call: object) -> SafeString:
+    """A call's recovery decision as a badge: never green for a receipt that fails its check."""
+    verification = getattr(call, "verification", "")
+    return badge(getattr(call, "decision", ""), unproven=verification in protocol.SHOWN_FOR_VERDICT)
 
 
 @register.filter

@@ -73,6 +73,11 @@ def call_page(
         "decision": detail.decision,
         "in_doubt": in_doubt,
         "doubt": selectors.doubt_panel(run=run, call=call) if in_doubt else None,
+        # A receipt altered since it was written gets a panel of its own, settled or not.
+        "altered": selectors.altered_fields(call=call) if call.verification == protocol.MISMATCH else None,
+        "settled_by": detail.settled_by,
+        # Its receipt fails its check: its events say what the receipt said, which proves nothing.
+        "unproven": call.receipt_present and call.verification in protocol.SHOWN_FOR_VERDICT,
         "form": form if can_settle else None,
         "second_tick": settle.needs_second_tick(call),
         "settle_error": error,

@@ -95,6 +95,8 @@ def run(request: HtmxHttpRequest, run_id: str) -> HttpResponseBase:
     timeline_context = {
         "run": run,
         "timeline": timeline,
+        # Receipt events of calls whose receipt fails its check: never shown as what they say.
+        "unproven": selectors.unproven_calls(run=run, events=timeline.object_list),
         "live": run.is_live and timeline.is_first,
         "event_type": event_type,
         "query": ledger_query,
@@ -123,6 +125,7 @@ def run(request: HtmxHttpRequest, run_id: str) -> HttpResponseBase:
     reuse = selectors.reuse_counts(run=run, call_ids=[c.call_id for c in calls.object_list])
     context = timeline_context | {
         "summary": summary,
+        "needs": selectors.run_needs(run=run, summary=summary),
         "histogram": selectors.events_histogram(run=run),
         "event_types": selectors.event_types(run=run),
         "calls": calls,

@@ -10,10 +10,10 @@ document.addEventListener("htmx:beforeRequest", (event) => {
   }
 });
 
-// A poll never replaces a form a person is editing. Forms in a polled region carry hx-preserve
-// (htmx keeps the very element, with its text and focus); this is the net under any that does
-// not: while a posting form's field has focus or differs from what the page gave it, the
-// poll's answer is dropped and the next one tries again.
+// A poll never replaces a form a person is editing. Forms in a polled region sit in an element
+// marked hx-preserve (htmx keeps the very element, with its text, focus and open state); this is
+// the net under any that does not: while a posting form's field has focus or differs from what
+// the page gave it, the poll's answer is dropped and the next one tries again.
 function beingEdited(field) {
   if (field === document.activeElement) {
     return true;
@@ -32,10 +32,8 @@ document.addEventListener("htmx:beforeSwap", (event) => {
   if (!source || !source.hasAttribute("data-poll-visible")) {
     return;
   }
-  const fields = event.detail.target.querySelectorAll(
-    'form[method="post"]:not([hx-preserve]) :is(input, textarea, select)',
-  );
-  if (Array.from(fields).some(beingEdited)) {
+  const fields = event.detail.target.querySelectorAll('form[method="post"] :is(input, textarea, select)');
+  if (Array.from(fields).some((field) => !field.closest("[hx-preserve]") && beingEdited(field))) {
     event.detail.shouldSwap = false;
   }
 });

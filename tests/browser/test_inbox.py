@@ -22,11 +22,21 @@ def test_an_operator_settles_every_call_in_the_inbox_and_sees_each_leave(page, d
     count = page.locator("header .count")
     expect(count).to_have_text("6")
     screenshot(page, "inbox-before")
-    for run_id, remaining in (("send-message-killed", "5"), ("write-file-killed", "4"), ("tampered-receipt", "3")):
+    # Each call's next step as the inbox says it: a person settles, a resume asks the target
+    # (deciding by hand waits behind a disclosure), an altered receipt is investigated first.
+    steps = (
+        ("send-message-killed", "5", "Settle", "This call is in doubt: did it happen?"),
+        ("write-file-killed", "4", "Look at the call", "This call is in doubt: did it happen?"),
+        ("tampered-receipt", "3", "Investigate", "Altered after it was written: investigate"),
+    )
+    for run_id, remaining, action, heading in steps:
         row = page.locator("#inbox-list tbody tr", has_text=run_id)
-        row.get_by_role("link", name="Settle").click()
-        panel = page.get_by_role("region", name="This call is in doubt: did it happen?")
+        row.get_by_role("link", name=action).click()
+        panel = page.get_by_role("region", name=heading)
         call_id = page.url.rstrip("/").rsplit("/", 1)[1]
+        by_hand = panel.get_by_text("Decide by hand anyway")
+        if by_hand.count():
+            by_hand.click()
         panel.get_by_label("It did not happen (rejected)").check()
         panel.get_by_label("Reason").fill(f"checked {run_id} by hand")
         panel.get_by_label("Type the first 12 characters of the call_id").fill(call_id[:12])
