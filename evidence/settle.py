@@ -33,11 +33,14 @@ log = logging.getLogger("callproof.settle")
 class SettleError(Exception):
     """Why nothing was recorded, in a person's words, with the HTTP status that says it."""
 
-    def __init__(self, status: HTTPStatus, message: str, *, existing: HumanDecision | None = None) -> None:
+    def __init__(
+        self, status: HTTPStatus, message: str, *, existing: HumanDecision | None = None, field: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.existing = existing
+        self.field = field  # the form's field the message is about, to be shown beside it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,13 +74,10 @@ def settle_call(
     client_address: str | None = None,
     now: dt.datetime | None = None,
 ) -> Settlement:
-    """Record ``user``'s decision that ``call`` happened (``committed``) or did not (``rejected``)."""
-    if resolution not in protocol.RESOLUTIONS:
-        raise SettleError(HTTPStatus.BAD_REQUEST, "Choose whether the call happened (committed) or not (rejected).")
-    if not reason.strip():
-        raise SettleError(HTTPStatus.BAD_REQUEST, "Give the reason for your decision: the runtime's operator reads it.")
-    if typed_call_id.strip().lower() != call.call_id[:12]:
-        raise SettleError(HTTPStatus.BAD_REQUEST, "Type the first 12 characters of this call's call_id to confirm.")
+    """Record ``user``'s decision that ``call`` happened (``committed``) or did not (``rejected``).
+
+    A decision already on record is said first, before anything about the form: a form posted
+    again from an old page (Back, then reload) learns the call was settled, not what it lacked."""
     now = now or protocol.utc_now()
     wanted = protocol.confirmation_id(call.call_id, resolution, receipt_sha256)
     with transaction.atomic():
@@ -88,6 +88,7 @@ def settle_call(
             if existing.confirmation_id == wanted:
                 return Settlement(existing, False)
             raise SettleError(HTTPStatus.CONFLICT, _already_decided(existing), existing=existing)
+        _refuse_what_the_form_lacks(call, resolution, reason, typed_call_id)
         if not may_be_settled(call):
             if not call.receipt_present:
                 message = "This call has no receipt: a decision has nothing to hold to. Its findings say what is known."
@@ -100,7 +101,7 @@ def settle_call(
             raise SettleError(HTTPStatus.CONFLICT, _receipt_changed(run, call))
         if needs_second_tick(call) and not confirm_queryable:
             message = "The runtime can check this call with its target by itself. Tick the box to decide anyway."
-            raise SettleError(HTTPStatus.BAD_REQUEST, message)
+            raise SettleError(HTTPStatus.BAD_REQUEST, message, field="confirm_queryable")
         try:
             with transaction.atomic():
                 decision = HumanDecision.objects.create(
@@ -171,6 +172,18 @@ def _write_back(run: Run, call: Call, decision: HumanDecision) -> dict:
         message = f"The writer cannot record a decision in this run ({error}): nothing was recorded."
         raise SettleError(HTTPStatus.SERVICE_UNAVAILABLE, message) from None
     return document
+
+
+def _refuse_what_the_form_lacks(call: Call, resolution: str, reason: str, typed_call_id: str) -> None:
+    if resolution not in protocol.RESOLUTIONS:
+        message = "Choose whether the call happened (committed) or not (rejected)."
+        raise SettleError(HTTPStatus.BAD_REQUEST, message, field="resolution")
+    if not reason.strip():
+        message = "Give the reason for your decision: the runtime's operator reads it."
+        raise SettleError(HTTPStatus.BAD_REQUEST, message, field="reason")
+    if typed_call_id.strip().lower() != call.call_id[:12]:
+        message = "Type the first 12 characters of this call's call_id to confirm."
+        raise SettleError(HTTPStatus.BAD_REQUEST, message, field="confirm_call_id")
 
 
 def _already_decided(existing: HumanDecision) -> str:

@@ -164,6 +164,40 @@ def test_a_form_that_does_not_hold_is_400_and_records_nothing(as_confirmer, demo
     nothing_recorded(demo / RUN, call)
 
 
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        ({"confirm_call_id": "000000000000"}, "confirm_call_id", "call_id to confirm"),
+        ({"reason": "   "}, "reason", "This field is required"),
+    ],
+)
+def test_an_error_sits_beside_its_field_which_says_it_is_invalid(as_confirmer, demo, changes, field, message):
+    call = first_call_of(RUN)
+    html = content(as_confirmer.post(confirm_url(call), form_for(call, **changes)))
+    widget = re.search(rf'<(?:input|textarea)[^>]*name="{field}"[^>]*>', html)
+    assert widget and 'aria-invalid="true"' in widget.group(0)
+    described = re.search(r'aria-describedby="([^"]+)"', widget.group(0))
+    assert described and f"id_{field}_error" in described.group(1).split()
+    beside = re.search(rf'<[^>]+id="id_{field}_error"[^>]*>([^<]*)<', html)
+    assert beside and message in beside.group(1)
+    assert html.count(message) == 1, "said once, beside the field, not again above the form"
+
+
+def test_an_old_form_posted_again_after_the_call_was_settled_says_it_was_settled(as_confirmer, demo):
+    """Back to the page a mistyped settle answered, then reload: the browser posts that old form
+    again. The answer is the decision on record, not the old form's complaint."""
+    call = first_call_of(RUN)
+    mistyped = form_for(call, confirm_call_id="000000000000")
+    assert as_confirmer.post(confirm_url(call), mistyped).status_code == HTTPStatus.BAD_REQUEST
+    assert as_confirmer.post(confirm_url(call), form_for(call)).status_code == HTTPStatus.SEE_OTHER
+    again = as_confirmer.post(confirm_url(call), mistyped | {"resolution": "rejected"})
+    html = content(again)
+    assert again.status_code == HTTPStatus.CONFLICT
+    assert "already settled this call as committed" in html
+    assert "Type the first 12 characters" not in html and 'aria-invalid="true"' not in html
+    assert HumanDecision.objects.get().resolution == "committed"
+
+
 def test_a_decision_about_other_bytes_than_the_imported_receipt_is_refused(as_confirmer, demo):
     """The form carries the digest of the receipt now on disk (edited since the import): the
     writer's own check would pass, but nobody was shown that receipt."""

@@ -117,6 +117,9 @@ def confirm(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpResponse
             client_address=client_address(request),
         )
     except settle.SettleError as refused:
+        if refused.field is not None:  # beside its field (aria-invalid, described by the message)
+            form.add_error(refused.field, refused.message)
+            return call_page(request, run, call, form=form, status=refused.status)
         return call_page(request, run, call, form=form, error=refused.message, status=refused.status)
     decision = settlement.decision
     if settlement.created and decision.pending:
