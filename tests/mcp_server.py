@@ -35,7 +35,11 @@ TOOLS = [
         description="Append a line to the server's file (a side effect).",
         input_schema={
             "type": "object",
-            "properties": {"line": {"type": "string"}, "request_id": {"type": "string"}},
+            "properties": {
+                "line": {"type": "string"},
+                "note": {"type": "string"},
+                "request_id": {"type": "string"},
+            },
             "required": ["line"],
         },
     ),
@@ -76,6 +80,7 @@ def build(effects: Path, *, idempotent: bool, hang: bool) -> Server[Any]:
             "call_id": key,
             "meta_call_id": meta_call_id,
             "request_id": arguments.get("request_id"),
+            "note": arguments.get("note"),
             "answer": answer,
             "server_pid": os.getpid(),
             "proxy_pid": os.getppid(),
