@@ -29,21 +29,17 @@ import dataclasses
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
-
-import anyio
-import anyio.from_thread
-import anyio.to_thread
-from mcp import ClientSession, StdioServerParameters, stdio_client, types
-from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
-from mcp.shared.exceptions import MCPError
+from typing import TYPE_CHECKING, Any, cast
 
 from receipts import protocol
 from receipts.runtime import CallOutcome, Executor, OutcomeUnknown, RecordingIncomplete, Rejected
+
+if TYPE_CHECKING:  # the SDK (and anyio, which it brings) is imported where the proxy runs, never at import
+    from mcp import ClientSession, types
+    from mcp.server.context import ServerRequestContext
+    from mcp.server.lowlevel import Server
 
 CALL_ID_META_KEY = "callproof/call_id"
 # The answer's _meta says what the writer did; a client that does not look ignores it.
@@ -51,8 +47,9 @@ STATUS_META_KEY = "callproof/status"
 REUSED_META_KEY = "callproof/reused"
 NEEDS_META_KEY = "callproof/needs"
 
-# JSON-RPC errors by which a server refuses a request before running it: nothing was executed.
-_REFUSALS = (types.PARSE_ERROR, types.INVALID_REQUEST, types.METHOD_NOT_FOUND, types.INVALID_PARAMS)
+# JSON-RPC errors by which a server refuses a request before running it (parse error, invalid
+# request, method not found, invalid params): nothing was executed.
+_REFUSALS = (-32700, -32600, -32601, -32602)
 _CONFIG_KEYS = {"version", "identity_arguments", "call_id_argument", "idempotent"}
 
 
@@ -194,19 +191,20 @@ def adapter_for(rule: ToolRule, arguments: Mapping[str, Any], forward: Forward) 
 # --- answers to the client ------------------------------------------------------
 
 
-def _text_result(text: str, meta: dict[str, Any], *, is_error: bool) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=is_error, _meta=meta)
+def _text_answer(text: str, meta: dict[str, Any], *, is_error: bool) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "isError": is_error, "_meta": meta}
 
 
-def answer_for(tool: str, outcome: CallOutcome, run_dir: Path) -> types.CallToolResult:
-    """What the client is told of a call the writer ran, reused, refused, or left to a person."""
+def answer_for(tool: str, outcome: CallOutcome, run_dir: Path) -> dict[str, Any]:
+    """What the client is told (a tools/call result, as JSON) of a call the writer ran, reused,
+    refused, or left to a person. ``_meta`` says which, with the call_id."""
     meta: dict[str, Any] = {CALL_ID_META_KEY: outcome.call_id, STATUS_META_KEY: outcome.status}
     error = outcome.error or {}
     if outcome.needs:
         meta[NEEDS_META_KEY] = outcome.needs
         reason = f" ({error['message']})" if error.get("message") else ""
         others = error.get("call_ids") or []
-        return _text_result(
+        return _text_answer(
             f"in doubt: a person must settle it. The call to {tool} (call_id {outcome.call_id}) may or may "
             f"not have taken effect{reason}, so it is neither run again nor answered until a person decides "
             f"on the Callproof dashboard (or: callproof confirm {run_dir} {outcome.call_id} ...)."
@@ -218,15 +216,14 @@ def answer_for(tool: str, outcome: CallOutcome, run_dir: Path) -> types.CallTool
     if outcome.status == "committed":
         meta[REUSED_META_KEY] = outcome.reused
         result = outcome.result or {}
-        try:
-            answer = types.CallToolResult.model_validate(result, by_name=False)
-        except ValueError:
+        if not isinstance(result.get("content"), list):
             # A person's decision ("it happened") carries no server answer to give back.
-            return _text_result(f"done: {json.dumps(result, sort_keys=True)}", meta, is_error=False)
-        answer.meta = (answer.meta or {}) | meta
+            return _text_answer(f"done: {json.dumps(result, sort_keys=True)}", meta, is_error=False)
+        answer = copy.deepcopy(result)
+        answer["_meta"] = (answer.get("_meta") or {}) | meta
         return answer
     message = error.get("message") or "the call was not run"
-    return _text_result(f"not run: {message} (call_id {outcome.call_id})", meta, is_error=True)
+    return _text_answer(f"not run: {message} (call_id {outcome.call_id})", meta, is_error=True)
 
 
 # --- the proxy ------------------------------------------------------------------
@@ -242,10 +239,6 @@ def _forwarded_meta(meta: Mapping[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def _result_json(result: types.CallToolResult) -> dict[str, Any]:
-    return result.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
 class Proxy:
     """Handlers of the proxy's server side, over one session with the real server."""
 
@@ -254,27 +247,35 @@ class Proxy:
         self.rules = dict(rules)
         self.session = session
 
-    async def _send(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> types.CallToolResult:
-        # send_request, not call_tool: the answer goes back as the server gave it, unvalidated here.
+    async def _send(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+        """One call of a marked tool, its answer as JSON. ``send_request``, not ``call_tool``: the
+        answer is recorded and given back as the server gave it, not validated here."""
+        from mcp import types
+
         wire_meta = cast("types.RequestParamsMeta", meta) if meta else None
         params = types.CallToolRequestParams(name=name, arguments=arguments, _meta=wire_meta)
-        return await self.session.send_request(types.CallToolRequest(params=params), types.CallToolResult)
+        result = await self.session.send_request(types.CallToolRequest(params=params), types.CallToolResult)
+        return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     async def call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
+        import anyio.from_thread
+        import anyio.to_thread
+        from mcp import types
+        from mcp.shared.exceptions import MCPError
+
         rule = self.rules.get(params.name)
-        meta = _forwarded_meta(params.meta)
         if rule is None:
             return await self._pass(types.CallToolRequest, types.CallToolResult, params)
+        meta = _forwarded_meta(params.meta)
 
         def forward(arguments: dict[str, Any], call_id: str) -> dict[str, Any]:
             # In the writer's worker thread: the call goes out on the event loop's session.
             try:
-                result = anyio.from_thread.run(self._send, rule.name, arguments, meta | {CALL_ID_META_KEY: call_id})
+                return anyio.from_thread.run(self._send, rule.name, arguments, meta | {CALL_ID_META_KEY: call_id})
             except MCPError as error:
                 if error.code in _REFUSALS:
                     raise Rejected(f"the server refused the call: {error.message}") from None
                 raise OutcomeUnknown(f"the server's answer was an error ({error.code}): {error.message}") from None
-            return _result_json(result)
 
         adapter = adapter_for(rule, params.arguments or {}, forward)
 
@@ -284,13 +285,15 @@ class Proxy:
         try:
             outcome = await anyio.to_thread.run_sync(run)
         except RecordingIncomplete as incomplete:
-            # The effect is done: the client gets its answer; the record is completed by the same call again.
+            # The effect is done: the client gets its answer; the same call again completes the record.
             sys.stderr.write(f"callproof mcp-proxy: {params.name}: {incomplete}\n")
             outcome = incomplete.outcome
         except (ValueError, OSError) as error:
-            meta_out = {CALL_ID_META_KEY: None, STATUS_META_KEY: None}
-            return _text_result(f"not run: the writer refused the call: {error}", meta_out, is_error=True)
-        return answer_for(params.name, outcome, self.run_dir)
+            # Refused before anything was sent (a run that takes no call, a record the writer cannot read).
+            answer = _text_answer(f"not run: the writer refused the call: {error}", {}, is_error=True)
+        else:
+            answer = answer_for(params.name, outcome, self.run_dir)
+        return types.CallToolResult.model_validate(answer, by_name=False)
 
     async def _pass(self, request: type[Any], result: type[Any], params: Any) -> Any:
         """One request passed through as it came (less the client's session _meta), the answer as it went."""
@@ -298,60 +301,53 @@ class Proxy:
             params = params.model_copy(update={"meta": _forwarded_meta(params.meta) or None})
         return await self.session.send_request(request(params=params), result)
 
-    async def list_tools(self, ctx: ServerRequestContext[Any], params: Any) -> Any:
-        return await self._pass(types.ListToolsRequest, types.ListToolsResult, params)
+    def _passing(self, request: type[Any], result: type[Any]) -> Callable[..., Awaitable[Any]]:
+        """A handler that passes ``request`` through to the real server."""
 
-    async def list_resources(self, ctx: ServerRequestContext[Any], params: Any) -> Any:
-        return await self._pass(types.ListResourcesRequest, types.ListResourcesResult, params)
+        async def handler(ctx: ServerRequestContext[Any], params: Any) -> Any:
+            return await self._pass(request, result, params)
 
-    async def list_resource_templates(self, ctx: ServerRequestContext[Any], params: Any) -> Any:
-        return await self._pass(types.ListResourceTemplatesRequest, types.ListResourceTemplatesResult, params)
-
-    async def read_resource(self, ctx: ServerRequestContext[Any], params: Any) -> Any:
-        return await self._pass(types.ReadResourceRequest, types.ReadResourceResult, params)
-
-    async def list_prompts(self, ctx: ServerRequestContext[Any], params: Any) -> Any:
-        return await self._pass(types.ListPromptsRequest, types.ListPromptsResult, params)
-
-    async def get_prompt(self, ctx: ServerRequestContext[Any], params: Any) -> Any:
-        return await self._pass(types.GetPromptRequest, types.GetPromptResult, params)
-
-    async def complete(self, ctx: ServerRequestContext[Any], params: Any) -> Any:
-        return await self._pass(types.CompleteRequest, types.CompleteResult, params)
+        return handler
 
     def server(self, init: types.InitializeResult) -> Server[Any]:
         """A server offering what the real one offers (its capabilities, name and instructions)."""
-        offered = init.capabilities
-        tools, resources, prompts = (
-            offered.tools is not None,
-            offered.resources is not None,
-            offered.prompts is not None,
-        )
-        info = init.server_info
+        from mcp import types
+        from mcp.server.lowlevel import Server
+
+        offered, info, passing = init.capabilities, init.server_info, self._passing
+        tools, resources, prompts = (x is not None for x in (offered.tools, offered.resources, offered.prompts))
         return Server(
             info.name,
             version=info.version,
             title=info.title,
             instructions=init.instructions,
-            on_list_tools=self.list_tools if tools else None,
+            on_list_tools=passing(types.ListToolsRequest, types.ListToolsResult) if tools else None,
             on_call_tool=self.call_tool if tools else None,
-            on_list_resources=self.list_resources if resources else None,
-            on_list_resource_templates=self.list_resource_templates if resources else None,
-            on_read_resource=self.read_resource if resources else None,
-            on_list_prompts=self.list_prompts if prompts else None,
-            on_get_prompt=self.get_prompt if prompts else None,
-            on_completion=self.complete if offered.completions is not None else None,
+            on_list_resources=passing(types.ListResourcesRequest, types.ListResourcesResult) if resources else None,
+            on_list_resource_templates=(
+                passing(types.ListResourceTemplatesRequest, types.ListResourceTemplatesResult) if resources else None
+            ),
+            on_read_resource=passing(types.ReadResourceRequest, types.ReadResourceResult) if resources else None,
+            on_list_prompts=passing(types.ListPromptsRequest, types.ListPromptsResult) if prompts else None,
+            on_get_prompt=passing(types.GetPromptRequest, types.GetPromptResult) if prompts else None,
+            on_completion=(
+                passing(types.CompleteRequest, types.CompleteResult) if offered.completions is not None else None
+            ),
         )
 
 
 class ServerEnded(Exception):  # noqa: N818 - an outcome, said to the person who started the proxy
-    """The real server could not be started, or ended before the client did."""
+    """The real server could not be started, or did not start an MCP session."""
 
 
 async def serve(run_dir: Path, rules: Mapping[str, ToolRule], command: Sequence[str]) -> None:
     """Run the proxy until its client closes the connection."""
-    # The server gets the proxy's whole environment: what a client sets for the server (keys, paths)
-    # is set on the proxy's command.
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+    from mcp.server.stdio import stdio_server
+    from mcp.shared.exceptions import MCPError
+
+    # The server gets the proxy's whole environment: what a client sets for the server (keys,
+    # paths) is set on the proxy's command.
     parameters = StdioServerParameters(command=command[0], args=list(command[1:]), env=dict(os.environ))
     try:
         async with stdio_client(parameters) as (read, write), ClientSession(read, write) as session:
@@ -367,7 +363,9 @@ async def serve(run_dir: Path, rules: Mapping[str, ToolRule], command: Sequence[
 
 
 def run_proxy(run_dir: Path, config: Path | None, command: Sequence[str]) -> int:
-    """The subcommand: 0 when the client closed the connection, 1 when the proxy could not serve."""
+    """The subcommand: 0 when the client closed the connection, 1 when the proxy could not serve, 2 usage."""
+    import anyio
+
     if not command:
         sys.stderr.write("error: no server command: mcp-proxy --run RUN_DIR [--config FILE] -- COMMAND [ARG...]\n")
         return 2
