@@ -9,7 +9,8 @@
   the first call's result and nothing is appended (the call_id is the idempotency key).
   With ``--hang-after-effect`` the call never answers after its effect.
 - ``count_lines`` (read-only): how many lines FILE holds.
-- one resource and one prompt, for the listings a proxy passes through.
+- one resource, a resource template, one prompt and completions, for what a proxy passes through.
+- an empty line is the tool's own error: a result with ``isError``, recorded in FILE all the same.
 """
 
 from __future__ import annotations
@@ -74,9 +75,11 @@ def build(effects: Path, *, idempotent: bool, hang: bool) -> Server[Any]:
                 if seen["call_id"] == key:
                     return types.CallToolResult(content=[types.TextContent(text=seen["answer"])])
         number = len(_lines(effects)) + 1
-        answer = f"appended line {number}: {arguments.get('line')}"
+        line = arguments.get("line")
+        # An empty line is the tool's own error (a result with isError): recorded, not appended to.
+        answer = f"appended line {number}: {line}" if line else "refused: the line is empty"
         record = {
-            "line": arguments.get("line"),
+            "line": line,
             "call_id": key,
             "meta_call_id": meta_call_id,
             "request_id": arguments.get("request_id"),
@@ -84,6 +87,7 @@ def build(effects: Path, *, idempotent: bool, hang: bool) -> Server[Any]:
             "answer": answer,
             "server_pid": os.getpid(),
             "proxy_pid": os.getppid(),
+            "env_mark": os.environ.get("CALLPROOF_TEST_MARK"),
         }
         with effects.open("a") as file:
             file.write(json.dumps(record) + "\n")
@@ -91,7 +95,7 @@ def build(effects: Path, *, idempotent: bool, hang: bool) -> Server[Any]:
             os.fsync(file.fileno())
         if hang:
             await anyio.sleep_forever()
-        return types.CallToolResult(content=[types.TextContent(text=answer)])
+        return types.CallToolResult(content=[types.TextContent(text=answer)], is_error=not line)
 
     async def list_resources(ctx: ServerRequestContext[Any], params: Any) -> types.ListResourcesResult:
         return types.ListResourcesResult(
@@ -104,6 +108,14 @@ def build(effects: Path, *, idempotent: bool, hang: bool) -> Server[Any]:
         text = effects.read_text() if effects.exists() else ""
         return types.ReadResourceResult(contents=[types.TextResourceContents(uri=params.uri, text=text)])
 
+    async def list_templates(ctx: ServerRequestContext[Any], params: Any) -> types.ListResourceTemplatesResult:
+        template = types.ResourceTemplate(name="line", uri_template="file:///effects/{number}")
+        return types.ListResourceTemplatesResult(resource_templates=[template])
+
+    async def complete(ctx: ServerRequestContext[Any], params: types.CompleteRequestParams) -> types.CompleteResult:
+        names = [name for name in ("Ada", "Alan", "Grace") if name.startswith(params.argument.value)]
+        return types.CompleteResult(completion=types.Completion(values=names))
+
     async def list_prompts(ctx: ServerRequestContext[Any], params: Any) -> types.ListPromptsResult:
         return types.ListPromptsResult(prompts=[types.Prompt(name="greet", description="Say hello")])
 
@@ -115,10 +127,13 @@ def build(effects: Path, *, idempotent: bool, hang: bool) -> Server[Any]:
     return Server(
         "callproof-test-server",
         version="1.0",
+        instructions="Append lines; count them.",
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         on_list_resources=list_resources,
         on_read_resource=read_resource,
+        on_list_resource_templates=list_templates,
+        on_completion=complete,
         on_list_prompts=list_prompts,
         on_get_prompt=get_prompt,
     )

@@ -32,9 +32,12 @@ from receipts.adapters.mcp_proxy import (
     ConfigError,
     McpTool,
     ToolRule,
+    answer_for,
     parse_config,
 )
+from receipts.cli import build_parser
 from receipts.replay import replay_run
+from receipts.runtime import CallOutcome
 from tests.helpers import PROJECT, content, first_call_of
 
 SERVER = str(PROJECT / "tests" / "mcp_server.py")
@@ -88,7 +91,7 @@ def test_a_call_goes_through_once_and_the_same_call_again_is_answered_from_its_r
     counter, config = tmp_path / "effects.jsonl", write_config(tmp_path, APPEND)
 
     async def scenario() -> list[types.CallToolResult]:
-        async with through_proxy(run_dir, config, counter) as session:
+        async with through_proxy(run_dir, config, counter, CALLPROOF_TEST_MARK="for the server") as session:
             first = await session.call_tool("append_line", {"line": "hello"})
             again = await session.call_tool("append_line", {"line": "hello"})
         # A new proxy (a restarted client, say) answers from the same receipt.
@@ -110,6 +113,7 @@ def test_a_call_goes_through_once_and_the_same_call_again_is_answered_from_its_r
     ]
     # The server got the call_id as its idempotency key, in _meta and in the configured argument.
     assert line["meta_call_id"] == line["request_id"] == call_id
+    assert line["env_mark"] == "for the server", "the proxy's environment reaches the server"
     assert call_id == protocol.make_call_id(
         runtime.run_contract(run_dir), 1, "append_line", {"line": "hello"}, "1.0", protocol.IDENTITY_V2
     )
@@ -154,6 +158,21 @@ def test_arguments_outside_the_identifying_ones_reach_the_server_but_not_the_cal
     assert receipt["args"] == {"line": "hi"}
 
 
+def test_a_tools_own_error_is_its_recorded_answer_and_the_same_call_gets_it_again(run_dir, tmp_path):
+    counter, config = tmp_path / "effects.jsonl", write_config(tmp_path, APPEND)
+
+    async def scenario() -> list[types.CallToolResult]:
+        async with through_proxy(run_dir, config, counter) as session:
+            return [await session.call_tool("append_line", {"line": ""}) for _ in range(2)]
+
+    first, again = anyio.run(scenario)
+    assert first.is_error and again.is_error and text(first) == text(again) == "refused: the line is empty"
+    assert again.meta is not None and again.meta["callproof/reused"] is True
+    assert len(effects(counter)) == 1, "the server saw it once"
+    [receipt] = receipts_of(run_dir)
+    assert receipt["status"] == "committed" and receipt["result"]["isError"] is True
+
+
 def test_read_only_unmarked_and_unknown_tools_pass_through_with_no_receipt(run_dir, tmp_path):
     counter, config = tmp_path / "effects.jsonl", write_config(tmp_path, APPEND)
 
@@ -192,6 +211,8 @@ def test_listings_resources_and_prompts_pass_through_unchanged(run_dir, tmp_path
             await session.read_resource("file:///effects"),
             await session.list_prompts(),
             await session.get_prompt("greet", {"name": "Ada"}),
+            await session.list_resource_templates(),
+            await session.complete(types.PromptReference(name="greet"), {"name": "name", "value": "A"}),
         ]
         return [answer.model_dump(by_alias=True) for answer in answers]
 
@@ -208,8 +229,12 @@ def test_listings_resources_and_prompts_pass_through_unchanged(run_dir, tmp_path
     assert proxied == direct
     assert [tool["name"] for tool in proxied[0]["tools"]] == ["append_line", "count_lines"]
     assert proxied[4]["messages"][0]["content"]["text"] == "Hello, Ada"
+    assert proxied[5]["resourceTemplates"][0]["uriTemplate"] == "file:///effects/{number}"
+    assert proxied[6]["completion"]["values"] == ["Ada", "Alan"]
     assert direct_info is not None and proxied_info is not None
     assert proxied_info.server_info.name == direct_info.server_info.name == "callproof-test-server"
+    assert proxied_info.server_info.version == direct_info.server_info.version == "1.0"
+    assert proxied_info.instructions == direct_info.instructions == "Append lines; count them."
     assert proxied_info.capabilities.model_dump() == direct_info.capabilities.model_dump()
     assert receipts_of(run_dir) == []
 
@@ -394,3 +419,59 @@ def test_the_writer_does_not_import_the_sdk_until_the_subcommand_runs():
     )
     completed = subprocess.run([sys.executable, "-c", probe], cwd=PROJECT, capture_output=True, text=True, check=True)
     assert completed.stdout.strip() == "[]"
+
+
+def test_the_answers_say_what_the_writer_did():
+    doubt = CallOutcome("c" * 64, "prepared", False, None, {"kind": "unknown", "message": "killed"}, "confirmation")
+    answer = answer_for("append_line", doubt, Path("/runs/r1"))
+    assert answer["isError"] is True and answer["_meta"]["callproof/needs"] == "confirmation"
+    assert answer["content"][0]["text"].startswith("in doubt: a person must settle it. The call to append_line")
+    assert f"callproof confirm /runs/r1 {'c' * 64}" in answer["content"][0]["text"]
+    # A person said it did not happen: the writer's outcome is a rejection.
+    settled_no = CallOutcome("c" * 64, "rejected", False, None, {"kind": "retryable", "message": "confirmed not done"})
+    assert answer_for("t", settled_no, Path("r"))["content"][0]["text"].startswith("not run: confirmed not done")
+    # A person said it happened: there is no server answer to give back, only the decision.
+    settled_yes = CallOutcome("c" * 64, "committed", True, {"confirmation_id": "d" * 64})
+    said = answer_for("t", settled_yes, Path("r"))
+    assert said["isError"] is False and said["content"][0]["text"] == f'done: {{"confirmation_id": "{"d" * 64}"}}'
+    # The server's answer, given back as it was, with what the writer did in _meta beside its own.
+    server = {"content": [{"type": "text", "text": "ok"}], "isError": False, "_meta": {"server/key": 1}}
+    reused = answer_for("t", CallOutcome("c" * 64, "committed", True, server), Path("r"))
+    assert reused["content"] == server["content"] and reused["_meta"]["server/key"] == 1
+    assert reused["_meta"]["callproof/reused"] is True and server["_meta"] == {"server/key": 1}
+
+
+def test_with_no_configuration_everything_passes_and_it_says_so(run_dir):
+    ended = proxy_cli("--run", str(run_dir), "--", sys.executable, SERVER, "--effects", str(run_dir / "x.jsonl"))
+    assert ended.returncode == 0, ended.stderr  # its client (standard input) closed at once
+    assert "no side-effecting tool configured: every call passes through" in ended.stderr
+    assert ended.stdout == ""
+
+
+def _block(page: str, after: str, language: str) -> str:
+    """The first ``language`` code block of ``page`` after the text ``after``."""
+    start = page.index(f"```{language}\n", page.index(after)) + len(language) + 4
+    return page[start : page.index("```", start)]
+
+
+def test_the_runtime_authors_example_runs_and_prints_what_it_says(tmp_path):
+    page = (PROJECT / "docs" / "runtime-authors.md").read_text()
+    shell = _block(page, "### A runnable example", "sh").replace("/tmp/mcp-demo", str(tmp_path))
+    client = _block(page, "### A runnable example", "python").replace("/tmp/mcp-demo", str(tmp_path))
+    shell = "\n".join(line for line in shell.splitlines() if not line.startswith("pip install"))
+    # `callproof` and `python` are this environment's, as after the page's `pip install`.
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    ran = subprocess.run(["bash", "-e", "-c", shell], cwd=PROJECT, env=env, stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    printed = subprocess.run([sys.executable, "-c", client], cwd=PROJECT, env=env, capture_output=True, text=True,
+                             check=False)  # fmt: skip
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout.splitlines() == ["appended line 1: deploy v2 False", "appended line 1: deploy v2 True"]
+    assert len(effects(tmp_path / "effects.jsonl")) == 1
+    config = json.loads(_block(page, "### The configuration file", "json"))
+    assert set(parse_config(config)) == {"create_issue", "send_email"}
+    desktop = json.loads(_block(page, "**Claude Desktop**", "json"))["mcpServers"]["files"]
+    parsed = build_parser().parse_args(desktop["args"])
+    assert desktop["command"] == "callproof" and parsed.command == "mcp-proxy"
+    assert parsed.server_command[1:] == ["npx", "-y", "@modelcontextprotocol/server-filesystem", "/srv/agent/work"]
