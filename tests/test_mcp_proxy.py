@@ -67,17 +67,17 @@ def proxy_command(run_dir: Path, config: Path | None, counter: Path, *server_fla
 
 
 @contextlib.asynccontextmanager
-async def connected(command: list[str], **env: str) -> AsyncIterator[ClientSession]:
-    """The SDK's client, connected over stdio to the process ``command`` starts."""
+async def connected(command: list[str], errlog: str = os.devnull, **env: str) -> AsyncIterator[ClientSession]:
+    """The SDK's client, connected over stdio to the process ``command`` starts (its stderr to ``errlog``)."""
     parameters = StdioServerParameters(command=command[0], args=command[1:], cwd=str(PROJECT), env=env or None)
-    with open(os.devnull, "w") as quiet:
-        async with stdio_client(parameters, errlog=quiet) as (read, write), ClientSession(read, write) as session:
+    with open(errlog, "w") as stderr:
+        async with stdio_client(parameters, errlog=stderr) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             yield session
 
 
-def through_proxy(run_dir: Path, config: Path | None, counter: Path, *flags: str, **env: str):
-    return connected(proxy_command(run_dir, config, counter, *flags), **env)
+def through_proxy(run_dir: Path, config: Path | None, counter: Path, *flags: str, errlog: str = os.devnull, **env: str):
+    return connected(proxy_command(run_dir, config, counter, *flags), errlog, **env)
 
 
 def text(result: types.CallToolResult) -> str:
@@ -281,6 +281,26 @@ def test_killed_after_the_effect_an_idempotent_server_gives_the_retry_the_first_
     assert receipt["status"] == "committed" and answer.meta is not None and answer.meta["callproof/reused"] is True
 
 
+def test_a_proxy_whose_server_dies_ends_and_says_so(run_dir, tmp_path):
+    counter, config, errlog = tmp_path / "effects.jsonl", write_config(tmp_path, APPEND), tmp_path / "stderr.txt"
+
+    async def scenario() -> None:
+        async with through_proxy(run_dir, config, counter, errlog=str(errlog)) as session:
+            await session.call_tool("append_line", {"line": "one"})
+            [line] = effects(counter)
+            _kill(line["server_pid"], signal.SIGKILL)
+            with anyio.fail_after(120):  # a guard against a hang, not a measure
+                while "the server ended" not in errlog.read_text():
+                    await anyio.sleep(0.05)
+            with pytest.raises(MCPError):
+                await session.call_tool("append_line", {"line": "two"})
+
+    anyio.run(scenario)
+    assert "error: the server ended before its client did" in errlog.read_text()
+    assert "Traceback" not in errlog.read_text()
+    assert [receipt["status"] for receipt in receipts_of(run_dir)] == ["committed"], "no call left in doubt"
+
+
 def _kill(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
@@ -399,6 +419,11 @@ def test_the_command_line_refuses_clearly(run_dir, tmp_path):
     no_server = proxy_cli("--run", str(run_dir), "--", str(tmp_path / "no-such-server"))
     assert no_server.returncode == 1 and "cannot be run" in no_server.stderr
     assert "Traceback" not in no_server.stderr
+    # A command that ends at once, or says something that is not MCP, is not a server.
+    for not_a_server in (["true"], ["sh", "-c", "echo not JSON-RPC"]):
+        ended = proxy_cli("--run", str(run_dir), "--", *not_a_server)
+        assert ended.returncode == 1 and "error: the server did not start an MCP session" in ended.stderr
+        assert "Traceback" not in ended.stderr, ended.stderr
 
 
 def test_without_the_mcp_extra_the_subcommand_says_which_to_install(run_dir):

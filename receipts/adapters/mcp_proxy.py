@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -246,6 +247,7 @@ class Proxy:
         self.run_dir = run_dir
         self.rules = dict(rules)
         self.session = session
+        self.calls_under_way = 0  # marked calls in the writer's hands
 
     async def _send(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
         """One call of a marked tool, its answer as JSON. ``send_request``, not ``call_tool``: the
@@ -282,17 +284,18 @@ class Proxy:
         def run() -> CallOutcome:
             return Executor(self.run_dir, {rule.name: adapter}).call(rule.name, adapter.arguments)
 
+        self.calls_under_way += 1
         try:
-            outcome = await anyio.to_thread.run_sync(run)
+            answer = answer_for(params.name, await anyio.to_thread.run_sync(run), self.run_dir)
         except RecordingIncomplete as incomplete:
             # The effect is done: the client gets its answer; the same call again completes the record.
             sys.stderr.write(f"callproof mcp-proxy: {params.name}: {incomplete}\n")
-            outcome = incomplete.outcome
+            answer = answer_for(params.name, incomplete.outcome, self.run_dir)
         except (ValueError, OSError) as error:
             # Refused before anything was sent (a run that takes no call, a record the writer cannot read).
             answer = _text_answer(f"not run: the writer refused the call: {error}", {}, is_error=True)
-        else:
-            answer = answer_for(params.name, outcome, self.run_dir)
+        finally:
+            self.calls_under_way -= 1
         return types.CallToolResult.model_validate(answer, by_name=False)
 
     async def _pass(self, request: type[Any], result: type[Any], params: Any) -> Any:
@@ -341,25 +344,61 @@ class ServerEnded(Exception):  # noqa: N818 - an outcome, said to the person who
 
 
 async def serve(run_dir: Path, rules: Mapping[str, ToolRule], command: Sequence[str]) -> None:
-    """Run the proxy until its client closes the connection."""
+    """Run the proxy until its client closes the connection; the proxy ends (exit 1) if its server goes first."""
+    import anyio
     from mcp import ClientSession, StdioServerParameters, stdio_client
     from mcp.server.stdio import stdio_server
     from mcp.shared.exceptions import MCPError
+    from mcp.shared.message import SessionMessage
 
     # The server gets the proxy's whole environment: what a client sets for the server (keys,
     # paths) is set on the proxy's command.
     parameters = StdioServerParameters(command=command[0], args=list(command[1:]), env=dict(os.environ))
     try:
-        async with stdio_client(parameters) as (read, write), ClientSession(read, write) as session:
-            try:
-                init = await session.initialize()
-            except MCPError as error:
-                raise ServerEnded(f"the server did not start an MCP session: {error.message}") from None
-            server = Proxy(run_dir, rules, session).server(init)
-            async with stdio_server() as (client_read, client_write):
-                await server.run(client_read, client_write, server.create_initialization_options())
+        async with stdio_client(parameters) as (read, write), anyio.create_task_group() as relaying:
+            # The server's messages go through a relay that notices when they end.
+            relay_send, relay_read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+            serving = False
+
+            async def relay() -> None:
+                async with read, relay_send:
+                    async for item in read:
+                        await relay_send.send(item)
+                if serving:
+                    await _end_with_the_server(proxy)
+
+            relaying.start_soon(relay)
+            async with ClientSession(relay_read, write) as session:
+                try:
+                    init = await session.initialize()
+                except MCPError as error:
+                    raise ServerEnded(f"the server did not start an MCP session: {error.message}") from None
+                proxy = Proxy(run_dir, rules, session)
+                server = proxy.server(init)
+                serving = True
+                async with stdio_server() as (client_read, client_write):
+                    await server.run(client_read, client_write, server.create_initialization_options())
+                serving = False
+            relaying.cancel_scope.cancel()
     except OSError as error:
         raise ServerEnded(f"the server command {command[0]!r} cannot be run: {error.strerror or error}") from None
+
+
+async def _end_with_the_server(proxy: Proxy) -> None:
+    """The server is gone while the client is still connected: end, so the client sees it (and
+    can start another), rather than answer every call with an error for as long as it is open.
+
+    The marked calls under way end first (the closed connection fails them at once, and their
+    receipts say so). Then the process exits: the SDK's reader of the client's standard input
+    waits in a thread that nothing can cancel, so there is no orderly way out while it is open.
+    """
+    import anyio
+
+    while proxy.calls_under_way:
+        await anyio.sleep(0.05)
+    sys.stderr.write("error: the server ended before its client did\n")
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def run_proxy(run_dir: Path, config: Path | None, command: Sequence[str]) -> int:
@@ -376,9 +415,30 @@ def run_proxy(run_dir: Path, config: Path | None, command: Sequence[str]) -> int
         return 1
     if not rules:
         sys.stderr.write("callproof mcp-proxy: no side-effecting tool configured: every call passes through\n")
+    _quiet_sdk_logs()
     try:
         anyio.run(serve, run_dir, rules, list(command))
-    except ServerEnded as ended:
+    except (ServerEnded, BaseExceptionGroup) as error:
+        # The SDK's task groups wrap what ends the session: the reason is the one leaf we raised.
+        ended = error.subgroup(ServerEnded) if isinstance(error, BaseExceptionGroup) else error
+        while isinstance(ended, BaseExceptionGroup):
+            ended = ended.exceptions[0]
+        if ended is None:
+            raise
         sys.stderr.write(f"error: {ended}\n")
         return 1
     return 0
+
+
+class _OneLine(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        # The SDK logs a server's bad line with a traceback; the person reading needs the sentence.
+        return f"callproof mcp-proxy: {record.name}: {record.getMessage()}"
+
+
+def _quiet_sdk_logs() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLine())
+    sdk = logging.getLogger("mcp")
+    sdk.addHandler(handler)
+    sdk.propagate = False
