@@ -1,8 +1,9 @@
 """``callproof mcp-proxy``: receipts for the side-effecting tools of any MCP server.
 
-Needs the ``mcp`` extra (``pip install 'callproof[mcp]'``, the official SDK);
-the command line imports this module only when the subcommand runs, so the
-writer stays standard library only.
+Needs the ``mcp`` extra (``pip install 'callproof[mcp]'``, the official SDK).
+The SDK (and anyio, which it brings) is imported only inside the functions
+that run the proxy: this module loads with the standard library alone, as
+every module under ``receipts/`` must, and the writer needs nothing more.
 
 The proxy is an MCP server to its client (over its own stdin and stdout) and an
 MCP client to the real server, a subprocess it starts. Listings of tools,
