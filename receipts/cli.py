@@ -4,7 +4,8 @@ JSON results go to standard output, errors to standard error. Exit codes:
 0 success (created, reused, committed), 1 bad input or I/O error (nothing
 was done), 2 usage, 3 conflict or rejected, 4 a person must decide (a call in
 doubt, or a new attempt refused while calls are in doubt), 5 the effect is
-done but recording it is incomplete: do not retry it as a new request.
+done but recording it is incomplete: do not retry it as a new request,
+6 the subcommand needs an optional extra that is not installed (it says which).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from receipts import __version__, protocol, runtime
 from receipts.replay import replay_run
 
 EXIT_OK, EXIT_ERROR, EXIT_CONFLICT, EXIT_AWAITING, EXIT_DONE_UNRECORDED = 0, 1, 3, 4, 5
+EXIT_MISSING_EXTRA = 6  # a subcommand that needs an optional extra which is not installed
 
 
 def _print(document: Any) -> None:
@@ -138,6 +140,18 @@ def cmd_sweep(options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_mcp_proxy(options: argparse.Namespace) -> int:
+    import importlib.util
+
+    if importlib.util.find_spec("mcp") is None:
+        sys.stderr.write("error: mcp-proxy needs the MCP SDK, which is not installed: pip install 'callproof[mcp]'\n")
+        return EXIT_MISSING_EXTRA
+    from receipts.adapters.mcp_proxy import run_proxy  # the SDK, imported only here
+
+    command = options.server_command[1:] if options.server_command[:1] == ["--"] else options.server_command
+    return run_proxy(Path(options.run_dir), Path(options.config) if options.config else None, command)
+
+
 def cmd_demo(options: argparse.Namespace) -> int:
     from receipts.demo import write_demo_runs
 
@@ -156,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="callproof",
         description="The Callproof writer: run directories, idempotent task creation, receipts around tool calls.",
         epilog="Exit codes: 0 done, 1 error (nothing done), 2 usage, 3 conflict or rejected, 4 a person must "
-        "decide, 5 done but recording it is incomplete (do not retry as new).",
+        "decide, 5 done but recording it is incomplete (do not retry as new), 6 an optional extra is missing.",
     )
     parser.add_argument("--version", action="version", version=f"callproof {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -231,6 +245,16 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("export_dir")
     verify.add_argument("--against", default=None, metavar="RUN_DIR", help="the original run directory")
     verify.set_defaults(handler=cmd_verify_evidence)
+
+    proxy = commands.add_parser(
+        "mcp-proxy",
+        help="stand between an MCP client and an MCP server (stdio): receipts for the configured tools "
+        "(needs the 'mcp' extra)",
+    )
+    proxy.add_argument("--run", dest="run_dir", required=True, metavar="RUN_DIR", help="the run directory")
+    proxy.add_argument("--config", default=None, metavar="FILE", help="JSON: the side-effecting tools")
+    proxy.add_argument("server_command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG ...]")
+    proxy.set_defaults(handler=cmd_mcp_proxy)
 
     demo = commands.add_parser("demo", help="write the demo run directories under ROOT")
     demo.add_argument("root")

@@ -99,6 +99,18 @@ def test_the_writer_runs_from_its_wheel_with_no_third_party_package(writer_only,
     assert os.path.isdir(run_dir / "receipts") and not (tmp_path / "db.sqlite3").exists()
 
 
+def test_the_mcp_proxy_from_the_wheel_alone_says_which_extra_to_install(writer_only, tmp_path):
+    callproof = str(writer_only / "callproof")
+    run_dir = tmp_path / "run-for-proxy"
+    assert (
+        run(writer_only, callproof, "init", str(run_dir), "--contract-sha256", CONTRACT, cwd=tmp_path).returncode == 0
+    )
+    proxy = run(writer_only, callproof, "mcp-proxy", "--run", str(run_dir), "--", "true", cwd=tmp_path)
+    assert proxy.returncode == 6, proxy.stderr.decode()
+    assert b"pip install 'callproof[mcp]'" in proxy.stderr and b"Traceback" not in proxy.stderr
+    assert proxy.stdout == b"", "nothing on the MCP channel"
+
+
 IMPORT_EVERY_MODULE = """
 import importlib, pkgutil, receipts
 # __main__ is the command itself: running it is what the other test does.
