@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib
 import inspect
 import json
@@ -130,8 +131,8 @@ def load_object(spec: str, what: str) -> Any:
         sys.path.insert(0, os.getcwd())  # the console script's path starts at its own folder
     try:
         found: Any = importlib.import_module(module_name)
-    except ImportError as error:
-        raise KitError(f"{what}: cannot import {module_name!r}: {error}") from None
+    except Exception as error:  # noqa: BLE001 - the user's module may fail in any way as it loads
+        raise KitError(f"{what}: cannot import {module_name!r}: {type(error).__name__}: {error}") from None
     for part in attribute.split("."):
         try:
             found = getattr(found, part)
@@ -193,7 +194,7 @@ class Effects:
                 return found if isinstance(found, int) and not isinstance(found, bool) and found >= 0 else None
             if callable(getattr(self.adapter, "evidence", None)):
                 verdict = getattr(self.adapter.evidence(run_dir, args, call_id), "verdict", None)
-                return {PRESENT: 1, ABSENT: 0}.get(verdict)
+                return {PRESENT: 1, ABSENT: 0}.get(str(verdict))
             answer = self.adapter.query(run_dir, args, call_id)
         except Exception:  # noqa: BLE001 - a count that fails is a count nobody has
             return None
@@ -667,7 +668,7 @@ class Kit:
                 effects = self.count(run_dir, call_id)
                 if ended.killed:
                     landed += 1
-                    window = call_window(run_dir, call_id, {ended.pid}, lambda n=effects: bool(n))
+                    window = call_window(run_dir, call_id, {ended.pid}, functools.partial(bool, effects))
                     windows[window] += 1
                     steps.append(f"{where}: {window}")
                 else:

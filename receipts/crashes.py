@@ -140,8 +140,10 @@ def kill_at_failpoint(child: subprocess.Popen, timeout: float) -> str:
             if state.si_code == os.CLD_STOPPED:
                 child.send_signal(signal.SIGKILL)
                 return "killed" if child.wait() == -signal.SIGKILL else "exited"
+            child.wait()
             return "exited"
         if time.monotonic() > deadline:
             child.kill()
+            child.wait()
             return "hung"
         time.sleep(0.002)
