@@ -1,0 +1,1 @@
+"""Adapters for tools beyond the built-in ones, one module each (standard library only)."""
