@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -185,3 +187,27 @@ def test_the_kit_runs_as_the_installed_command_from_any_folder(tmp_path):
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr
     assert json.loads(completed.stdout)["tool"] == "write_file"
+
+
+def guide_section(title: str) -> str:
+    guide = (PROJECT / "docs" / "runtime-authors.md").read_text(encoding="utf-8")
+    return guide.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_guides_example_runs_as_it_stands(tmp_path):
+    """docs/runtime-authors.md, "The conformance kit": the module and the two commands, in an empty folder."""
+    section = guide_section("The conformance kit")
+    [module] = re.findall(r"```python\n# my_tickets.py\n(.*?)```", section, re.DOTALL)
+    [commands] = re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
+    (tmp_path / "my_tickets.py").write_text(module)
+    for line in commands.splitlines():
+        assert line.startswith("callproof conformance ")
+        completed = subprocess.run(
+            [sys.executable, "-m", "receipts", *shlex.split(line)[1:]], capture_output=True, text=True,
+            cwd=tmp_path, env=writer_env(TMPDIR=str(tmp_path)), check=False,
+        )  # fmt: skip
+        assert completed.returncode == 0, completed.stdout + completed.stderr
+        if "--json" in line:
+            assert json.loads(completed.stdout)["passed"] is True
+        else:
+            assert completed.stdout.splitlines()[-1] == "8 passed, 0 failed, 0 not applicable"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -197,3 +198,18 @@ def test_the_conformance_kit_passes_the_smtp_adapter_where_it_applies(tmp_path, 
     found = {check["name"]: check["verdict"] for check in json.loads(completed.stdout)["checks"]}
     assert found.pop("idempotency_key") == found.pop("query_answers_truly") == NEEDS_A_PERSON
     assert set(found.values()) == {"pass"}, completed.stdout
+
+
+def test_the_guides_example_sends_once_and_prints_what_it_says(tmp_path):
+    """docs/runtime-authors.md, "Sending e-mail: the SMTP adapter": run as it stands, in an empty folder."""
+    guide = (PROJECT / "docs" / "runtime-authors.md").read_text(encoding="utf-8")
+    section = guide.split("\n## Sending e-mail: the SMTP adapter\n", 1)[1].split("\n## ", 1)[0]
+    [example] = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    said = re.search(r"# (True True)$", example, re.MULTILINE)
+    assert said is not None, "the example says what it prints"
+    completed = subprocess.run([sys.executable, "-c", example], cwd=tmp_path, capture_output=True, text=True,
+                               env=writer_env(), check=False)  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == said.group(1)
+    [receipt] = (tmp_path / "runs" / "mail-1" / "receipts").glob("*.json")
+    assert json.loads(receipt.read_text())["status"] == "committed"
