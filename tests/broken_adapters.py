@@ -1,4 +1,4 @@
-"""Ticket trackers for the conformance kit: one that keeps the promises, three broken on purpose.
+"""Ticket trackers for the conformance kit: one that keeps the promises, others broken on purpose.
 
 The tracker is a file in the run directory, ``tickets.jsonl``, one ticket a line
 (``{"ticket", "key", "title"}``); ``count_tickets`` counts its lines, the kit's
@@ -91,6 +91,13 @@ class NotDoneWithoutEvidence(Tickets):
 
     def query(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> Any:
         return NOT_DONE
+
+
+class StampsTheArgs(Tickets):
+    """Broken: normalising stamps the args with the process's id, so each process computes another call_id."""
+
+    def normalise(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        return {"title": str(args["title"]).strip(), "process": os.getpid()}
 
 
 class Blind:

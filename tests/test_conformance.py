@@ -100,6 +100,17 @@ def test_a_tracker_that_keeps_the_promises_passes_through_a_factory(tmp_path):
         ("IgnoresCallId", {"idempotency_key"}),
         # "Did not happen" without looking: nothing doubles (its execute dedupes), and still it is caught.
         ("NotDoneWithoutEvidence", {"query_answers_truly"}),
+        # Its normalise differs in each process: every process computes its own call_id for one intent.
+        (
+            "StampsTheArgs",
+            {
+                "restart_after_lost_response",
+                "same_request_reuse",
+                "identity_mismatch",
+                "concurrency",
+                "resume_original_identity",
+            },
+        ),
     ],
 )
 def test_each_broken_tracker_fails_the_check_that_names_its_fault(tmp_path, adapter, failing):
