@@ -5,7 +5,8 @@ JSON results go to standard output, errors to standard error. Exit codes:
 was done), 2 usage, 3 conflict or rejected, 4 a person must decide (a call in
 doubt, or a new attempt refused while calls are in doubt), 5 the effect is
 done but recording it is incomplete: do not retry it as a new request,
-6 the subcommand needs an optional extra that is not installed (it says which).
+6 the conformance kit found an adapter failing a check, 7 the subcommand needs
+an optional extra that is not installed (it says which).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from receipts import __version__, protocol, runtime
 from receipts.replay import replay_run
 
 EXIT_OK, EXIT_ERROR, EXIT_CONFLICT, EXIT_AWAITING, EXIT_DONE_UNRECORDED = 0, 1, 3, 4, 5
-EXIT_MISSING_EXTRA = 6  # a subcommand that needs an optional extra which is not installed
+EXIT_NONCONFORMING = 6  # the conformance kit: an adapter failed a check
+EXIT_MISSING_EXTRA = 7  # a subcommand that needs an optional extra which is not installed
 
 
 def _print(document: Any) -> None:
@@ -159,6 +161,30 @@ def cmd_demo(options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_conformance(options: argparse.Namespace) -> int:
+    from receipts.conformance import format_table, run_kit
+
+    args = None
+    if options.args is not None:
+        args = protocol.load_json_strict(options.args.encode("utf-8"))
+        if not isinstance(args, dict):
+            raise ValueError("--args must be a JSON object")
+    report = run_kit(
+        options.adapter,
+        args=args,
+        counter=options.counter,
+        trials=options.trials,
+        concurrency=options.concurrency,
+        seed=options.seed,
+        keep=options.keep,
+    )
+    if options.json:
+        _print(report.as_dict())
+    else:
+        sys.stdout.write(format_table(report) + "\n")
+    return EXIT_OK if report.passed else EXIT_NONCONFORMING
+
+
 OVERRIDE_HELP = (
     "go on although calls of an earlier attempt are in doubt (they may be made again under new call_ids); "
     "the reason and the calls go to the ledger"
@@ -170,7 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="callproof",
         description="The Callproof writer: run directories, idempotent task creation, receipts around tool calls.",
         epilog="Exit codes: 0 done, 1 error (nothing done), 2 usage, 3 conflict or rejected, 4 a person must "
-        "decide, 5 done but recording it is incomplete (do not retry as new), 6 an optional extra is missing.",
+        "decide, 5 done but recording it is incomplete (do not retry as new), 6 an adapter failed a conformance "
+        "check, 7 an optional extra is missing.",
     )
     parser.add_argument("--version", action="version", version=f"callproof {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -255,6 +282,24 @@ def build_parser() -> argparse.ArgumentParser:
     proxy.add_argument("--config", default=None, metavar="FILE", help="JSON: the side-effecting tools")
     proxy.add_argument("server_command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG ...]")
     proxy.set_defaults(handler=cmd_mcp_proxy)
+    kit = commands.add_parser(
+        "conformance",
+        help="check a tool's adapter: restarts, reuse, conflicts, calls at once, resumes, SIGKILLs "
+        "(docs/runtime-authors.md)",
+    )
+    kit.add_argument("adapter", metavar="MODULE:ADAPTER", help="an adapter instance, class or zero-argument factory")
+    kit.add_argument("--trials", type=int, default=10, help="random-kill trials (default 10; 0 skips them)")
+    kit.add_argument("--json", action="store_true", help="one JSON document instead of the table")
+    kit.add_argument(
+        "--counter", metavar="MODULE:FUNC", default=None,
+        help="FUNC(run_dir, args, call_id) -> int: the call's effects on the target (default: the adapter's "
+        "evidence, else its query)",
+    )  # fmt: skip
+    kit.add_argument("--args", default=None, help="one call's args as JSON (default: the adapter's example_args)")
+    kit.add_argument("--concurrency", type=int, default=8, help="processes calling at once (default 8)")
+    kit.add_argument("--seed", type=int, default=None, help="trial i draws its kills from seed S + i")
+    kit.add_argument("--keep", action="store_true", help="keep the scratch run directories (kept on a failure)")
+    kit.set_defaults(handler=cmd_conformance)
 
     demo = commands.add_parser("demo", help="write the demo run directories under ROOT")
     demo.add_argument("root")

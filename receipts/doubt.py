@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from receipts.adapters.smtp import email_evidence
 from receipts.tools import (
     ABSENT,
     BUILTIN_ADAPTERS,
@@ -47,6 +48,8 @@ EvidenceFunction = Callable[[Path, Mapping[str, Any], str], Evidence]
 PAGE_OUTBOX_BYTES = 8 * 2**20
 _REGISTRY: dict[str, EvidenceFunction] = {
     "send_message": functools.partial(send_message_evidence, tail_bytes=PAGE_OUTBOX_BYTES),
+    # No server is asked: the panel says what to search the mailbox for (the Message-ID).
+    "send_email": email_evidence,
 }
 
 
@@ -106,6 +109,10 @@ def describe(tool: str, args: Any) -> str:
     """What the call was meant to do, in plain words."""
     if isinstance(args, dict) and tool == "send_message":
         return f"Send a message to {short_text(args.get('to'))}: “{short_text(args.get('body'), 200)}”"
+    if isinstance(args, dict) and tool == "send_email":
+        recipients = args.get("to")
+        shown = ", ".join(map(short_text, recipients)) if isinstance(recipients, list) else short_text(recipients)
+        return f"Send an e-mail to {short_text(shown, 300)}: “{short_text(args.get('subject'), 200)}”"
     if isinstance(args, dict) and tool == "write_file":
         content = args.get("content")
         size = len(content.encode("utf-8", "surrogatepass")) if isinstance(content, str) else "?"

@@ -16,6 +16,7 @@ import itertools
 import json
 import os
 import re
+import signal
 import stat
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -61,9 +62,17 @@ def recording(outcome: Any) -> Iterator[None]:
 
 
 def failpoint(name: str) -> None:
-    """End the process as if killed, when a crash test asks for it here (tests and demos only)."""
-    if os.environ.get("RECEIPTS_FAILPOINT") == name:
+    """End the process as if killed, when a crash test asks for it here (tests and demos only).
+
+    ``NAME:stop`` stops the process there instead (SIGSTOP), for a harness to SIGKILL it:
+    a real kill, at a window somebody chose (``receipts.crashes.kill_at_failpoint``).
+    """
+    wanted = os.environ.get("RECEIPTS_FAILPOINT")
+    if wanted == name:
         os._exit(137)
+    if wanted == f"{name}:stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+        os._exit(137)  # continued rather than killed: end as the kill would have
 
 
 def json_file(value: Any) -> bytes:

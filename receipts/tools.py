@@ -17,7 +17,7 @@ import os
 import posixpath
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from receipts.durable import (
     ShortWriteError,
@@ -126,6 +126,8 @@ class WriteFile:
 
     name = "write_file"
     version = "1.0.0"
+    # One call, for the conformance kit (`callproof conformance receipts.tools:WriteFile`).
+    example_args: ClassVar[dict[str, str]] = {"path": "notes/example.txt", "content": "written once\n"}
 
     def normalise(self, args: Mapping[str, Any]) -> dict[str, Any]:
         values = _require_text(args, "path", "content")
@@ -181,6 +183,8 @@ class SendMessage:
 
     name = "send_message"
     version = "1.0.0"
+    # One call, for the conformance kit (`callproof conformance receipts.tools:SendMessage`).
+    example_args: ClassVar[dict[str, str]] = {"to": "ops@example.com", "body": "sent once"}
 
     def normalise(self, args: Mapping[str, Any]) -> dict[str, Any]:
         values = _require_text(args, "to", "body")

@@ -433,7 +433,7 @@ def test_without_the_mcp_extra_the_subcommand_says_which_to_install(run_dir):
         f"sys.exit(main(['mcp-proxy', '--run', {str(run_dir)!r}, '--', 'true']))"
     )
     completed = subprocess.run([sys.executable, "-c", hidden], cwd=PROJECT, capture_output=True, text=True, check=False)
-    assert completed.returncode == 6
+    assert completed.returncode == 7
     assert "pip install 'callproof[mcp]'" in completed.stderr and "Traceback" not in completed.stderr
 
 

@@ -106,7 +106,7 @@ def test_the_mcp_proxy_from_the_wheel_alone_says_which_extra_to_install(writer_o
         run(writer_only, callproof, "init", str(run_dir), "--contract-sha256", CONTRACT, cwd=tmp_path).returncode == 0
     )
     proxy = run(writer_only, callproof, "mcp-proxy", "--run", str(run_dir), "--", "true", cwd=tmp_path)
-    assert proxy.returncode == 6, proxy.stderr.decode()
+    assert proxy.returncode == 7, proxy.stderr.decode()
     assert b"pip install 'callproof[mcp]'" in proxy.stderr and b"Traceback" not in proxy.stderr
     assert proxy.stdout == b"", "nothing on the MCP channel"
 

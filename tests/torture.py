@@ -22,7 +22,6 @@ import contextlib
 import ctypes
 import ctypes.util
 import dataclasses
-import hashlib
 import json
 import os
 import random
@@ -43,6 +42,13 @@ from pathlib import Path
 from typing import Any
 
 from receipts import protocol, runtime
+from receipts.crashes import (
+    CALL_EFFECT_DONE_UNRECORDED,
+    CALL_WINDOWS,
+    call_window,
+    json_or_none,
+    ledger_events,
+)
 from receipts.demo import login_request, writer_command, writer_env
 from receipts.reader import read_run
 from receipts.replay import replay_run
@@ -64,20 +70,8 @@ SHOWN_VIOLATIONS = 5
 # The writers wait on fsync and on the kill thread's sleeps: one trial more than cores keeps them busy.
 DEFAULT_WORKERS = (os.cpu_count() or 2) + 1
 
-# Where a kill can leave a write, in the order the write passes them, each told by what the disk
-# shows (docs/KILL_TESTING.md says what each one is). A temp receipt counts only when the killed
-# process left it: its pid is in the name.
-CALL_WINDOWS = (
-    "before_receipt",
-    "temp_receipt_prepared",
-    "prepared_without_event",
-    "prepared_no_effect",
-    "effect_done_receipt_prepared",
-    "temp_receipt_committed",
-    "committed_without_event",
-    "recorded_note_left",
-    "recorded",
-)
+# Where a kill can leave a write (receipts.crashes has a call's), in the order the write passes
+# them, each told by what the disk shows (docs/KILL_TESTING.md says what each one is).
 TASK_WINDOWS = (
     "no_record",
     "reserved",
@@ -90,8 +84,8 @@ TASK_WINDOWS = (
 # The windows where the effect exists and its record does not yet say so all: the ones a
 # kill test exists for. A run whose kills never land in one of them has tested little.
 EFFECT_DONE_UNRECORDED = {
-    "write_file": {"effect_done_receipt_prepared", "temp_receipt_committed", "committed_without_event"},
-    "send_message": {"effect_done_receipt_prepared", "temp_receipt_committed", "committed_without_event"},
+    "write_file": set(CALL_EFFECT_DONE_UNRECORDED),
+    "send_message": set(CALL_EFFECT_DONE_UNRECORDED),
     "write-task": {"reserved_with_task_file", "task_created", "committed_without_event"},
 }
 
@@ -309,52 +303,6 @@ def run_writers(
 # --- what the disk shows ---------------------------------------------------------------
 
 
-def ledger_events(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """The complete lines' events and what breaks the chain among them.
-
-    A last line without its newline is a kill mid-append (the writer cuts it at
-    the next append): never an event, never a break. tests/ledger.py is the
-    strict form, for ledgers no kill has touched.
-    """
-    try:
-        data = (run_dir / protocol.LEDGER_NAME).read_bytes()
-    except FileNotFoundError:
-        return [], ["events.jsonl is gone"]
-    complete = data[: data.rfind(b"\n") + 1]
-    events, problems, previous = [], [], protocol.ZERO_HASH
-    for number, line in enumerate(complete.splitlines(), start=1):
-        try:
-            event = json.loads(line)
-        except ValueError:
-            problems.append(f"ledger line {number} is not JSON: {line[:80]!r}")
-            break
-        if not isinstance(event, dict) or event.get("seq") != number:
-            problems.append(f"ledger line {number} has seq {event.get('seq') if isinstance(event, dict) else None}")
-            break
-        if event.get("prev_sha256") != previous:
-            problems.append(f"ledger line {number}: prev_sha256 is not the digest of line {number - 1}")
-            break
-        previous = hashlib.sha256(line).hexdigest()
-        events.append(event)
-    return events, problems
-
-
-def _bytes_or_empty(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return b""
-
-
-def _json_or_none(path: Path) -> Any:
-    try:
-        return json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except ValueError:
-        return {"unreadable": True}
-
-
 def _visible_files(folder: Path, suffix: str) -> list[Path]:
     """What a reader sees in ``folder``: the writer's temp files start with a dot."""
     if not folder.is_dir():
@@ -432,7 +380,7 @@ class Intent:
 
     def _replay_disagreements(self, rows: dict[str, dict[str, Any]]) -> list[str]:
         problems = []
-        on_disk = {path.stem: _json_or_none(path) for path in _visible_files(self.run_dir / "receipts", ".json")}
+        on_disk = {path.stem: json_or_none(path) for path in _visible_files(self.run_dir / "receipts", ".json")}
         for call_id, receipt in on_disk.items():
             row = rows.get(call_id)
             status = receipt.get("status") if isinstance(receipt, dict) else None
@@ -521,7 +469,7 @@ class CallIntent(Intent):
 
     def effect_problems(self) -> list[str]:
         problems = []
-        receipt = _json_or_none(self.receipt_path)
+        receipt = json_or_none(self.receipt_path)
         if self.tool == "write_file":
             with contextlib.suppress(FileNotFoundError):
                 self.inodes.add(os.stat(self.target).st_ino)
@@ -561,40 +509,12 @@ class CallIntent(Intent):
         return problems
 
     def window(self, killed_pids: set[int]) -> str:
-        receipt = _json_or_none(self.receipt_path)
-        temp_statuses = {
-            str((_json_or_none(temp) or {}).get("status"))
-            for temp in (self.run_dir / "receipts").glob(f".{self.call_id}.json.*.tmp")
-            if int(temp.name.split(".")[3]) in killed_pids
-        }
-        if not isinstance(receipt, dict):
-            return "temp_receipt_prepared" if temp_statuses else "before_receipt"
-        events, _ = ledger_events(self.run_dir)
-        recorded = {
-            event.get("status")
-            for event in events
-            if event.get("type") == "receipt" and event.get("call_id") == self.call_id
-        }
-        status = receipt.get("status")
-        if status == "prepared":
-            if "committed" in temp_statuses:
-                return "temp_receipt_committed"
-            if self.effect_present():
-                return "effect_done_receipt_prepared"
-            return "prepared_no_effect" if "prepared" in recorded else "prepared_without_event"
-        if status == "committed":
-            if "committed" not in recorded:
-                return "committed_without_event"
-            # The lock file keeps {"installed": true} for good; a note that still names the
-            # receipt being installed is the one a kill left before its event was cleared.
-            lock = self.run_dir / protocol.WRITER_DIR / f"call-{self.call_id}.lock"
-            return "recorded_note_left" if b'"receipt"' in _bytes_or_empty(lock) else "recorded"
-        return f"receipt_{status}"
+        return call_window(self.run_dir, self.call_id, killed_pids, self.effect_present)
 
     def clean_problems(self, finished: Finished) -> tuple[list[str], str]:
         problems = self.exit_problems(finished)
         output = finished.output()
-        receipt = _json_or_none(self.receipt_path) or {}
+        receipt = json_or_none(self.receipt_path) or {}
         if finished.returncode == 0:
             outcome = "exit 0 reused" if output.get("reused") else "exit 0 committed"
             if output.get("status") != "committed" or receipt.get("status") != "committed":
@@ -634,7 +554,7 @@ class TaskIntent(Intent):
         if len(tasks) > 1:
             problems.append(f"{len(tasks)} task files for one submission: {[path.name for path in tasks]}")
         for record_path in _visible_files(self.run_dir / "submissions", ".json"):
-            record = _json_or_none(record_path)
+            record = json_or_none(record_path)
             if not isinstance(record, dict) or record.get("state") not in ("task_created", "committed"):
                 continue
             task = self.run_dir / str(record.get("task_path"))
@@ -646,7 +566,7 @@ class TaskIntent(Intent):
         return problems
 
     def window(self, killed_pids: set[int]) -> str:
-        record = _json_or_none(self.record_path)
+        record = json_or_none(self.record_path)
         if not isinstance(record, dict):
             return "no_record"
         state = record.get("state")
@@ -669,7 +589,7 @@ class TaskIntent(Intent):
     def clean_problems(self, finished: Finished) -> tuple[list[str], str]:
         problems = self.exit_problems(finished)
         disposition = finished.output().get("disposition")
-        record = _json_or_none(self.record_path) or {}
+        record = json_or_none(self.record_path) or {}
         if finished.returncode != 0 or disposition not in ("created", "reused"):
             problems.append(f"a clean run must create or reuse: {finished.describe()}")
         if len(self.task_files()) != 1 or record.get("state") != "committed":
