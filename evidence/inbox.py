@@ -18,7 +18,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from django.db.models import Count, QuerySet
+from django.db.models import Case, Count, QuerySet, Value, When
 
 from evidence import hosts, triage
 from evidence.models import Call, Finding, Host, with_run
@@ -118,39 +118,40 @@ def inbox_segments(
     return segments
 
 
-def inbox_counts(*, run_id: str = "", now: dt.datetime | None = None) -> dict[str, int]:
-    """How many open items of each kind, for the filters: two grouped queries."""
+def all_counts(*, run_id: str = "", now: dt.datetime | None = None) -> tuple[dict[str, int], dict[str, int]]:
+    """How many open items of each kind, and how many of the inbox's findings are acknowledged
+    and snoozed, for the filters: two grouped queries (the findings' by code and triage)."""
+    now = now or protocol.utc_now()
     calls = Call.objects.in_doubt()
-    open_ = triage.view_filter(triage.OPEN, now or protocol.utc_now())
-    findings = Finding.objects.filter(open_, closed_at__isnull=True, run__isnull=False)
+    findings = Finding.objects.filter(closed_at__isnull=True, run__isnull=False)
     if run_id:
         calls, findings = calls.filter(run__run_id=run_id), findings.filter(run__run_id=run_id)
     counts = dict.fromkeys(KINDS, 0)
+    views = {triage.ACKNOWLEDGED: 0, triage.SNOOZED: 0}
     grouped = calls.values_list("receipt_present", "verification").annotate(n=Count("id")).order_by()
     for present, verification, count in grouped:
         counts[_call_kind(present, verification)] += count
     kind_of = {code: kind for kind, codes in FINDING_KINDS.items() for code in codes}
-    grouped = findings.filter(code__in=kind_of).values_list("code").annotate(n=Count("id")).order_by()
-    for code, count in grouped:
-        counts[kind_of[code]] += count
+    awake = Case(When(triage_until__lte=now, then=Value(True)), default=Value(False))
+    rows = findings.filter(code__in=kind_of).annotate(awake=awake).values_list("code", "triage", "awake")
+    for code, state, is_awake, count in rows.annotate(n=Count("id")).order_by():
+        # triage.view_filter's rule, per group: a snooze whose time has come is open.
+        if not state or (state == triage.SNOOZED and is_awake):
+            counts[kind_of[code]] += count
+        else:
+            views[state] += count
     counts[HOST] = 0 if run_id else hosts.silent().count()
-    return counts
+    return counts, views
+
+
+def inbox_counts(*, run_id: str = "", now: dt.datetime | None = None) -> dict[str, int]:
+    """How many open items of each kind (``all_counts``)."""
+    return all_counts(run_id=run_id, now=now)[0]
 
 
 def triage_counts(*, run_id: str = "", now: dt.datetime | None = None) -> dict[str, int]:
-    """How many of the inbox's findings are acknowledged, and snoozed: one grouped query over the
-    triaged few, on their index (the open ones are ``inbox_counts``)."""
-    now = now or protocol.utc_now()
-    codes = [code for codes in FINDING_KINDS.values() for code in codes]
-    rows = Finding.objects.filter(triage__in=(triage.ACKNOWLEDGED, triage.SNOOZED), closed_at__isnull=True,
-                                  run__isnull=False, code__in=codes)  # fmt: skip
-    if run_id:
-        rows = rows.filter(run__run_id=run_id)
-    counts = {triage.ACKNOWLEDGED: 0, triage.SNOOZED: 0}
-    grouped = rows.filter(triage.view_filter(triage.ACKNOWLEDGED, now) | triage.view_filter(triage.SNOOZED, now))
-    for state, count in grouped.values_list("triage").annotate(n=Count("id")).order_by():
-        counts[state] += count
-    return counts
+    """How many of the inbox's findings are acknowledged, and snoozed (``all_counts``)."""
+    return all_counts(run_id=run_id, now=now)[1]
 
 
 def inbox_items(

@@ -348,6 +348,10 @@ def test_a_token_with_the_confirmer_role_triages_and_a_viewers_token_may_not(dem
     assert bad.status_code == HTTPStatus.BAD_REQUEST and bad.json()["detail"].startswith("snooze:")
     naive = json.dumps({"action": "snooze", "reason": "x", "until": "2030-01-01T00:00:00"})
     assert client.post(url, naive, content_type="application/json", **auth).status_code == HTTPStatus.BAD_REQUEST
+    undo = json.dumps({"action": "unacknowledge", "reason": "x"})
+    assert client.post(url, undo, content_type="application/json", **auth).status_code == HTTPStatus.CONFLICT
+    missing = client.post("/api/findings/999999999/triage", body, content_type="application/json", **auth)
+    assert missing.status_code == HTTPStatus.NOT_FOUND
     assert AuditEntry.objects.filter(actor="bot").count() == 2
 
 

@@ -24,10 +24,11 @@ def inbox_page(request: HtmxHttpRequest) -> HttpResponseBase:
     fmt = download_format(request)
     if fmt:
         return download(fmt, listing)
+    counts, views = inbox.all_counts(run_id=run_id, now=now)
     context = {
         "page": cursor_page(request, listing.segments, query=query_without(request, "page", "format")),
-        "counts": inbox.inbox_counts(run_id=run_id, now=now),
-        "triage_counts": inbox.triage_counts(run_id=run_id, now=now),
+        "counts": counts,
+        "triage_counts": views,
         "views": triage.VIEWS,
         "view": view,
         "kinds": inbox.KINDS,

@@ -91,7 +91,7 @@ def test_the_triaged_lists_at_a_phones_width_and_a_laptops(page, demo, width):
         ("findings-open", "/findings/"),
         ("stale-acknowledged", "/reservations/?triage=acknowledged"),
         ("stale-open", "/reservations/"),
-        ("form", f"/findings/{Finding.objects.filter(code='stale_call').first().pk}/triage/"),
+        ("form", f"/findings/{Finding.objects.filter(code='stale_call').earliest('id').pk}/triage/"),
     ):
         page.goto(url)
         if page.evaluate("document.documentElement.scrollWidth") > width:
