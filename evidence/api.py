@@ -1,12 +1,16 @@
-"""The read-only JSON API: what the pages show, for scripts (``/api/``).
+"""The JSON API: what the pages show, for scripts (``/api/``).
 
 django-ninja (maintained, Django-native) gives typed schemas and the OpenAPI
 description from the same code (``/api/openapi.json``); its interactive docs page
 is off, because it loads scripts from a CDN that the Content-Security-Policy and
-a closed network both refuse. Every endpoint is a GET, reads through the same
+a closed network both refuse. Every list is a GET, reads through the same
 selectors as the pages, pages long lists by key (``?cursor=`` from the previous
 page's ``next``), and needs a login that may browse: a session (the dashboard's
 cookie) or ``Authorization: Bearer <token>`` (``manage.py api_token``).
+
+One endpoint writes: a finding's triage (``POST /api/findings/{id}/triage``), for a
+login with the triage permission (``evidence.roles``), with the page's rules
+(``evidence.triage.act``); a session's POST carries its CSRF token, a token's does not.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Callable
 from types import GenericAlias
 from typing import Annotated, Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.models import User
 from django.core.exceptions import BadRequest
@@ -32,11 +37,11 @@ from ninja.errors import HttpError
 from ninja.security import HttpBearer, SessionAuth
 from pydantic import WithJsonSchema
 
-from evidence import inbox, listings, selectors
+from evidence import inbox, listings, selectors, triage
 from evidence import retention as retention_plans
-from evidence.models import ApiToken, Run
+from evidence.models import ApiToken, Finding, Run
 from evidence.pagination import cursor_page
-from evidence.roles import BROWSE
+from evidence.roles import BROWSE, TRIAGE
 from evidence.views.common import choice
 from receipts import protocol
 from receipts.findings import CODES, ERROR, WARNING
@@ -189,7 +194,17 @@ class DecisionOut(Schema):
     decision_reason: str
 
 
-class FindingOut(Schema):
+# A finding's triage (evidence/triage.py): its state ("" when open), who, when, why, until when.
+TRIAGE_ANNOTATIONS = {"triage": str, "triage_by": str, "triage_at": Moment | None, "triage_reason": str,
+                      "triage_until": Moment | None, "triage_on_change": bool}  # fmt: skip
+
+
+def with_triage(item: type[Schema]) -> type[Schema]:
+    """``item``'s fields, then a finding's triage, in the lists' order (``listings.TRIAGE_FIELDS``)."""
+    return type(item.__name__.lstrip("_"), (item,), {"__annotations__": TRIAGE_ANNOTATIONS})
+
+
+class _FindingOut(Schema):
     run_id: str | None
     code: str
     severity: str
@@ -199,9 +214,13 @@ class FindingOut(Schema):
     stored_value: str
     recomputed_value: str
     first_seen: Moment
+    finding_id: int
 
 
-class StaleOut(Schema):
+FindingOut = with_triage(_FindingOut)
+
+
+class _StaleOut(Schema):
     kind: str
     run_id: str
     subject: str
@@ -210,9 +229,13 @@ class StaleOut(Schema):
     task_present: bool | None
     digests_match: bool | None
     resume: str
+    finding_id: int | None
 
 
-class InboxOut(Schema):
+StaleOut = with_triage(_StaleOut)
+
+
+class _InboxOut(Schema):
     kind: str
     severity: str
     since: Moment | None
@@ -221,6 +244,12 @@ class InboxOut(Schema):
     detail: str
     action: str
     code: str
+    finding_id: int | None  # a finding's (what triage acts on); null for a call in doubt or a host
+    stored_value: str
+    recomputed_value: str
+
+
+InboxOut = with_triage(_InboxOut)
 
 
 class HumanDecisionOut(Schema):
@@ -239,6 +268,17 @@ class ActionOut(Schema):
     run_id: str
     action: str
     reason: str
+    subject: str
+
+
+class TriageIn(Schema):
+    """What the triage page's form says: the act, its reason, and for a snooze until when
+    (``until``, a time) or until it changes (``on_change``), or both."""
+
+    action: str
+    reason: str
+    until: dt.datetime | None = None
+    on_change: bool = False
 
 
 class PlanOut(Schema):
@@ -318,23 +358,52 @@ def decisions(request: HttpRequest, run_id: str, decision: str = "", limit: int 
     return _page(request, listings.decisions(run=_run(run_id), decision=decision), limit)
 
 
+def _view(request: HttpRequest) -> str:
+    return choice(request, "triage", triage.VIEWS, default=triage.OPEN)
+
+
 @api.get("/findings", response=paged(FindingOut), summary="Open findings: digest mismatches first, by code")
-def findings(request: HttpRequest, code: str = "", run_id: str = "", severity: str = "", limit: int = 50):
+def findings(
+    request: HttpRequest, code: str = "", run_id: str = "", severity: str = "", triage: str = "", limit: int = 50
+):
     choice(request, "code", CODES)
     choice(request, "severity", (ERROR, WARNING))
-    return _page(request, listings.findings(code=code, run_id=run_id, severity=severity), limit)
+    return _page(request, listings.findings(code=code, run_id=run_id, severity=severity, view=_view(request)), limit)
 
 
 @api.get("/reservations", response=paged(StaleOut), summary="Stale reservations and calls, as they went stale")
-def reservations(request: HttpRequest, limit: int = 50):
-    return _page(request, listings.stale(), limit)
+def reservations(request: HttpRequest, triage: str = "", limit: int = 50):
+    return _page(request, listings.stale(view=_view(request)), limit)
 
 
 @api.get("/inbox", response=paged(InboxOut), summary="What needs a person, most serious first")
-def inbox_items(request: HttpRequest, kind: str = "", severity: str = "", run_id: str = "", limit: int = 50):
+def inbox_items(
+    request: HttpRequest, kind: str = "", severity: str = "", run_id: str = "", triage: str = "", limit: int = 50
+):
     choice(request, "kind", inbox.KINDS)
     choice(request, "severity", (ERROR, WARNING))
-    return _page(request, listings.inbox(kind=kind, severity=severity, run_id=run_id), limit)
+    return _page(request, listings.inbox(kind=kind, severity=severity, run_id=run_id, view=_view(request)), limit)
+
+
+@api.post("/findings/{finding_id}/triage", response=FindingOut, summary="Acknowledge or snooze a finding, or undo it")
+def triage_finding(request: HttpRequest, finding_id: int, body: TriageIn):
+    user = request.user
+    if not isinstance(user, User) or not user.has_perm(TRIAGE):
+        raise HttpError(403, "triage needs the confirmer role")
+    if settings.EVIDENCE_READ_ONLY:
+        raise HttpError(403, "this deployment only browses")
+    finding = get_object_or_404(Finding, pk=finding_id, run__isnull=False)
+    if body.until is not None and body.until.tzinfo is None:
+        raise HttpError(400, "until: give the time with its zone (2026-12-03T12:00:00Z)")
+    try:
+        acted = triage.act(finding=finding, user=user, action=body.action, reason=body.reason, until=body.until,
+                                on_change=body.on_change, now=protocol.utc_now())  # fmt: skip
+    except triage.TriageError as refused:
+        field = f"{refused.field}: " if refused.field else ""
+        raise HttpError(refused.status, field + refused.message) from None
+    listing = listings.findings()
+    return listing.item(triage.as_shown([Finding.objects.select_related("run").get(pk=acted.pk)],
+                                             protocol.utc_now())[0])  # fmt: skip
 
 
 @api.get("/audit", response=paged(HumanDecisionOut), summary="Decisions people made on the dashboard, newest first")

@@ -1,9 +1,12 @@
-"""The dashboard's one form: a person settles a call in doubt."""
+"""The dashboard's forms: a person settles a call in doubt, or triages a finding."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 from django import forms
 
+from evidence import triage
 from receipts import protocol
 
 
@@ -28,3 +31,63 @@ class ConfirmForm(forms.Form):
     confirm_queryable = forms.BooleanField(
         required=False, label="Decide anyway, although the runtime could ask the target itself"
     )
+
+
+# How long a snooze lasts: until the import sees the finding change, for a while, or until a time.
+SNOOZES = {
+    "change": ("until it changes", None),
+    "1h": ("for an hour", dt.timedelta(hours=1)),
+    "1d": ("for a day", dt.timedelta(days=1)),
+    "7d": ("for a week", dt.timedelta(days=7)),
+    "time": ("until a time (UTC)", None),
+}
+
+
+class TriageForm(forms.Form):
+    """Acknowledge or snooze a finding, or undo either (``evidence.triage.act`` checks the rest)."""
+
+    action = forms.ChoiceField(choices=[(action, action) for action in triage.ACTIONS], widget=forms.HiddenInput)
+    reason = forms.CharField(
+        max_length=triage.REASON_LIMIT,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 50}),
+        help_text="Why it can wait, or why it cannot any more: the next person to look reads it.",
+    )
+    snooze = forms.ChoiceField(
+        choices=[(value, label) for value, (label, _) in SNOOZES.items()],
+        widget=forms.RadioSelect,
+        required=False,
+        initial="change",
+        label="Snooze",
+    )
+    until = forms.DateTimeField(
+        required=False,
+        label="Until (UTC)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"],
+    )
+    next = forms.CharField(required=False, widget=forms.HiddenInput)
+
+    def clean(self) -> dict:
+        data = super().clean() or {}
+        if data.get("action") == triage.SNOOZE:
+            if not data.get("snooze"):
+                self.add_error("snooze", "Say how long: until it changes, for a while, or until a time.")
+            elif data["snooze"] == "time" and data.get("until") is None and "until" not in self.errors:
+                self.add_error("until", "Give the time the snooze ends, in UTC.")
+        return data
+
+    def snooze_end(self, now: dt.datetime) -> tuple[dt.datetime | None, bool]:
+        """(until when, whether until it changes), from the valid form's choice (nothing when the
+        act is not a snooze)."""
+        choice = self.cleaned_data.get("snooze") or ""
+        if self.cleaned_data.get("action") != triage.SNOOZE or not choice:
+            return None, False
+        if choice == "change":
+            return None, True
+        if choice == "time":
+            until = self.cleaned_data["until"]
+            # The field is in UTC, whatever the server's zone: the page says so.
+            return until.replace(tzinfo=dt.UTC) if until.tzinfo is None else until.astimezone(dt.UTC), False
+        length = SNOOZES[choice][1]
+        assert length is not None  # the choices with no length are handled above
+        return now + length, False

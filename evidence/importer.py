@@ -31,7 +31,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import DateTimeField, Model, Q
 
-from evidence import hosts, models, stats
+from evidence import hosts, models, stats, triage
 from evidence.models import Call, Confirmation, Event, Finding, Host, HumanDecision, JSONTextField, Run, Submission
 from receipts import durable, protocol, signing
 from receipts.durable import json_file
@@ -212,12 +212,10 @@ def _store_findings(run: Run | None, findings: Iterable[FindingRecord], now: dt.
     at most, are matched one by one: their uniqueness is a partial index, which
     ``ON CONFLICT`` would have to name with its condition.
     """
-    keys, unique = set(), []
-    for record in findings:
-        key = (record.code, record.subject[:400])
-        if key not in keys:
-            keys.add(key)
-            unique.append(record)
+    # One row a key, the last record of it: the newest line about a problem (a second conflict
+    # for one submission) says what a later, incremental read would have stored.
+    latest = {(record.code, record.subject[:400]): record for record in findings}
+    keys, unique = set(latest), list(latest.values())
     if run is None:
         for record in unique:
             lookup = {"run": None, "root": root, "code": record.code, "subject": record.subject[:400]}
@@ -225,6 +223,7 @@ def _store_findings(run: Run | None, findings: Iterable[FindingRecord], now: dt.
             if not Finding.objects.filter(**lookup).update(**values):
                 Finding.objects.create(**lookup, **values, first_seen=now)
         return keys
+    triage.end_on_change(run, unique, now)
     moment = _time(now, _is_postgres())
     columns = ("run_id", "code", "subject", *FINDING_VALUES, "root", "first_seen", "last_seen", "closed_at")
     rows = (

@@ -6,19 +6,21 @@ submission conflicts, stale reservations, rewritten ledgers or broken chains,
 and abandoned runs (not finished, silent: ``models.is_abandoned``). Each item says its
 severity, its age, its run and the next action. The list is keyset-paged like
 every other (``inbox_segments``). A settled call leaves the inbox: it is no
-longer in doubt.
+longer in doubt. A finding a person acknowledged or snoozed (``evidence.triage``)
+leaves its default view, the open one, and is listed in its own.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 from collections.abc import Callable
 from typing import Any
 
-from django.db.models import Count, QuerySet
+from django.db.models import Case, Count, QuerySet, Value, When
 
-from evidence import hosts
+from evidence import hosts, triage
 from evidence.models import Call, Finding, Host, with_run
 from evidence.pagination import Segment, every_row
 from receipts import protocol
@@ -48,17 +50,33 @@ class InboxItem:
     detail: str
     action: str  # "settle", "resume", "host", "finding" or "reservation": what the link opens
     code: str = ""  # the finding code, for a finding
+    # A finding's: its id (what triage acts on), both sides of a conflict (the first request's
+    # digest, then the other), and its triage (``evidence.triage.FIELDS``: "" when open).
+    finding_id: int | None = None
+    stored_value: str = ""
+    recomputed_value: str = ""
+    triage: str = ""
+    triage_by: str = ""
+    triage_at: dt.datetime | None = None
+    triage_reason: str = ""
+    triage_until: dt.datetime | None = None
+    triage_on_change: bool = False
 
 
 def _sources(
-    *, kind: str = "", severity: str = "", run_id: str = ""
+    *, kind: str = "", severity: str = "", run_id: str = "", view: str = triage.OPEN, now: dt.datetime | None = None
 ) -> list[tuple[str, QuerySet, Callable[[list[Any]], list[InboxItem]]]]:
     """(severity, rows, present) in the inbox's order: the errors, then the warnings; in each,
     the calls in doubt, then the findings. A call in doubt is an error when a person must
     decide, a warning when the runtime can ask the target (its decision, on the index that
-    leads with it); a finding has its code's severity."""
+    leads with it); a finding has its code's severity. ``view``: the findings' triage (calls in
+    doubt and silent hosts are never triaged: only the open view has them)."""
+    now = now or protocol.utc_now()
     calls = with_run(Call.objects.in_doubt())
-    findings = with_run(Finding.objects.filter(closed_at__isnull=True, run__isnull=False))
+    findings = with_run(Finding.objects.filter(triage.view_filter(view, now), closed_at__isnull=True,
+                                               run__isnull=False))  # fmt: skip
+    if view != triage.OPEN:
+        calls = calls.none()
     if run_id:
         calls, findings = calls.filter(run__run_id=run_id), findings.filter(run__run_id=run_id)
     if kind == TAMPERED:
@@ -68,24 +86,28 @@ def _sources(
     elif kind:
         calls = calls.none()
     sources: list[tuple[str, QuerySet, Callable[[list[Any]], list[InboxItem]]]] = []
-    if kind in ("", HOST) and severity in ("", ERROR) and not run_id:
+    if kind in ("", HOST) and severity in ("", ERROR) and not run_id and view == triage.OPEN:
         sources.append((ERROR, hosts.silent(), _host_items))
     for level, decision in ((ERROR, "confirm"), (WARNING, "query")):
         codes = [code for each, codes in FINDING_KINDS.items() if kind in ("", each) for code in codes
                  if CODES[code][0] == level]  # fmt: skip
         if severity in ("", level):
-            sources.append((level, calls.filter(decision=decision), _call_items))
+            if view == triage.OPEN:
+                sources.append((level, calls.filter(decision=decision), _call_items))
             if codes:
-                sources.append((level, findings.filter(code__in=codes), _finding_items))
+                present = functools.partial(_finding_items, now=now)
+                sources.append((level, findings.filter(code__in=codes), present))
     return sources
 
 
-def inbox_segments(*, kind: str = "", severity: str = "", run_id: str = "") -> list[Segment]:
+def inbox_segments(
+    *, kind: str = "", severity: str = "", run_id: str = "", view: str = triage.OPEN, now: dt.datetime | None = None
+) -> list[Segment]:
     """The inbox as segments on their indexes (``evidence.pagination``): each oldest first, a
     call by its receipt's last update (those without one after), a finding by when it was first
     seen."""
     segments = []
-    for _, rows, present in _sources(kind=kind, severity=severity, run_id=run_id):
+    for _, rows, present in _sources(kind=kind, severity=severity, run_id=run_id, view=view, now=now):
         if rows.model is Call:
             segments.append(Segment(rows.filter(updated_at__isnull=False), ("updated_at", "id"), present))
             segments.append(Segment(rows.filter(updated_at__isnull=True), ("id",), present))
@@ -96,27 +118,47 @@ def inbox_segments(*, kind: str = "", severity: str = "", run_id: str = "") -> l
     return segments
 
 
-def inbox_counts(*, run_id: str = "") -> dict[str, int]:
-    """How many items of each kind, for the filters: two grouped queries."""
+def all_counts(*, run_id: str = "", now: dt.datetime | None = None) -> tuple[dict[str, int], dict[str, int]]:
+    """How many open items of each kind, and how many of the inbox's findings are acknowledged
+    and snoozed, for the filters: two grouped queries (the findings' by code and triage)."""
+    now = now or protocol.utc_now()
     calls = Call.objects.in_doubt()
     findings = Finding.objects.filter(closed_at__isnull=True, run__isnull=False)
     if run_id:
         calls, findings = calls.filter(run__run_id=run_id), findings.filter(run__run_id=run_id)
     counts = dict.fromkeys(KINDS, 0)
+    views = {triage.ACKNOWLEDGED: 0, triage.SNOOZED: 0}
     grouped = calls.values_list("receipt_present", "verification").annotate(n=Count("id")).order_by()
     for present, verification, count in grouped:
         counts[_call_kind(present, verification)] += count
     kind_of = {code: kind for kind, codes in FINDING_KINDS.items() for code in codes}
-    grouped = findings.filter(code__in=kind_of).values_list("code").annotate(n=Count("id")).order_by()
-    for code, count in grouped:
-        counts[kind_of[code]] += count
+    awake = Case(When(triage_until__lte=now, then=Value(True)), default=Value(False))
+    rows = findings.filter(code__in=kind_of).annotate(awake=awake).values_list("code", "triage", "awake")
+    for code, state, is_awake, count in rows.annotate(n=Count("id")).order_by():
+        # triage.view_filter's rule, per group: a snooze whose time has come is open.
+        if not state or (state == triage.SNOOZED and is_awake):
+            counts[kind_of[code]] += count
+        else:
+            views[state] += count
     counts[HOST] = 0 if run_id else hosts.silent().count()
-    return counts
+    return counts, views
 
 
-def inbox_items(*, kind: str = "", severity: str = "", run_id: str = "") -> list[InboxItem]:
+def inbox_counts(*, run_id: str = "", now: dt.datetime | None = None) -> dict[str, int]:
+    """How many open items of each kind (``all_counts``)."""
+    return all_counts(run_id=run_id, now=now)[0]
+
+
+def triage_counts(*, run_id: str = "", now: dt.datetime | None = None) -> dict[str, int]:
+    """How many of the inbox's findings are acknowledged, and snoozed (``all_counts``)."""
+    return all_counts(run_id=run_id, now=now)[1]
+
+
+def inbox_items(
+    *, kind: str = "", severity: str = "", run_id: str = "", view: str = triage.OPEN, now: dt.datetime | None = None
+) -> list[InboxItem]:
     """Every item, in the inbox's order (the tests)."""
-    return list(every_row(inbox_segments(kind=kind, severity=severity, run_id=run_id)))
+    return list(every_row(inbox_segments(kind=kind, severity=severity, run_id=run_id, view=view, now=now)))
 
 
 def _call_kind(present: bool, verification: str) -> str:
@@ -152,14 +194,16 @@ def _host_items(silent: list[Host]) -> list[InboxItem]:
     return items
 
 
-def _finding_items(findings: list[Finding]) -> list[InboxItem]:
+def _finding_items(findings: list[Finding], now: dt.datetime) -> list[InboxItem]:
     kind_of = {code: kind for kind, codes in FINDING_KINDS.items() for code in codes}
     items = []
-    for f in findings:
+    for f in triage.as_shown(findings, now):
         assert f.run is not None  # the inbox takes only findings with a run (_sources)
         kind = kind_of[f.code]
         items.append(InboxItem(kind, f.severity, f.first_seen, f.run.run_id, f.subject, f.detail,
-                               "reservation" if kind == STALE else "finding", f.code))  # fmt: skip
+                               "reservation" if kind == STALE else "finding", f.code, f.pk, f.stored_value,
+                               f.recomputed_value, f.triage, f.triage_by, f.triage_at, f.triage_reason,
+                               f.triage_until, f.triage_on_change))  # fmt: skip
     return items
 
 
@@ -168,7 +212,9 @@ def _since(call: Call) -> dt.datetime | None:
 
 
 def inbox_total() -> int:
-    """How many items need a person, for the header of every page (two counts)."""
+    """How many items need a person (open: not acknowledged nor snoozed), for the header of
+    every page (three counts)."""
     codes = [code for codes in FINDING_KINDS.values() for code in codes]
-    findings = Finding.objects.filter(closed_at__isnull=True, code__in=codes, run__isnull=False)
+    open_ = triage.view_filter(triage.OPEN, protocol.utc_now())
+    findings = Finding.objects.filter(open_, closed_at__isnull=True, code__in=codes, run__isnull=False)
     return Call.objects.in_doubt().count() + findings.count() + hosts.silent().count()

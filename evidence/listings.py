@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from evidence import hosts as host_facts
 from evidence import inbox as inbox_items
 from evidence import retention as retention_plans
-from evidence import selectors
+from evidence import selectors, triage
 from evidence.models import Call, Host, Run
 from evidence.pagination import Segment, every_row
 from evidence.stats import RunSummary
+from receipts import protocol
 
 
 def json_value(value: Any) -> Any:
@@ -153,45 +155,67 @@ def decisions(*, run: Run, decision: str = "") -> Listing:
 
 # --- across runs ---------------------------------------------------------------------
 
+# A finding's triage, in every list of findings (the inbox's, the stale one): its state ("" when
+# open), who, when, why, and until when (or until it changes).
+TRIAGE_FIELDS = triage.FIELDS
+
+
 FINDING_FIELDS = (
     "run_id", "code", "severity", "subject", "detail", "call_id", "stored_value", "recomputed_value", "first_seen",
+    "finding_id", *TRIAGE_FIELDS,
 )  # fmt: skip
 
 
 def _finding_values(finding: Any) -> Sequence[Any]:
     return (finding.run.run_id if finding.run else None, finding.code, finding.severity, finding.subject,
             finding.detail, finding.call_id, finding.stored_value, finding.recomputed_value,
-            finding.first_seen)  # fmt: skip
+            finding.first_seen, finding.pk, *(getattr(finding, name) for name in TRIAGE_FIELDS))  # fmt: skip
 
 
-def findings(*, code: str = "", run_id: str = "", severity: str = "") -> Listing:
-    """Open findings: the digest mismatches (evidence that something was altered), then the rest."""
-    digest, other = selectors.open_findings(code=code, run_id=run_id, severity=severity)
-    segments = [Segment(digest, ("code", "id")), Segment(other, ("code", "id"))]
+def findings(
+    *, code: str = "", run_id: str = "", severity: str = "", view: str = triage.OPEN, now: dt.datetime | None = None
+) -> Listing:
+    """Open findings: the digest mismatches (evidence that something was altered), then the rest;
+    of ``view`` (not triaged, acknowledged or snoozed)."""
+    now = now or protocol.utc_now()
+    digest, other = selectors.open_findings(code=code, run_id=run_id, severity=severity, view=view, now=now)
+    present = functools.partial(triage.as_shown, now=now)
+    segments = [Segment(digest, ("code", "id"), present), Segment(other, ("code", "id"), present)]
     return Listing("findings", FINDING_FIELDS, segments, _finding_values)
 
 
-STALE_FIELDS = ("kind", "run_id", "subject", "state", "since", "task_present", "digests_match", "resume")
+STALE_FIELDS = (
+    "kind", "run_id", "subject", "state", "since", "task_present", "digests_match", "resume", "finding_id",
+    *TRIAGE_FIELDS,
+)  # fmt: skip
 
 
-def stale() -> Listing:
-    """Stale reservations and calls, in the order they went stale."""
-    segment = Segment(selectors.stale_findings(), ("first_seen", "id"), selectors.stale_items)
+def stale(*, view: str = triage.OPEN, now: dt.datetime | None = None) -> Listing:
+    """Stale reservations and calls, in the order they went stale; of ``view``."""
+    now = now or protocol.utc_now()
+    present = functools.partial(selectors.stale_items, now=now)
+    segment = Segment(selectors.stale_findings(view=view, now=now), ("first_seen", "id"), present)
     return Listing("stale", STALE_FIELDS, [segment], _fields_of(STALE_FIELDS))
 
 
-INBOX_FIELDS = ("kind", "severity", "since", "run_id", "subject", "detail", "action", "code")
+INBOX_FIELDS = (
+    "kind", "severity", "since", "run_id", "subject", "detail", "action", "code", "finding_id", "stored_value",
+    "recomputed_value", *TRIAGE_FIELDS,
+)  # fmt: skip
 
 
-def inbox(*, kind: str = "", severity: str = "", run_id: str = "") -> Listing:
+def inbox(
+    *, kind: str = "", severity: str = "", run_id: str = "", view: str = triage.OPEN, now: dt.datetime | None = None
+) -> Listing:
     """What needs a person: the errors, then the warnings; in each, the kinds most serious
-    first, and the oldest first."""
-    segments = inbox_items.inbox_segments(kind=kind, severity=severity, run_id=run_id)
+    first, and the oldest first. ``view``: open (the default), or the acknowledged or snoozed
+    findings."""
+    segments = inbox_items.inbox_segments(kind=kind, severity=severity, run_id=run_id, view=view, now=now)
     return Listing("inbox", INBOX_FIELDS, segments, _fields_of(INBOX_FIELDS))
 
 
 DECISION_AUDIT_FIELDS = ("decided_at", "actor", "run_id", "call_id", "resolution", "reason", "receipt_sha256")
-ACTION_AUDIT_FIELDS = ("at", "actor", "run_id", "action", "reason")
+ACTION_AUDIT_FIELDS = ("at", "actor", "run_id", "action", "reason", "subject")
 
 
 def audit_decisions(*, run_id: str = "", actor: str = "", resolution: str = "") -> Listing:
@@ -202,9 +226,9 @@ def audit_decisions(*, run_id: str = "", actor: str = "", resolution: str = "") 
 
 
 def audit_actions(*, run_id: str = "", actor: str = "") -> Listing:
-    """Legal holds, retention's actions and exports, newest first."""
+    """Legal holds, retention's actions, exports and triage, newest first."""
     rows = selectors.audit_entries(run_id=run_id, actor=actor)
-    values = lambda entry: (entry.at, entry.actor, entry.run.run_id, entry.action, entry.reason)  # noqa: E731
+    values = lambda entry: (entry.at, entry.actor, entry.run.run_id, entry.action, entry.reason, entry.subject)  # noqa: E731
     return Listing("audit-actions", ACTION_AUDIT_FIELDS, [Segment(rows, ("-at", "-id"))], values)
 
 

@@ -397,9 +397,20 @@ class Finding(models.Model):
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()
     closed_at = models.DateTimeField(null=True)
+    # A person's triage (evidence/triage.py): "" (open), acknowledged, or snoozed until
+    # ``triage_until`` and/or until the import sees it change (``triage_on_change``). Reasons,
+    # who and when are kept here for the lists; every act is in the audit too.
+    # Defaults in the database too: the importer's bulk upsert names only the columns it writes.
+    triage = models.CharField(max_length=16, blank=True, default="", db_default="")
+    triage_until = models.DateTimeField(null=True)
+    triage_on_change = models.BooleanField(default=False, db_default=False)
+    triage_reason = models.TextField(blank=True, default="", db_default="")
+    triage_by = models.CharField(max_length=150, blank=True, default="", db_default="")
+    triage_at = models.DateTimeField(null=True)
 
     class Meta:
         ordering = ["code", "subject"]
+        permissions = [("triage_finding", "Can acknowledge or snooze a finding, and undo either")]
         constraints = [
             models.UniqueConstraint(fields=["run", "code", "subject"], name="finding_unique_per_run"),
             models.UniqueConstraint(
@@ -412,9 +423,17 @@ class Finding(models.Model):
             models.Index(fields=["closed_at", "severity"]),
             models.Index(fields=["run", "closed_at"]),
             models.Index(fields=["run", "call_id"]),
+            # The triaged few: the acknowledged and snoozed views, the snoozes whose time has come
+            # (a range on triage_until against now: no timer wakes them), the import's check.
+            models.Index(fields=["triage", "triage_until"], name="finding_triage_idx"),
         ]
 
     def __str__(self) -> str:
+        return f"{self.code}: {self.subject}"
+
+    @property
+    def label(self) -> str:
+        """What the audit says an act was about."""
         return f"{self.code}: {self.subject}"
 
 
@@ -489,8 +508,8 @@ class HumanDecision(models.Model):
 
 
 class AuditEntry(models.Model):
-    """Every retention action, legal hold and evidence export, beside the people's decisions
-    (HumanDecision).
+    """Every retention action, legal hold, evidence export and triage, beside the people's
+    decisions (HumanDecision).
 
     Written once, never edited or deleted; the admin shows it read-only.
     """
@@ -498,9 +517,14 @@ class AuditEntry(models.Model):
     LEGAL_HOLD_SET, LEGAL_HOLD_LIFTED = "legal_hold_set", "legal_hold_lifted"
     BODIES_STRIPPED, RUN_ARCHIVED = "bodies_stripped", "run_archived"
     EVIDENCE_EXPORTED = "evidence_exported"
+    # Triage (evidence/triage.py): a person's four acts, and the import ending a triage.
+    ACKNOWLEDGED, UNACKNOWLEDGED = "finding_acknowledged", "finding_unacknowledged"
+    SNOOZED, UNSNOOZED = "finding_snoozed", "finding_unsnoozed"
+    TRIAGE_ENDED = "triage_ended"
 
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="audit_entries")
     action = models.CharField(max_length=32)
+    subject = models.CharField(max_length=450, blank=True, default="")  # what in the run: a finding's label
     actor = models.CharField(max_length=150)  # a person's name, or the command that acted
     user = models.ForeignKey("auth.User", on_delete=models.SET_NULL, null=True, related_name="+")
     at = models.DateTimeField()

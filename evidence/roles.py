@@ -2,8 +2,10 @@
 migration that makes the groups, by `demo_login`, and by the tests.
 
 Every role browses. The others add one kind of act each, so that a person is
-given exactly what they do (least privilege): settling a call, exporting evidence,
-or administering (legal holds, users). A person may hold several roles.
+given exactly what they do (least privilege): deciding about problems (settling a
+call, and triaging findings: acknowledging or snoozing one, with a reason),
+exporting evidence, or administering (legal holds, users). A person may hold
+several roles.
 Retention is applied on the server (`manage.py apply_retention`, or the worker's daily task), not from a page.
 """
 
@@ -12,9 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 BROWSE = "receipts.browse"
+TRIAGE = "receipts.triage_finding"
 ROLES: dict[str, tuple[str, ...]] = {
     "viewer": (BROWSE,),
-    "confirmer": (BROWSE, "receipts.confirm_call"),
+    # The person who decides a call in doubt also decides that a finding can wait (triage).
+    "confirmer": (BROWSE, "receipts.confirm_call", TRIAGE),
     "exporter": (BROWSE, "receipts.export_evidence"),
     "admin": (
         BROWSE,
@@ -28,7 +32,8 @@ ROLES: dict[str, tuple[str, ...]] = {
 
 def ensure_roles(apps: Any = None) -> dict[str, Any]:
     """Make the four groups with exactly their permissions (again, if a test's flush emptied
-    them); ``apps``: a migration's historical models."""
+    them); ``apps``: a migration's historical models, which lack the permissions later
+    migrations add (those call this again)."""
     from django.apps import apps as installed
 
     registry = installed if apps is None else apps
@@ -39,7 +44,11 @@ def ensure_roles(apps: Any = None) -> dict[str, Any]:
         wanted = []
         for name in names:
             app_label, codename = name.split(".")
-            wanted.append(permission_model.objects.get(content_type__app_label=app_label, codename=codename))
+            found = permission_model.objects.filter(content_type__app_label=app_label, codename=codename).first()
+            if found is None and apps is None:
+                raise LookupError(f"no permission {name}: a role names one no model declares")
+            if found is not None:
+                wanted.append(found)
         group.permissions.set(wanted)
         groups[role] = group
     return groups

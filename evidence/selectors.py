@@ -21,7 +21,7 @@ from django.db.models import Case, Count, OuterRef, Q, QuerySet, Subquery, TextF
 from django.db.models.functions import Coalesce
 from django.urls import reverse
 
-from evidence import hosts, stats
+from evidence import hosts, stats, triage
 from evidence.models import (
     AuditEntry,
     Call,
@@ -415,6 +415,13 @@ def audit_entries(*, run_id: str = "", actor: str = "") -> QuerySet[AuditEntry]:
     return entries.order_by("-at", "-id")
 
 
+def triage_history(*, finding: Finding, limit: int = 20) -> list[AuditEntry]:
+    """A finding's triage acts, newest first: the audit's entries about it (on the (run, at) index)."""
+    assert finding.run_id is not None  # only a run's findings are triaged
+    entries = AuditEntry.objects.filter(run_id=finding.run_id, subject=finding.label)
+    return list(entries.order_by("-at", "-id")[:limit])
+
+
 def human_decisions(*, run_id: str = "", actor: str = "", resolution: str = "") -> QuerySet[HumanDecision]:
     """Every decision a person made on the dashboard, newest first (the audit)."""
     decisions = with_run(HumanDecision.objects.all())
@@ -506,10 +513,12 @@ def decision_segments(*, run: Run, decision: str = "") -> list[QuerySet[Call]]:
 
 
 def open_findings(
-    *, code: str = "", run_id: str = "", severity: str = ""
+    *, code: str = "", run_id: str = "", severity: str = "", view: str = triage.OPEN, now: dt.datetime | None = None
 ) -> tuple[QuerySet[Finding], QuerySet[Finding]]:
-    """Open findings: (the digest mismatches, every other), each to be read by code and id."""
-    findings = with_run(Finding.objects.filter(closed_at__isnull=True))
+    """Open findings of ``view`` (``triage.view_filter``): (the digest mismatches, every other),
+    each to be read by code and id. A runs root's findings have no run to triage: open only."""
+    findings = with_run(Finding.objects.filter(triage.view_filter(view, now or protocol.utc_now()),
+                                               closed_at__isnull=True))  # fmt: skip
     if code:
         findings = findings.filter(code=code)
     if run_id:
@@ -537,14 +546,23 @@ class StaleItem:
     task_present: bool | None
     digests_match: bool | None
     resume: str
+    finding_id: int | None = None
+    triage: str = ""  # its triage (evidence.triage.FIELDS), "" when open
+    triage_by: str = ""
+    triage_at: dt.datetime | None = None
+    triage_reason: str = ""
+    triage_until: dt.datetime | None = None
+    triage_on_change: bool = False
 
 
-def stale_findings() -> QuerySet[Finding]:
-    """The open stale_reservation and stale_call findings (the stale page reads them by key)."""
-    return Finding.objects.filter(closed_at__isnull=True, code__in=STALE_CODES, run__isnull=False)
+def stale_findings(*, view: str = triage.OPEN, now: dt.datetime | None = None) -> QuerySet[Finding]:
+    """The open stale_reservation and stale_call findings of ``view`` (the stale page reads them
+    by key)."""
+    rows = Finding.objects.filter(closed_at__isnull=True, code__in=STALE_CODES, run__isnull=False)
+    return rows.filter(triage.view_filter(view, now or protocol.utc_now()))
 
 
-def stale_items(findings: Iterable[Finding]) -> list[StaleItem]:
+def stale_items(findings: Iterable[Finding], now: dt.datetime | None = None) -> list[StaleItem]:
     """What each stale finding is about, with what a resume would do: two queries a page,
     for the submissions and the calls its findings name."""
     findings = list(findings)
@@ -559,18 +577,23 @@ def stale_items(findings: Iterable[Finding]) -> list[StaleItem]:
     fields = ("run_id", "call_id", "status", "updated_at", "created_at", "decision", "decision_reason")
     calls = {(row[0], row[1]): row for row in Call.objects.filter(call_id__in=call_ids).values_list(*fields)}
     items = []
-    for finding in findings:
+    for finding in triage.as_shown(findings, now or protocol.utc_now()):
         assert finding.run_id is not None  # a stale finding has a run (stale_findings)
         run_id = runs[finding.run_id]
+        triaged = {"finding_id": finding.pk} | {name: getattr(finding, name) for name in triage.FIELDS}
         if finding.code == "stale_reservation":
             submission = submissions.get((finding.run_id, finding.record_key))
             if submission is not None:
-                items.append(_stale_reservation(run_id, *submission[2:]))
+                items.append(dataclasses.replace(_stale_reservation(run_id, *submission[2:]), **triaged))
         elif (call := calls.get((finding.run_id, finding.call_id))) is not None:
             _, _, status, updated_at, created_at, decision, reason = call
             since = updated_at or created_at
-            items.append(StaleItem("call", run_id, finding.call_id, status, since, None, None, f"{decision}: {reason}"))
+            item = StaleItem("call", run_id, finding.call_id, status, since, None, None, f"{decision}: {reason}")
+            items.append(dataclasses.replace(item, **triaged))
     return items
+
+
+TRIAGED = ("finding_id", "triage", "triage_by", "triage_at", "triage_reason", "triage_until", "triage_on_change")
 
 
 def _stale_reservation(

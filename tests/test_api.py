@@ -106,7 +106,9 @@ def test_the_openapi_description_names_every_endpoint(db, client, django_user_mo
     paths = set(description["paths"])
     assert {"/api/runs", "/api/runs/{run_id}", "/api/runs/{run_id}/calls", "/api/findings", "/api/reservations",
             "/api/inbox", "/api/audit"} <= paths  # fmt: skip
-    assert all(set(item) == {"get"} for item in description["paths"].values()), "read-only"
+    writes = {path for path, item in description["paths"].items() if set(item) != {"get"}}
+    assert writes == {"/api/findings/{finding_id}/triage"}, "read-only but for triage"
+    assert set(description["paths"]["/api/findings/{finding_id}/triage"]) == {"post"}
 
 
 def test_the_openapi_description_needs_a_login_that_may_browse(db, client, django_user_model):
@@ -123,7 +125,8 @@ def test_the_openapi_description_needs_a_login_that_may_browse(db, client, djang
 
 @pytest.mark.parametrize(
     "url", ["/api/runs?state=zzz", "/api/findings?code=zzz", "/api/findings?severity=zzz", "/api/inbox?kind=zzz",
-            "/api/inbox?severity=zzz"],
+            "/api/inbox?severity=zzz", "/api/inbox?triage=zzz", "/api/findings?triage=zzz",
+            "/api/reservations?triage=zzz"],
 )  # fmt: skip
 def test_an_unknown_filter_value_is_a_400_as_on_the_pages(db, client, django_user_model, url):
     client.force_login(join(django_user_model.objects.create_user("reader"), "viewer"))

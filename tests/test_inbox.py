@@ -27,8 +27,19 @@ def test_the_demo_inbox_holds_each_kind_of_item(demo):
         (inbox.CONFLICT, "conflict-same-id"),
         (inbox.STALE, "stale-reservation"),
     }
-    # The conflict run has two findings: the conflict, and one id seen with two digests.
-    assert inbox.inbox_total() == 6 == sum(inbox.inbox_counts().values())
+    # One item an item: the conflict (a conflict disposition and a second digest) is one.
+    assert inbox.inbox_total() == 5 == sum(inbox.inbox_counts().values())
+
+
+def test_a_submission_conflict_is_one_item_with_both_digests(logged_in, demo):
+    [item] = inbox.inbox_items(kind=inbox.CONFLICT)
+    assert item.subject == "submission conflict-submission" and item.finding_id is not None
+    first, then = item.stored_value, item.recomputed_value
+    assert len(first) == len(then) == 64 and first != then
+    assert "disposition conflict" in item.detail and "two request digests" in item.detail
+    page = content(logged_in.get("/inbox/?kind=conflict"))
+    assert page.count("submission conflict-submission") == 1
+    assert f'title="{first}"' in page and f'title="{then}"' in page
 
 
 def test_items_are_most_serious_first_then_oldest_first(demo):
@@ -60,18 +71,18 @@ def test_a_broken_ledger_is_an_item(demo):
 
 def test_the_inbox_page_has_filters_twins_and_a_count_in_every_header(logged_in, demo):
     page = content(logged_in.get("/inbox/"))
-    assert 'title="items that need a person">6</span>' in page
+    assert 'title="items that need a person">5</span>' in page
     assert "Settle" in page and "Look at the reservation" in page and "Look at the finding" in page
     only = content(logged_in.get("/inbox/?kind=tampered"))
     assert "tampered-receipt" in only and "send-message-killed</a>" not in only
     items = json.loads(content(logged_in.get("/inbox/?format=json&severity=warning")))["items"]
     assert items and {item["severity"] for item in items} == {"warning"}
-    assert 'title="items that need a person">6</span>' in content(logged_in.get("/findings/"))
+    assert 'title="items that need a person">5</span>' in content(logged_in.get("/findings/"))
 
 
 def test_the_home_page_starts_with_the_inbox(logged_in, demo):
     page = content(logged_in.get("/"))
-    assert page.index("6 items need a person") < page.index("<h1>Runs</h1>")
+    assert page.index("5 items need a person") < page.index("<h1>Runs</h1>")
 
 
 def test_settling_an_item_takes_it_out_of_the_inbox(client, demo, user):

@@ -261,7 +261,24 @@ def test_submission_digest_mismatch_and_conflict(good_run):
     path.write_text(json.dumps(record))
     found = codes(good_run)
     assert found["submission_digest_mismatch"] == [f"submissions/{key}.json"]
-    assert found["submission_conflict"] == ["submission good-sub", "submission good-sub digests"]
+    assert found["submission_conflict"] == ["submission good-sub"]
+
+
+def test_a_submission_conflict_is_one_finding_with_both_digests(good_run):
+    """The refused second request is one event that says both (a conflict disposition, a second
+    digest): one finding, the first digest beside the second; a later conflict is the same row."""
+    runtime.write_task(good_run, {"subject": "good", "recipient": "OPS"}, "good-sub")
+    runtime.write_task(good_run, {"subject": "third", "recipient": "OPS"}, "good-sub")
+    files, _ = read_run(good_run)
+    conflicts = [f for f in files.findings if f.code == "submission_conflict"]
+    assert [f.subject for f in conflicts] == ["submission good-sub", "submission good-sub"]
+    first, later = conflicts
+    submissions = [json.loads(line) for line in ledger_lines(good_run) if b'"submission"' in line]
+    digests = [event["request_digest"] for event in submissions if event["client_submission_id"] == "good-sub"]
+    assert (first.stored_value, first.recomputed_value) == (digests[0], digests[1])
+    assert (later.stored_value, later.recomputed_value) == (digests[0], digests[2])
+    assert "disposition conflict (request_digest_differs)" in first.detail and "two request digests" in first.detail
+    assert first.detail.split(":")[0] != later.detail.split(":")[0]  # each names its own seq
 
 
 def test_task_missing_and_task_digest_mismatch(good_run):

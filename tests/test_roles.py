@@ -15,7 +15,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from evidence import exports
-from evidence.models import Call, Export, HumanDecision, Run
+from evidence.models import AuditEntry, Call, Export, Finding, HumanDecision, Run
 from evidence.roles import ROLES
 from receipts import protocol
 from tests.helpers import first_call_of, join
@@ -47,6 +47,11 @@ def made_export() -> int:
         export = Export.objects.create(run=Run.objects.get(run_id="clean-run"), created_at=protocol.utc_now())
         exports.make(export.pk)
     return export.pk
+
+
+def conflict() -> int:
+    """The demo's submission conflict: a finding to triage."""
+    return Finding.objects.get(code="submission_conflict", run__run_id="conflict-same-id").pk
 
 
 EVERY_ROLE = tuple(ROLES)
@@ -83,6 +88,12 @@ ACTS = [
         ("confirmer",), success=SEE_OTHER,
         data=lambda: {"resolution": "committed", "reason": "the mail log shows it",
                       "confirm_call_id": in_doubt().call_id[:12], "receipt_sha256": in_doubt().file_sha256},
+    ),
+    Act("triage", "get", lambda: reverse("triage", args=[conflict()]), EVERY_ROLE),
+    Act("triage_action", "get", lambda: reverse("triage_action", args=[conflict()]), ()),
+    Act(
+        "triage_action", "post", lambda: reverse("triage_action", args=[conflict()]), ("confirmer",),
+        data=lambda: {"action": "acknowledge", "reason": "known: the client retried"}, success=SEE_OTHER,
     ),
     Act("admin:index", "get", lambda: reverse("admin:index"), ("admin",)),
     Act("admin:auth_user_changelist", "get", lambda: reverse("admin:auth_user_changelist"), ("admin",)),
@@ -139,10 +150,13 @@ def test_nothing_unauthorised_succeeds(who, demo, client, django_user_model):
             assert not Run.objects.filter(legal_hold=True).exists() or who == "admin"
             assert not HumanDecision.objects.exists() or who == "confirmer"
             assert not Export.objects.exclude(requested_by=None).exists() or who == "exporter"
+            assert not Finding.objects.exclude(triage="").exists() or who == "confirmer"
     if who == "admin":
         assert Run.objects.get(run_id="clean-run").legal_hold
     if who == "confirmer":
         assert HumanDecision.objects.get().actor == "someone"
+        assert Finding.objects.get(pk=conflict()).triage == "acknowledged"
+        assert AuditEntry.objects.get(action=AuditEntry.ACKNOWLEDGED).actor == "someone"
 
 
 def test_a_person_without_a_role_sees_no_count_of_anything(demo, client, django_user_model):

@@ -17,7 +17,7 @@ def refresh_roles(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("receipts", "0024_receipt_buckets"),
+        ("receipts", "0025_triage"),
     ]
 
     operations = [migrations.RunPython(refresh_roles, migrations.RunPython.noop)]

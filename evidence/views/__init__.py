@@ -26,6 +26,7 @@ from evidence.views.runs import (
     runs,
     search,
 )
+from evidence.views.triage import triage_action, triage_page
 
 
 @login_not_required
@@ -70,4 +71,6 @@ __all__ = [
     "run_evidence",
     "runs",
     "search",
+    "triage_action",
+    "triage_page",
 ]

@@ -6,7 +6,7 @@ from django.http import HttpResponseBase
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from evidence import listings, selectors
+from evidence import listings, selectors, triage
 from evidence.pagination import cursor_page
 from evidence.views.common import HtmxHttpRequest, choice, download, download_format, query_without
 from receipts import protocol
@@ -18,7 +18,8 @@ def findings(request: HtmxHttpRequest) -> HttpResponseBase:
     code = choice(request, "code", CODES)
     run_id = request.GET.get("run", "")
     severity = choice(request, "severity", (ERROR, WARNING))
-    listing = listings.findings(code=code, run_id=run_id, severity=severity)
+    view = choice(request, "triage", triage.VIEWS, default=triage.OPEN)
+    listing = listings.findings(code=code, run_id=run_id, severity=severity, view=view)
     fmt = download_format(request)
     if fmt:
         return download(fmt, listing)
@@ -37,6 +38,8 @@ def findings(request: HtmxHttpRequest) -> HttpResponseBase:
         "run_id": run_id,
         "severity": severity,
         "codes": CODES,
+        "views": triage.VIEWS,
+        "view": view,
         "query": query_without(request, "page", "digest_page", "format"),
     }
     template = "receipts/findings.html#findings-lists" if request.htmx else "receipts/findings.html"
@@ -46,9 +49,11 @@ def findings(request: HtmxHttpRequest) -> HttpResponseBase:
 @require_GET
 def reservations(request: HtmxHttpRequest) -> HttpResponseBase:
     now = protocol.utc_now()
-    listing = listings.stale()
+    view = choice(request, "triage", triage.VIEWS, default=triage.OPEN)
+    listing = listings.stale(view=view, now=now)
     fmt = download_format(request)
     if fmt:
         return download(fmt, listing)
     page = cursor_page(request, listing.segments, query=query_without(request, "page", "format"))
-    return render(request, "receipts/reservations.html", {"page": page, "now": now})
+    context = {"page": page, "now": now, "views": triage.VIEWS, "view": view}
+    return render(request, "receipts/reservations.html", context)

@@ -6,9 +6,10 @@ from django.http import HttpResponseBase
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from evidence import inbox, listings
+from evidence import inbox, listings, triage
 from evidence.pagination import cursor_page
 from evidence.views.common import HtmxHttpRequest, choice, download, download_format, query_without
+from receipts import protocol
 from receipts.findings import ERROR, WARNING
 
 
@@ -17,13 +18,19 @@ def inbox_page(request: HtmxHttpRequest) -> HttpResponseBase:
     kind = choice(request, "kind", inbox.KINDS)
     severity = choice(request, "severity", (ERROR, WARNING))
     run_id = request.GET.get("run", "")
-    listing = listings.inbox(kind=kind, severity=severity, run_id=run_id)
+    view = choice(request, "triage", triage.VIEWS, default=triage.OPEN)
+    now = protocol.utc_now()
+    listing = listings.inbox(kind=kind, severity=severity, run_id=run_id, view=view, now=now)
     fmt = download_format(request)
     if fmt:
         return download(fmt, listing)
+    counts, views = inbox.all_counts(run_id=run_id, now=now)
     context = {
         "page": cursor_page(request, listing.segments, query=query_without(request, "page", "format")),
-        "counts": inbox.inbox_counts(run_id=run_id),
+        "counts": counts,
+        "triage_counts": views,
+        "views": triage.VIEWS,
+        "view": view,
         "kinds": inbox.KINDS,
         "severities": (ERROR, WARNING),
         "kind": kind,

@@ -386,27 +386,24 @@ def _check_submission_event(
     # cursor's digests from those rows, and must judge the next lines as a full read would.
     if submission_id is None:
         return
-    subject = f"submission {submission_id}"
+    # One problem, one finding: a conflict disposition and a second digest for the same id (the
+    # writer refuses the second request, so one event often says both) are one row, named by the
+    # id. Its detail names the newest event, so a new one for the same id changes it.
+    said = []
     if disposition == "conflict":
-        reason = str(event.get("reason"))[:200]
+        said.append(f"disposition conflict ({str(event.get('reason'))[:200]}); no task was written")
+    first = None if digest is None else cursor.submission_digests.setdefault(submission_id, digest)
+    second = digest if first is not None and first != digest else None
+    if second:
+        said.append("one client_submission_id seen with two request digests (first, then this one)")
+    if said:
         findings.append(
             FindingRecord(
                 "submission_conflict",
-                subject,
-                f"seq {seq}: disposition conflict ({reason}); no task was written",
+                f"submission {submission_id}",
+                f"seq {seq}: " + "; ".join(said),
+                stored_value=(first or "") if second else "",
+                recomputed_value=second or "",
                 scope=LEDGER_SCOPE,
             )
         )
-    if digest is not None:
-        first = cursor.submission_digests.setdefault(submission_id, digest)
-        if first != digest:
-            findings.append(
-                FindingRecord(
-                    "submission_conflict",
-                    f"{subject} digests",
-                    f"seq {seq}: one client_submission_id seen with two request digests",
-                    stored_value=first,
-                    recomputed_value=digest,
-                    scope=LEDGER_SCOPE,
-                )
-            )

@@ -20,14 +20,14 @@ def test_an_operator_settles_every_call_in_the_inbox_and_sees_each_leave(page, d
     page.get_by_role("navigation", name="Main").get_by_role("link", name=re.compile("Inbox")).click()
     expect(page.get_by_role("heading", name="Inbox: what needs a person")).to_be_visible()
     count = page.locator("header .count")
-    expect(count).to_have_text("6")
+    expect(count).to_have_text("5")
     screenshot(page, "inbox-before")
     # Each call's next step as the inbox says it: a person settles, a resume asks the target
     # (deciding by hand waits behind a disclosure), an altered receipt is investigated first.
     steps = (
-        ("send-message-killed", "5", "Settle", "This call is in doubt: did it happen?"),
-        ("write-file-killed", "4", "Look at the call", "This call is in doubt: did it happen?"),
-        ("tampered-receipt", "3", "Investigate", "Altered after it was written: investigate"),
+        ("send-message-killed", "4", "Settle", "This call is in doubt: did it happen?"),
+        ("write-file-killed", "3", "Look at the call", "This call is in doubt: did it happen?"),
+        ("tampered-receipt", "2", "Investigate", "Altered after it was written: investigate"),
     )
     for run_id, remaining, action, heading in steps:
         row = page.locator("#inbox-list tbody tr", has_text=run_id)

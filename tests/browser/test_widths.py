@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evidence.models import Call
+from evidence.models import Call, Finding
 from tests.browser.conftest import PASSWORD, screenshot
 from tests.helpers import join
 
@@ -25,6 +25,7 @@ def pages() -> list[tuple[str, str]]:
         ("replay", "/runs/stale-reservation/replay/"),
         ("findings", "/findings/"),
         ("stale", "/reservations/"),
+        ("triage", f"/findings/{Finding.objects.get(code='submission_conflict').pk}/triage/"),
         ("audit", "/audit/"),
         ("retention", "/retention/"),
         ("hosts", "/hosts/"),
