@@ -52,6 +52,20 @@ def page(chromium, live_server, demo, django_user_model):
     context.close()
 
 
+@pytest.fixture
+def live_demo(demo) -> Path:
+    """The demo, with send-message-killed writing just now: a run is live (its page refreshes)
+    only while its last event is recent, and the demo runs are written once a session, which
+    on a slow machine is longer ago than that."""
+    from evidence import importer
+    from receipts import durable
+
+    run_dir = demo / "send-message-killed"
+    durable.append_event(run_dir, "note", {"text": "the runtime is still at work"})
+    importer.run_import(path=run_dir)
+    return demo
+
+
 def log_in(page) -> None:
     page.goto("/")
     page.get_by_label("User name").fill("alice")

@@ -53,12 +53,12 @@ def test_search_a_call_id_prefix_and_follow_the_call(page):
     expect(page.get_by_role("heading", name="Run tampered-receipt")).to_be_visible()
 
 
-def test_live_refresh_shows_an_event_appended_while_the_page_is_open(page, demo):
+def test_live_refresh_shows_an_event_appended_while_the_page_is_open(page, live_demo):
     log_in(page)
     page.goto("/runs/send-message-killed/")
     expect(page.get_by_text("refreshing every 3 seconds while this tab is open")).to_be_visible()
     screenshot(page, "run-live-before")
-    run_dir = demo / "send-message-killed"
+    run_dir = live_demo / "send-message-killed"
     durable.append_event(run_dir, "note", {"text": "a new event, seen live"})
     importer.run_import(path=run_dir)
     expect(page.locator("#timeline")).to_contain_text("a new event, seen live", timeout=12_000)
@@ -153,7 +153,7 @@ def test_no_page_breaks_the_content_security_policy(page, demo):
     assert refused == []
 
 
-def test_a_hidden_tab_does_not_poll(page, demo):
+def test_a_hidden_tab_does_not_poll(page, live_demo):
     log_in(page)
     page.goto("/runs/send-message-killed/")
     polls = []

@@ -33,7 +33,7 @@ def append_and_import(run_dir, text: str) -> None:
     importer.run_import(path=run_dir)
 
 
-def test_the_live_refresh_goes_on_around_a_reason_being_typed(admin_page, demo):
+def test_the_live_refresh_goes_on_around_a_reason_being_typed(admin_page, live_demo):
     page = admin_page
     page.goto("/runs/send-message-killed/")
     expect(page.get_by_text("refreshing every 3 seconds while this tab is open")).to_be_visible()
@@ -41,19 +41,19 @@ def test_the_live_refresh_goes_on_around_a_reason_being_typed(admin_page, demo):
     reason = page.locator("#hold-reason")
     reason.click()
     reason.press_sequentially(TYPED[:20])
-    append_and_import(demo / "send-message-killed", "first event while typing")
+    append_and_import(live_demo / "send-message-killed", "first event while typing")
     expect(page.locator("#timeline")).to_contain_text("first event while typing", timeout=12_000)
     reason.press_sequentially(TYPED[20:])  # typing goes on into the same field, still focused
     expect(reason).to_have_value(TYPED)
     expect(reason).to_be_focused()
     page.locator("h1").click()  # focus elsewhere: the text stays through the next refreshes too
-    append_and_import(demo / "send-message-killed", "second event, field left")
+    append_and_import(live_demo / "send-message-killed", "second event, field left")
     expect(page.locator("#timeline")).to_contain_text("second event, field left", timeout=12_000)
     expect(reason).to_have_value(TYPED)
     screenshot(page, "run-live-typing")
 
 
-def test_a_form_without_preserve_pauses_the_refresh_while_edited(admin_page, demo):
+def test_a_form_without_preserve_pauses_the_refresh_while_edited(admin_page, live_demo):
     """The net under any posting form not marked hx-preserve: its answer is dropped while a
     field is focused or changed, and the refresh resumes once it is not."""
     page = admin_page
@@ -64,7 +64,7 @@ def test_a_form_without_preserve_pauses_the_refresh_while_edited(admin_page, dem
     reason.fill(TYPED)
     polled = []
     page.on("response", lambda r: polled.append(r.url) if r.url.endswith("/runs/send-message-killed/") else None)
-    append_and_import(demo / "send-message-killed", "an event the edited page holds back")
+    append_and_import(live_demo / "send-message-killed", "an event the edited page holds back")
     page.wait_for_timeout(7_000)
     assert polled, "the page kept polling"
     expect(reason).to_have_value(TYPED)
