@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db.models import Count, QuerySet
 
-from evidence import hosts
+from evidence import hosts, selectors
 from evidence.models import Call, Finding, Host, with_run
 from evidence.pagination import Segment, every_row
 from receipts import protocol
@@ -142,7 +142,7 @@ def _call_items(calls: list[Call]) -> list[InboxItem]:
 def _host_items(silent: list[Host]) -> list[InboxItem]:
     items = []
     for host in silent:
-        stopped = f"its importer stopped at {protocol.format_time(host.stopped_at)}" if host.stopped_at else ""
+        stopped = f"its importer stopped at {protocol.human_time(host.stopped_at)}" if host.stopped_at else ""
         detail = (stopped or "its importer has not reported since its last pass") + (
             ": the decisions about its runs wait for it, and its runs are not imported"
         )
@@ -152,11 +152,13 @@ def _host_items(silent: list[Host]) -> list[InboxItem]:
 
 def _finding_items(findings: list[Finding]) -> list[InboxItem]:
     kind_of = {code: kind for kind, codes in FINDING_KINDS.items() for code in codes}
+    reserved = selectors.reservations_since(findings)  # a stale reservation is as old as the reservation
     items = []
     for f in findings:
         assert f.run is not None  # the inbox takes only findings with a run (_sources)
         kind = kind_of[f.code]
-        items.append(InboxItem(kind, f.severity, f.first_seen, f.run.run_id, f.subject, f.detail,
+        since = reserved.get(f.pk, f.first_seen)
+        items.append(InboxItem(kind, f.severity, since, f.run.run_id, f.subject, f.detail,
                                "reservation" if kind == STALE else "finding", f.code))  # fmt: skip
     return items
 

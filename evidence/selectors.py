@@ -380,6 +380,25 @@ def stale_findings() -> QuerySet[Finding]:
     return Finding.objects.filter(closed_at__isnull=True, code__in=STALE_CODES, run__isnull=False)
 
 
+def reservations_since(findings: Iterable[Finding]) -> dict[int, dt.datetime]:
+    """Since when the reservation each stale_reservation finding names has been in its state (as
+    the reader judges it stale: its record's last update, else its reservation), by finding: one
+    query. The finding was seen at an import, maybe long after."""
+    findings = [finding for finding in findings if finding.code == "stale_reservation"]
+    if not findings:
+        return {}
+    fields = ("run_id", "record_key", "updated_at", "reserved_at")
+    rows = Submission.objects.filter(
+        run_id__in={f.run_id for f in findings}, record_key__in={f.record_key for f in findings}
+    ).values_list(*fields)
+    since = {(run_pk, key): updated_at or reserved_at for run_pk, key, updated_at, reserved_at in rows}
+    return {
+        finding.pk: moment
+        for finding in findings
+        if (moment := since.get((finding.run_id, finding.record_key))) is not None
+    }
+
+
 def stale_items(findings: Iterable[Finding]) -> list[StaleItem]:
     """What each stale finding is about, with what a resume would do: two queries a page,
     for the submissions and the calls its findings name."""
