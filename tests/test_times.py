@@ -15,7 +15,7 @@ from django.urls import reverse
 from evidence import inbox, retention
 from evidence.models import Call, Finding, HumanDecision, Run
 from evidence.templatetags import dashboard
-from receipts import protocol
+from receipts import protocol, runtime
 from tests.helpers import content, join
 
 pytestmark = pytest.mark.django_db
@@ -167,4 +167,26 @@ def test_the_409_of_a_second_decision_says_its_time_for_people(client, demo, dja
     page = content(other)
     decided = HumanDecision.objects.get().decided_at
     assert f"carol already settled this call as committed at {protocol.human_time(decided)}:" in page
+    assert not raw_times(page)
+
+
+def test_the_409_of_a_decision_already_in_the_run_directory_says_its_time_for_people(client, demo, django_user_model):
+    """Someone settled the call with the writer's command line first: the run directory's time is shown for people."""
+    client.force_login(join(django_user_model.objects.create_user("carol", password="a-long-password-1"), "confirmer"))
+    call = Call.objects.get(run__run_id="send-message-killed")
+    runtime.confirm_call(
+        demo / "send-message-killed",
+        call.call_id,
+        resolution="rejected",
+        reason="no such message",
+        actor="bob",
+        receipt_sha256=call.file_sha256,
+        confirmed_at="2026-11-30T12:00:00.123456Z",
+    )
+    url = reverse("confirm", args=["send-message-killed", call.call_id])
+    form = {"confirm_call_id": call.call_id[:12], "receipt_sha256": call.file_sha256}
+    response = client.post(url, form | {"resolution": "committed", "reason": "the mail log shows it"})
+    assert response.status_code == HTTPStatus.CONFLICT
+    page = content(response)
+    assert "bob settled this call as rejected at 2026-11-30 12:00:00 UTC (no such message)" in page
     assert not raw_times(page)
