@@ -12,11 +12,11 @@ from http import HTTPStatus
 import pytest
 from django.urls import reverse
 
-from evidence import inbox, retention
+from evidence import importer, inbox, retention
 from evidence.models import Call, Finding, HumanDecision, Run
 from evidence.templatetags import dashboard
 from receipts import protocol, runtime
-from tests.helpers import content, join
+from tests.helpers import content, import_as_seen_later, join
 
 pytestmark = pytest.mark.django_db
 
@@ -190,3 +190,21 @@ def test_the_409_of_a_decision_already_in_the_run_directory_says_its_time_for_pe
     page = content(response)
     assert "bob settled this call as rejected at 2026-11-30 12:00:00 UTC (no such message)" in page
     assert not raw_times(page)
+
+
+def test_a_host_and_a_call_say_how_long_ago_they_reported(admin, demo, monkeypatch):
+    monkeypatch.setenv("RECEIPTS_CLOCK", protocol.format_time(protocol.utc_now() + dt.timedelta(hours=1)))
+    call = Call.objects.get(run__run_id="send-message-killed")
+    for url in ("/hosts/", reverse("call", args=["send-message-killed", call.call_id])):
+        page = content(admin.get(url))
+        assert re.search(r'UTC</time> <span class="age"><time [^>]*>[^<]* ago</time></span>', page), url
+
+
+def test_a_finding_stored_with_the_old_format_takes_the_new_one_when_its_run_is_read_again(demo):
+    finding = Finding.objects.get(code="stale_reservation")
+    Finding.objects.filter(pk=finding.pk).update(detail="state reserved since 2026-12-03T04:49:32.000000Z; task")
+    import_as_seen_later(demo)
+    assert RAW.search(Finding.objects.get(pk=finding.pk).detail), "an unchanged run is not read again"
+    importer.root_import(root=demo, now=protocol.utc_now() + dt.timedelta(minutes=20), force=True)
+    detail = Finding.objects.get(pk=finding.pk).detail
+    assert detail == finding.detail and not RAW.search(detail)
