@@ -92,7 +92,7 @@ def inbox_segments(*, kind: str = "", severity: str = "", run_id: str = "") -> l
         elif rows.model is Host:
             segments.append(Segment(rows, ("last_seen_at", "id"), present))
         else:
-            segments.append(Segment(rows, ("first_seen", "id"), present))
+            segments.append(Segment(selectors.with_reservation_since(rows), ("first_seen", "id"), present))
     return segments
 
 
@@ -152,12 +152,11 @@ def _host_items(silent: list[Host]) -> list[InboxItem]:
 
 def _finding_items(findings: list[Finding]) -> list[InboxItem]:
     kind_of = {code: kind for kind, codes in FINDING_KINDS.items() for code in codes}
-    reserved = selectors.reservations_since(findings)  # a stale reservation is as old as the reservation
     items = []
     for f in findings:
         assert f.run is not None  # the inbox takes only findings with a run (_sources)
         kind = kind_of[f.code]
-        since = reserved.get(f.pk, f.first_seen)
+        since = getattr(f, "reservation_since", None) or f.first_seen  # a stale reservation: the reservation's
         items.append(InboxItem(kind, f.severity, since, f.run.run_id, f.subject, f.detail,
                                "reservation" if kind == STALE else "finding", f.code))  # fmt: skip
     return items
