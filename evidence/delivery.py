@@ -107,7 +107,7 @@ def _refusal(refused: runtime.ConfirmationRefused) -> str:
         other = refused.existing
         return (
             f"the run directory already holds another decision: {other.get('actor')} settled it as "
-            f"{other.get('resolution')} at {other.get('confirmed_at')}"
+            f"{other.get('resolution')} at {protocol.human_time(other.get('confirmed_at'))}"
         )
     return str(refused)
 

@@ -1010,7 +1010,7 @@ def _judge_abandoned(rows: list[tuple], now: dt.datetime) -> None:
         run = Run.objects.get(pk=pk)
         with transaction.atomic():
             if abandoned:
-                since = protocol.format_time(last_event_at or changed_at)
+                since = protocol.human_time(last_event_at or changed_at)
                 detail = (
                     f"not finished (state {state or 'none'!r}) and no event since {since}: no longer checked "
                     "every pass; resume the run, or end it with `python -m receipts state`"

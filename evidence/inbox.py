@@ -20,7 +20,7 @@ from typing import Any
 
 from django.db.models import Case, Count, QuerySet, Value, When
 
-from evidence import hosts, triage
+from evidence import hosts, selectors, triage
 from evidence.models import Call, Finding, Host, with_run
 from evidence.pagination import Segment, every_row
 from receipts import protocol
@@ -114,7 +114,7 @@ def inbox_segments(
         elif rows.model is Host:
             segments.append(Segment(rows, ("last_seen_at", "id"), present))
         else:
-            segments.append(Segment(rows, ("first_seen", "id"), present))
+            segments.append(Segment(selectors.with_reservation_since(rows), ("first_seen", "id"), present))
     return segments
 
 
@@ -186,7 +186,7 @@ def _call_items(calls: list[Call]) -> list[InboxItem]:
 def _host_items(silent: list[Host]) -> list[InboxItem]:
     items = []
     for host in silent:
-        stopped = f"its importer stopped at {protocol.format_time(host.stopped_at)}" if host.stopped_at else ""
+        stopped = f"its importer stopped at {protocol.human_time(host.stopped_at)}" if host.stopped_at else ""
         detail = (stopped or "its importer has not reported since its last pass") + (
             ": the decisions about its runs wait for it, and its runs are not imported"
         )
@@ -200,7 +200,8 @@ def _finding_items(findings: list[Finding], now: dt.datetime) -> list[InboxItem]
     for f in triage.as_shown(findings, now):
         assert f.run is not None  # the inbox takes only findings with a run (_sources)
         kind = kind_of[f.code]
-        items.append(InboxItem(kind, f.severity, f.first_seen, f.run.run_id, f.subject, f.detail,
+        since = getattr(f, "reservation_since", None) or f.first_seen  # a stale reservation: the reservation's
+        items.append(InboxItem(kind, f.severity, since, f.run.run_id, f.subject, f.detail,
                                "reservation" if kind == STALE else "finding", f.code, f.pk, f.stored_value,
                                f.recomputed_value, f.triage, f.triage_by, f.triage_at, f.triage_reason,
                                f.triage_until, f.triage_on_change))  # fmt: skip

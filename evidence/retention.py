@@ -181,11 +181,11 @@ def _clock_action(
     """(action, reason) for a run that nothing keeps, whose clock started at ``clock_from``."""
     strip_on, archive_on = clock_from + policy.strip_after, clock_from + policy.archive_after
     if now >= archive_on:
-        return ARCHIVE, f"{policy.archive_after.days} days since {protocol.format_time(clock_from)}"
+        return ARCHIVE, f"{policy.archive_after.days} days since {protocol.human_time(clock_from)}"
     if now >= strip_on and body_bytes and run.bodies_stripped_at is None:
-        return STRIP_BODIES, f"{policy.strip_after.days} days since {protocol.format_time(clock_from)}"
+        return STRIP_BODIES, f"{policy.strip_after.days} days since {protocol.human_time(clock_from)}"
     due = archive_on if now >= strip_on else strip_on
-    return KEEP, f"nothing is due before {protocol.format_time(due)}"
+    return KEEP, f"nothing is due before {protocol.human_time(due)}"
 
 
 # --- legal holds ----------------------------------------------------------------

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlencode
 
-from django.db.models import Case, Count, OuterRef, Q, QuerySet, Subquery, TextField, Value, When
+from django.db.models import Case, Count, DateTimeField, OuterRef, Q, QuerySet, Subquery, TextField, Value, When
 from django.db.models.functions import Coalesce
 from django.urls import reverse
 
@@ -560,6 +560,20 @@ def stale_findings(*, view: str = triage.OPEN, now: dt.datetime | None = None) -
     by key)."""
     rows = Finding.objects.filter(closed_at__isnull=True, code__in=STALE_CODES, run__isnull=False)
     return rows.filter(triage.view_filter(view, now or protocol.utc_now()))
+
+
+def with_reservation_since(findings: QuerySet[Finding]) -> QuerySet[Finding]:
+    """The findings, each stale_reservation with ``reservation_since``: since when its reservation
+    has been in its state, as the reader judges it stale (its record's last update, else its
+    reservation). The finding was seen at an import, maybe long after. A subquery per row of
+    the page, not one query more."""
+    reservation = Submission.objects.filter(run=OuterRef("run"), record_key=OuterRef("record_key"))
+    since = reservation.annotate(since=Coalesce("updated_at", "reserved_at")).values("since")[:1]
+    return findings.annotate(
+        reservation_since=Case(
+            When(code="stale_reservation", then=Subquery(since)), default=None, output_field=DateTimeField()
+        )
+    )
 
 
 def stale_items(findings: Iterable[Finding], now: dt.datetime | None = None) -> list[StaleItem]:

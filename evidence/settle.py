@@ -153,9 +153,10 @@ def _write_back(run: Run, call: Call, decision: HumanDecision) -> dict:
             raise SettleError(HTTPStatus.CONFLICT, _receipt_changed(run, call)) from None
         if refused.existing is not None:
             other = refused.existing
+            when = protocol.human_time(other.get("confirmed_at"))
             message = (
                 f"The run directory already holds another decision: {other.get('actor')} settled this call as "
-                f"{other.get('resolution')} at {other.get('confirmed_at')} ({other.get('reason')})."
+                f"{other.get('resolution')} at {when} ({other.get('reason')})."
             )
             raise SettleError(HTTPStatus.CONFLICT, message) from None
         raise SettleError(HTTPStatus.CONFLICT, f"Nothing was recorded: {refused}.") from None
@@ -187,7 +188,7 @@ def _refuse_what_the_form_lacks(call: Call, resolution: str, reason: str, typed_
 
 
 def _already_decided(existing: HumanDecision) -> str:
-    when = protocol.format_time(existing.decided_at)
+    when = protocol.human_time(existing.decided_at)
     return (
         f"{existing.actor} already settled this call as {existing.resolution} at {when}: “{existing.reason}”. "
         "A decision is not changed."
@@ -203,7 +204,7 @@ def _receipt_changed(run: Run, call: Call) -> str:
     if not isinstance(receipt, dict):
         now_says = "it can no longer be read as a receipt"
     else:
-        now_says = f"it now says {receipt.get('status')!s}, updated at {receipt.get('updated_at')!s}"
+        now_says = f"it now says {receipt.get('status')!s}, updated at {protocol.human_time(receipt.get('updated_at'))}"
     return (
         f"The receipt changed since this page showed it ({call.status}): {now_says}. "
         "The runtime moved on; nothing was recorded. Look again before deciding."

@@ -491,7 +491,27 @@ def utc_now() -> dt.datetime:
 
 
 def format_time(moment: dt.datetime) -> str:
+    """RFC 3339 for machines: what run directories, the database's text, downloads and the API hold."""
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def human_time(moment: object) -> str:
+    """A time for people, on every page and in every message: ``2026-12-03 06:49:32 UTC``.
+
+    Takes a datetime or RFC 3339 text. What a record holds is data: anything else (not a
+    time, an odd type) comes back as its text, never an error, for the caller to quote.
+    """
+    if isinstance(moment, str):
+        try:
+            instant = parse_time(moment)
+        except ValueError:
+            return moment
+    elif isinstance(moment, dt.datetime):
+        instant = moment
+    else:
+        return str(moment)
+    # isoformat, not strftime: strftime("%Y") writes the year 1 as "1", not "0001".
+    return instant.astimezone(dt.UTC).replace(tzinfo=None).isoformat(" ", "seconds") + " UTC"
 
 
 def parse_time(text: object) -> dt.datetime:

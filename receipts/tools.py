@@ -30,7 +30,7 @@ from receipts.durable import (
     write_all,
     write_durable,
 )
-from receipts.protocol import WRITER_DIR, canonical_json, format_time, sha256_hex, utc_now
+from receipts.protocol import WRITER_DIR, canonical_json, format_time, human_time, sha256_hex, utc_now
 
 PRESENT, ABSENT, UNCLEAR = "present", "absent", "unclear"
 
@@ -324,9 +324,10 @@ def _outbox_line(
     if not isinstance(message, dict):
         return ""
     if message.get("call_id") == call_id:
+        sent_at = message.get("sent_at")
         fact = (
             f"line {number}: message {short_text(message.get('message_id'))} to {short_text(message.get('to'))}, "
-            f"sent at {short_text(message.get('sent_at'))}"
+            f"sent at {short_text(human_time(sent_at) if isinstance(sent_at, str) else sent_at)}"
         )
         return fact, result is not None and _is_the_recorded_line(line, message, result)
     if "call_id" not in message and message.get("to") == args.get("to") and message.get("body") == args.get("body"):

@@ -130,7 +130,7 @@ def test_a_silent_run_is_abandoned_goes_cold_and_the_finding_closes_when_it_writ
     assert stats.RunSummary.of(run).findings_by_code == {"run_abandoned": 1}
     finding = Finding.objects.get(run=run, code="run_abandoned")
     assert run.last_event_at is not None and finding.severity == "warning"
-    assert protocol.format_time(run.last_event_at) in finding.detail
+    assert protocol.human_time(run.last_event_at) in finding.detail
     [item] = inbox.inbox_items(run_id="quiet-run")
     assert (item.kind, item.severity, item.code) == (inbox.ABANDONED, "warning", "run_abandoned")
     assert checked(importer.root_import(root=root, now=a_day_on + dt.timedelta(minutes=5), watch=watch)) == []

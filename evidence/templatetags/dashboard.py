@@ -110,7 +110,8 @@ def call_decision(call: object) -> SafeString:
 
 @register.filter
 def when(moment: object) -> str:
-    """One time format on every page: UTC, said so, to the second; the exact instant in a tooltip.
+    """One time format on every page (``protocol.human_time``, as in every message built for a
+    person); the exact instant, RFC 3339, in the element's datetime and tooltip.
 
     Takes a datetime, or an RFC 3339 string as records hold them.
     """
@@ -122,23 +123,34 @@ def when(moment: object) -> str:
             return text
     if not isinstance(moment, dt.datetime):
         return "—"
-    utc = moment.astimezone(dt.UTC)
-    return format_html(
-        '<time datetime="{}" title="{}">{} UTC</time>',
-        protocol.format_time(utc),
-        protocol.format_time(utc),
-        utc.strftime("%Y-%m-%d %H:%M:%S"),
-    )
+    exact = protocol.format_time(moment)
+    return format_html('<time datetime="{}" title="{}">{}</time>', exact, exact, protocol.human_time(moment))
 
 
 @register.filter
 def age(since: dt.datetime | None) -> str:
-    """How long ago, in the largest two units (``3 h 12 min``)."""
+    """How long ago, in the largest two units (``3 h 12 min ago``), the time itself in a tooltip.
+
+    A time a little ahead of this clock (another host's) is "just now"; one further ahead is
+    said as such ("in 20 min"), never as a past it is not.
+    """
     if since is None:
         return "unknown"
     seconds = int((protocol.utc_now() - since).total_seconds())
+    if -60 < seconds < 1:
+        said = "just now"
+    elif seconds < 0:
+        said = f"in {_span(-seconds)}"
+    else:
+        said = f"{_span(seconds)} ago"
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>', protocol.format_time(since), protocol.human_time(since), said
+    )
+
+
+def _span(seconds: int) -> str:
     if seconds < 60:
-        return f"{max(seconds, 0)} s"
+        return f"{seconds} s"
     minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
     if days:
         return f"{days} d {hours % 24} h"

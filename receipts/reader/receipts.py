@@ -146,6 +146,6 @@ def check_stale_call(run: RunContext, call: CallRecord) -> None:
     run.finding(
         "stale_call",
         f"receipts/{call.call_id}.json",
-        f"{call.status} since {protocol.format_time(since)}, unconfirmed",
+        f"{call.status} since {protocol.human_time(since)}, unconfirmed",
         call_id=call.call_id,
     )

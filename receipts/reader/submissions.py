@@ -143,7 +143,7 @@ def _check_stale_reservation(run: RunContext, submission: SubmissionRecord, subj
     run.finding(
         "stale_reservation",
         subject,
-        f"state {submission.state} since {protocol.format_time(since)}; task {submission.task_id} "
+        f"state {submission.state} since {protocol.human_time(since)}; task {submission.task_id} "
         f"file present: {'yes' if submission.task_present else 'no'}; digests match: {digests}",
         record_key=submission.record_key,
     )
