@@ -709,7 +709,7 @@ def _import_run_locked(
         return _report(run, changed=False)
     events_before = run.event_count
     decided = pending_decisions(run)
-    file_arguments = {
+    file_arguments: dict[str, Any] = {
         "limits": limits,
         "now": now,
         "known_contract": run.contract_sha256,

@@ -79,10 +79,10 @@ class PreparedBatch:
 
 def prepare_batch(run_pk: int, batch: LedgerBatch, postgres: bool) -> PreparedBatch:
     events: list[EventRecord] = batch.events
-    times = [event.ts for event in events]
+    times: list[Any] = [event.ts for event in events]
     # Comprehensions and Counter's own loop: a million events make each step count.
     minutes = Counter([(ts - EPOCH) // MINUTE for ts in times if ts is not None])
-    if not postgres:
+    if not postgres:  # db_time, inlined for the times the reader makes (UTC)
         times = [
             ts.isoformat(" ")[:-6] if ts is not None and ts.tzinfo is UTC else db_time(ts, postgres) for ts in times
         ]
