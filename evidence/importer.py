@@ -743,10 +743,12 @@ def _import_run_locked(
             **file_arguments,
         )  # fmt: skip
         if not files.contract_changed:
-            apply_decisions(files, decided=decided)
             break
         scope = None  # every receipt's identity depends on the contract: all of them, again
+    # Before the decisions: a reused record is the known one, which they change.
     judged_before = {call_id: _judgement(record) for call_id, record in known.items()}
+    if prepared is None:  # the child applied them
+        apply_decisions(files, decided=decided)
     with transaction.atomic():
         _store_files(run, files, judged_before, None if scope is None else scope.calls, prepared)
         seen = _store_findings(run, ledger_file_findings + files.findings, now)
