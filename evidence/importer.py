@@ -19,11 +19,9 @@ import dataclasses
 import datetime as dt
 import functools
 import hashlib
-import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +29,10 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import DateTimeField, Model, Q
 
-from evidence import hosts, models, stats, triage
+from evidence import hosts, models, read_ahead, stats, triage
 from evidence.models import Call, Confirmation, Event, Finding, Host, HumanDecision, JSONTextField, Run, Submission
+from evidence.read_ahead import JSON, KEEP, TIME, PreparedBatch, PreparedFiles, ReadAhead, ReadAheadError
+from evidence.read_ahead import db_time as _time
 from receipts import durable, protocol, signing
 from receipts.durable import json_file
 from receipts.findings import ACTIVITY as ACTIVITY_SCOPE
@@ -108,21 +108,6 @@ class ImportReport:
 
 def _is_postgres() -> bool:
     return connection.vendor == "postgresql"
-
-
-def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
-
-
-def _time(value: dt.datetime | None, postgres: bool) -> Any:
-    """A datetime as the database takes it: as is for PostgreSQL; for SQLite the
-    naive-UTC text Django's own adapter writes (``str`` of the naive value),
-    without its per-value connection lookups."""
-    if value is None or postgres:
-        return value
-    if value.tzinfo is not dt.UTC:
-        value = value.astimezone(dt.UTC)
-    return value.isoformat(" ")[:-6]  # the naive value's str(), without making the naive value: "+00:00" off
 
 
 def bulk_upsert(
@@ -354,13 +339,93 @@ def _chunks(values: Sequence[str], size: int = 500) -> Iterator[Sequence[str]]:
         yield values[start : start + size]
 
 
+# A child reads ahead (``evidence.read_ahead``) when there is this much to read: below it,
+# starting a process costs about what it would save.
+READ_AHEAD_LEDGER_BYTES = 16 << 20  # some 35,000 events
+READ_AHEAD_RECEIPTS = 10_000
+
+
+@dataclasses.dataclass
+class _Ahead:
+    """The children that read a run for one import, when they are worth starting: one reads
+    the ledger while this process stores it; another the other files meanwhile, when this
+    import reads them all with none known. ``stack`` kills and reaps them when it closes."""
+
+    stack: contextlib.ExitStack
+    run: Run
+    file_arguments: dict[str, Any] | None  # read_run_files' arguments, when the files are read ahead
+    decided: dict[str, tuple[str, str]]
+    files_child: ReadAhead | None = None
+
+    def _start(self, request: read_ahead.Request) -> ReadAhead | None:
+        try:
+            return self.stack.enter_context(ReadAhead(request))
+        except ReadAheadError as failure:
+            _read_here(self.run.run_id, failure)
+            return None
+
+    def start_files(self, receipts: int) -> None:
+        if self.file_arguments is None or receipts < READ_AHEAD_RECEIPTS:
+            return
+        self.files_child = self._start(
+            read_ahead.Request(
+                Path(self.file_arguments["run_dir"]), self.run.pk, _is_postgres(),
+                files={name: value for name, value in self.file_arguments.items() if name != "run_dir"},
+                decided=self.decided, call_conversions=_conversions(Call, CALL_FIELDS),
+            )
+        )  # fmt: skip
+
+    def start_ledger(
+        self,
+        path: Path,
+        cursor: LedgerCursor,
+        limits: Limits,
+        batch_size: int,
+        signing_key: protocol.SigningKey | None,
+        ledger_size: int,
+    ) -> ReadAhead | None:
+        if ledger_size - self.run.ledger_offset < READ_AHEAD_LEDGER_BYTES:
+            return None
+        request = read_ahead.Request(path, self.run.pk, _is_postgres(), cursor, limits, batch_size, signing_key)
+        return self._start(request)
+
+    def prepared_files(self, cursor: LedgerCursor) -> PreparedFiles | None:
+        """The other files as the child read them against ``cursor`` (the whole ledger's), or
+        ``None``: read them here."""
+        if self.files_child is None:
+            return None
+        try:
+            return self.files_child.files(cursor)
+        except ReadAheadError as failure:
+            _read_here(self.run.run_id, failure)
+            return None
+
+
+def _read_here(run_id: str, failure: Exception) -> None:
+    log.warning(
+        "reading in this process instead",
+        extra={"event": "read_ahead_failed", "run_id": run_id, "detail": str(failure)[:2000]},
+    )
+
+
 def _import_ledger(
-    run: Run, path: Path, limits: Limits, now: dt.datetime, progress: Progress | None, batch_size: int
+    run: Run,
+    path: Path,
+    limits: Limits,
+    now: dt.datetime,
+    progress: Progress | None,
+    batch_size: int,
+    ahead: _Ahead | None = None,
 ) -> tuple[LedgerCursor, list[FindingRecord], bool]:
     """Store the ledger's new lines batch by batch; returns the cursor, the findings about
     the ledger file itself (a FIFO or symlink in its place), which are re-checked on every
     import like the other files' findings, and whether the ledger was read from its first
-    byte (then the cursor's sets of calls are the whole ledger's, else the new lines')."""
+    byte (then the cursor's sets of calls are the whole ledger's, else the new lines').
+
+    ``ahead``: when there is enough to read, a child reads the ledger from the same cursor
+    while this process stores (``_Ahead.start``). When it fails, the batches it gave stay
+    stored, each whole with its cursor, and the rest is read here, as the next import would
+    after a killed one."""
     cursor = _cursor_of(run)
     whole = run.ledger_offset == 0
     file_findings: list[FindingRecord] = []
@@ -374,42 +439,36 @@ def _import_ledger(
     if signature and signature == run.ledger_signature and not _ledger_has_file_findings(run):
         return cursor, file_findings, whole  # not a byte added or changed since it was read to its end
     signing_key = run_signing_key(path, signing_keys())
-    for batch in read_ledger(path, cursor, limits, batch_size, signing_key):
-        with transaction.atomic():
-            if batch.restarted:
-                whole = True
-                Event.objects.filter(run=run).delete()
-                run.findings.filter(scope=LEDGER, closed_at__isnull=True).update(closed_at=now)
-            bulk_upsert(
-                Event,
-                EVENT_COLUMNS,
-                (
-                    (
-                        run.pk,
-                        e.seq,
-                        e.line_no,
-                        _time(e.ts, postgres),
-                        e.type,
-                        e.call_id or "",
-                        e.client_submission_id or "",
-                        e.disposition or "",
-                        e.request_digest or "",
-                        e.line_sha256,
-                        e.payload,
-                        e.status,
-                    )
-                    for e in batch.events
-                ),
-                conflict=("run_id", "seq"),
-                update=False,
-            )
-            stats.count_batch(run, batch.events, restarted=batch.restarted)
-            _store_findings(run, batch.findings, now)
-            file_findings.extend(f for f in batch.findings if f.scope == FILES)
-            cursor = batch.cursor
-            Run.objects.filter(pk=run.pk).update(**{column: getattr(cursor, field) for column, field in CURSOR_COLUMNS})
-        if progress is not None:
-            progress(run.run_id, cursor.offset, ledger_size)
+    child = ahead.start_ledger(path, cursor, limits, batch_size, signing_key, ledger_size) if ahead else None
+    if child is not None:
+        batches: Iterator[PreparedBatch] = child.batches()
+    else:
+        read = read_ledger(path, cursor, limits, batch_size, signing_key)
+        batches = (read_ahead.prepare_batch(run.pk, batch, postgres) for batch in read)
+    try:
+        for batch in batches:
+            with transaction.atomic():
+                if batch.restarted:
+                    whole = True
+                    Event.objects.filter(run=run).delete()
+                    run.findings.filter(scope=LEDGER, closed_at__isnull=True).update(closed_at=now)
+                bulk_upsert(Event, EVENT_COLUMNS, batch.rows, conflict=("run_id", "seq"), update=False)
+                stats.count_batch(run, batch.types, batch.minutes, restarted=batch.restarted)
+                _store_findings(run, batch.findings, now)
+                file_findings.extend(f for f in batch.findings if f.scope == FILES)
+                cursor = batch.cursor
+                Run.objects.filter(pk=run.pk).update(
+                    **{column: getattr(cursor, field) for column, field in CURSOR_COLUMNS}
+                )
+            if progress is not None:
+                progress(run.run_id, cursor.offset, ledger_size)
+    except ReadAheadError as failure:
+        _read_here(run.run_id, failure)
+        run.refresh_from_db()
+        cursor, rest_findings, rest_whole = _import_ledger(run, path, limits, now, progress, batch_size)
+        return cursor, file_findings + rest_findings, rest_whole
+    if child is not None:
+        cursor = child.final_cursor  # the batches' cursors leave out the sets of calls
     # Taken before the read: a line appended meanwhile changes it, and is read next time.
     Run.objects.filter(pk=run.pk).update(ledger_signature=signature)
     return cursor, file_findings, whole
@@ -437,24 +496,34 @@ def _store_records(
     keyed in ``kept`` stay as they are."""
     present = {getattr(record, key) for record in records} | kept
     records = [record for record in records if getattr(record, key) not in kept]
-    if records:
-        postgres = _is_postgres()
-        names = [field.name for field in dataclasses.fields(records[0])]
-        # Each column's conversion is chosen once from the model's field, not guessed per value:
-        # a hundred thousand receipts have twenty-seven columns each.
-        fields = {field.name: field for field in model._meta.concrete_fields}
-        pairs = [
-            (name, _json if isinstance(fields[name], JSONTextField)
-             else partial(_time, postgres=postgres) if isinstance(fields[name], DateTimeField) else None)
-            for name in names
-        ]  # fmt: skip
+    names = [field.name for field in dataclasses.fields(records[0])] if records else []
+    rows = read_ahead.record_rows(run.pk, records, _conversions(model, names), _is_postgres())
+    _store_rows(run, model, ("run_id", *names), rows, key, present, among)
 
-        def row(record: Any) -> tuple:
-            values = vars(record)
-            return (run.pk, *[values[name] if how is None else how(values[name]) for name, how in pairs])
 
-        rows = map(row, records)
-        bulk_upsert(model, ("run_id", *names), rows, conflict=("run_id", key), update=True)
+def _conversions(model: type[Model], names: Sequence[str]) -> list[tuple[str, str]]:
+    """How each column's value is written (``read_ahead.record_rows``), from the model's fields."""
+    fields = {field.name: field for field in model._meta.concrete_fields}
+    return [
+        (name, JSON if isinstance(fields[name], JSONTextField) else TIME if isinstance(fields[name], DateTimeField)
+         else KEEP)
+        for name in names
+    ]  # fmt: skip
+
+
+def _store_rows(
+    run: Run,
+    model: type[Model],
+    columns: Sequence[str],
+    rows: list[tuple[Any, ...]],
+    key: str,
+    present: set[str] | frozenset[str],
+    among: set[str] | None,
+) -> None:
+    """``_store_records``' writes, of rows already made: upsert them, then delete the rows
+    of keys not ``present`` (of the keys ``among``, when only those were read)."""
+    if rows:
+        bulk_upsert(model, columns, rows, conflict=("run_id", key), update=True)
     existing = model._default_manager.filter(run=run)
     if among is None:
         stored = set(existing.values_list(key, flat=True))
@@ -514,12 +583,22 @@ def _judgement(call: CallRecord) -> tuple[str, str, str, bool]:
     return call.verification, call.decision, call.decision_reason, call.queryable
 
 
+CALL_FIELDS = tuple(field.name for field in dataclasses.fields(CallRecord))
+
+
 def _store_files(
-    run: Run, files: RunFiles, judged_before: dict[str, tuple[str, str, str, bool]], among: set[str] | None
+    run: Run,
+    files: RunFiles,
+    judged_before: dict[str, tuple[str, str, str, bool]],
+    among: set[str] | None,
+    prepared: PreparedFiles | None = None,
 ) -> None:
+    if prepared is not None:  # read by the child: every receipt read, none reused, the rows made
+        _store_rows(run, Call, ("run_id", *CALL_FIELDS), prepared.call_rows, "call_id", prepared.call_ids, among)
     # A reused record is written back only when its judgement changed (a confirmation, a refused reuse).
     kept = frozenset(files.reused_calls)
-    _store_records(run, Call, files.calls, "call_id", kept, among)
+    if prepared is None:
+        _store_records(run, Call, files.calls, "call_id", kept, among)
     for call in files.calls:
         if call.call_id in kept and judged_before.get(call.call_id) != _judgement(call):
             Call.objects.filter(run=run, call_id=call.call_id).update(
@@ -628,33 +707,49 @@ def _import_run_locked(
     if not force and _Known.of(run).unchanged(path, now, listing):
         return _report(run, changed=False)
     events_before = run.event_count
-    cursor, ledger_file_findings, whole_ledger = _import_ledger(run, path, limits, now, progress, batch_size)
-    buckets = receipt_buckets(listing.receipt_signatures)
     decided = pending_decisions(run)
+    file_arguments: dict[str, Any] = {
+        "limits": limits,
+        "now": now,
+        "known_contract": run.contract_sha256,
+        "listed_signatures": listing.receipt_signatures,
+        "keys": signing_keys(),
+        "require_signed": settings.EVIDENCE_SIGNED_RUNS_ONLY,
+    }
+    # The child reads the other files too when this import would read them all, none known:
+    # a ledger read from its first byte (so no scope), and no receipt stored to reuse.
+    whole_and_new = run.ledger_offset == 0 and (force or not Call.objects.filter(run=run).exists())
+    with contextlib.ExitStack() as stack:
+        ahead = None
+        if settings.EVIDENCE_IMPORT_READ_AHEAD:
+            ahead = _Ahead(stack, run, {"run_dir": path, **file_arguments} if whole_and_new else None, decided)
+            ahead.start_files(len(listing.receipt_signatures))
+        cursor, ledger_file_findings, whole_ledger = _import_ledger(run, path, limits, now, progress, batch_size, ahead)
+        # Read against the whole ledger, as here; a ledger read only in part (a child that
+        # failed halfway) gives a cursor of the new lines only: then the files are read here.
+        prepared = ahead.prepared_files(cursor) if ahead is not None and whole_ledger else None
+    buckets = receipt_buckets(listing.receipt_signatures)
     scope = None if force or whole_ledger else _Scope.of(run, listing, buckets, cursor.call_ids, decided)
-    while True:
+    known: dict[str, CallRecord] = {}
+    if prepared is not None:
+        files = prepared.files
+    while prepared is None:
         if not whole_ledger:  # the sets name the new lines' calls only: those of the stored ledger
             _ledger_calls(run, cursor, None if scope is None else scope.calls)
         known = {} if force else _known_receipts(run, None if scope is None else scope.calls)
         files = read_run_files(
-            path,
-            ledger=cursor,
-            limits=limits,
-            now=now,
-            known_receipts=known,
-            known_contract=run.contract_sha256,
-            listed_signatures=listing.receipt_signatures,
-            keys=signing_keys(),
-            require_signed=settings.EVIDENCE_SIGNED_RUNS_ONLY,
-            receipt_names=None if scope is None else scope.receipt_names,
-        )
+            path, ledger=cursor, known_receipts=known, receipt_names=None if scope is None else scope.receipt_names,
+            **file_arguments,
+        )  # fmt: skip
         if not files.contract_changed:
             break
         scope = None  # every receipt's identity depends on the contract: all of them, again
+    # Before the decisions: a reused record is the known one, which they change.
     judged_before = {call_id: _judgement(record) for call_id, record in known.items()}
-    apply_decisions(files, decided=decided)
+    if prepared is None:  # the child applied them
+        apply_decisions(files, decided=decided)
     with transaction.atomic():
-        _store_files(run, files, judged_before, None if scope is None else scope.calls)
+        _store_files(run, files, judged_before, None if scope is None else scope.calls, prepared)
         seen = _store_findings(run, ledger_file_findings + files.findings, now)
         # Ledger findings were stored batch by batch; re-check only what this pass re-checked.
         _close_findings_not_seen(
@@ -674,9 +769,8 @@ def _import_run_locked(
         )
         stats.refresh_run_summary(run)
     run.refresh_from_db()
-    refresh_planner_statistics(
-        {Event: run.event_count - events_before, Call: len(files.calls) - len(files.reused_calls)}
-    )
+    calls_read = len(prepared.call_rows) if prepared is not None else len(files.calls) - len(files.reused_calls)
+    refresh_planner_statistics({Event: run.event_count - events_before, Call: calls_read})
     if run.bodies_stripped_at is not None:
         # Retention stripped this run's bodies: what was read again is stripped again.
         from evidence.retention import strip_bodies

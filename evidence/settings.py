@@ -6,8 +6,8 @@ EVIDENCE_RUNS_ROOT, EVIDENCE_ARCHIVE_ROOT, EVIDENCE_READ_ONLY, EVIDENCE_STRIP_AF
 EVIDENCE_ARCHIVE_AFTER_DAYS, EVIDENCE_PROXY_COUNT,
 EVIDENCE_METRICS_TOKEN, EVIDENCE_SIGNING_KEY_FILES, EVIDENCE_SIGNED_RUNS_ONLY, EVIDENCE_HOST_NAME,
 EVIDENCE_HOST_SILENT_AFTER_SECONDS, EVIDENCE_ABANDONED_AFTER_SECONDS, EVIDENCE_COLD_SWEEP_SECONDS, EVIDENCE_EXPORT_ROOT,
-EVIDENCE_EXPORT_KEEP_HOURS. Parsers are strict: a malformed value stops start-up. What is unset is what a deployment
-needs: debugging off, HTTPS on.
+EVIDENCE_EXPORT_KEEP_HOURS, EVIDENCE_IMPORT_READ_AHEAD. Parsers are strict: a malformed value stops start-up. What
+is unset is what a deployment needs: debugging off, HTTPS on.
 """
 
 from __future__ import annotations
@@ -108,6 +108,9 @@ EVIDENCE_READ_ONLY = env_bool("EVIDENCE_READ_ONLY", "0")
 # writer's key, so the web process then needs RECEIPTS_SIGNING_KEY too.
 EVIDENCE_SIGNING_KEY_FILES = env_list("EVIDENCE_SIGNING_KEY_FILES", "")
 EVIDENCE_SIGNED_RUNS_ONLY = env_bool("EVIDENCE_SIGNED_RUNS_ONLY", "0")
+# A big import reads the run in child processes while it stores (evidence/read_ahead.py); 0 reads
+# in the importer's own process, as it did before (the same rows either way).
+EVIDENCE_IMPORT_READ_AHEAD = env_bool("EVIDENCE_IMPORT_READ_AHEAD", "1")
 # Which host this process is (docs/operations.md, "Beyond one machine"). An importer registers
 # under this name and owns the runs it imports; a person's decision is written into a run
 # directory by its owner's importer, or at once by a web process of the same host.

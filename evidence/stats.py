@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections import Counter
-from collections.abc import Iterable
 from typing import Any
 
 from django.db import connection
@@ -26,31 +25,17 @@ from django.db.models import Count, Max, Sum
 from django.db.models.functions import Coalesce, Length
 
 from evidence.models import EventTally, Run
+from evidence.read_ahead import EPOCH, minute_of  # noqa: F401 - where pages and migrations find them
 from receipts import protocol, recovery
 from receipts.findings import DIGEST_CODES
 
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
-
-MINUTE = dt.timedelta(minutes=1)
-
-
-def minute_of(moment: dt.datetime) -> int:
-    """Minutes since the epoch, floored: one call per event of an import."""
-    return (moment - EPOCH) // MINUTE
-
-
-def count_batch(run: Run, events: Iterable[Any], *, restarted: bool) -> None:
-    """Add one ledger batch's events to the run's counts (inside the batch's transaction).
+def count_batch(run: Run, types: Counter[str], minutes: Counter[int], *, restarted: bool) -> None:
+    """Add one ledger batch's counts, events by type and by minute (``read_ahead.prepare_batch``),
+    to the run's (inside the batch's transaction).
 
     ``restarted``: the ledger was rewritten and its events deleted; so are the counts.
     """
-    types: Counter[str] = Counter()
-    minutes: Counter[int] = Counter()
-    for event in events:
-        types[event.type] += 1
-        if event.ts is not None:
-            minutes[minute_of(event.ts)] += 1
     stored = Run.objects.filter(pk=run.pk).values_list("event_type_counts", flat=True).get()
     if restarted:
         stored = {}

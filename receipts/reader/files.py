@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from receipts.reader.submissions import read_submissions
 def read_run_files(
     run_dir: Path,
     *,
-    ledger: LedgerCursor,
+    ledger: LedgerCursor | Callable[[], LedgerCursor],
     limits: Limits = DEFAULT_LIMITS,
     now: dt.datetime | None = None,
     known_receipts: dict[str, CallRecord] | None = None,
@@ -39,7 +39,9 @@ def read_run_files(
     receipt_names: Collection[str] | None = None,
 ) -> RunFiles:
     """Everything in a run directory but the ledger, checked against what the ledger says
-    (``ledger``: the cursor after the whole ledger was read: the calls it names, commits, disputes).
+    (``ledger``: the cursor after the whole ledger was read: the calls it names, commits, disputes;
+    or a function that returns it, called once the run's own files are read, so that they can be
+    read while the ledger still is).
 
     ``known_receipts``: records of receipts read before (with their ``file_signature``),
     made under ``known_contract``. A receipt whose signature has not changed is not read
@@ -58,7 +60,7 @@ def read_run_files(
     a missing receipt). A run whose contract is not ``known_contract`` is not read this way:
     ``contract_changed`` says so, and the caller reads it again whole.
     """
-    run = RunContext(Path(run_dir), ledger, limits, now or protocol.utc_now())
+    run = RunContext(Path(run_dir), LedgerCursor(), limits, now or protocol.utc_now())
     try:
         run_fd = open_dir(run.run_dir)
     except (Unsafe, OSError) as error:
@@ -81,6 +83,7 @@ def read_run_files(
         receipts.read(folders["receipts"], receipt_names)
         confirmations = read_confirmations(run, folders["confirmations"], receipts.shas, signing_key)
         read_submissions(run, folders["submissions"], folders["tasks"])
+        run.ledger = ledger() if callable(ledger) else ledger
         _cross_check(run, receipts.present, confirmations)
     finally:
         for fd in folders.values():
