@@ -1,5 +1,6 @@
 """Callproof's writer and reader: what an agent runtime embeds. Standard library only.
 
+- ``@receipts.receipted`` (``receipts.decorator``): a plain function as a receipted tool;
 - the writer: ``protocol`` (the run directory's formulas), ``durable`` (confined, durable
   writes), ``runtime`` (calls, confirmations, the run's state), ``tasks``, ``tools``,
   ``recovery``, ``replay``, ``signing``, the ``cli`` (``python -m receipts``, ``callproof``);
@@ -11,3 +12,15 @@ The dashboard that imports and shows runs is the ``evidence`` package (Django, t
 """
 
 __version__ = "0.1.0"
+
+# The decorator loads the writer; it is loaded on first use, so that importing the reader alone stays light.
+_DECORATOR_NAMES = ("CallInDoubt", "NoRunBound", "receipted", "use_run")
+__all__ = ["__version__", *_DECORATOR_NAMES]
+
+
+def __getattr__(name: str) -> object:
+    if name in _DECORATOR_NAMES:
+        from receipts import decorator
+
+        return getattr(decorator, name)
+    raise AttributeError(f"module 'receipts' has no attribute {name!r}")
