@@ -172,8 +172,15 @@ class ReceiptedTool(Protocol):
 
 
 def _tool_signature(function: Callable[..., Any]) -> inspect.Signature:
-    """What a framework sees: the function's own parameters, less the one the writer fills in."""
-    signature = inspect.signature(function)
+    """What a framework sees: the function's own parameters, less the one the writer fills in.
+
+    Annotations are evaluated when they can be (a module with postponed
+    annotations): a framework reading the signature gets types, as from the function.
+    """
+    try:
+        signature = inspect.signature(function, eval_str=True)
+    except Exception:  # noqa: BLE001 - a name defined later: the annotations stay as written
+        signature = inspect.signature(function)
     parameter = signature.parameters.get(CALL_ID)
     if parameter is None or parameter.kind is not inspect.Parameter.KEYWORD_ONLY:
         raise TypeError(
@@ -221,7 +228,8 @@ def _make_tool(function: Callable[..., Any], adapter: FunctionAdapter) -> Receip
 
     def call(binding: _Binding, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallOutcome:
         executor = Executor(binding.run_dir, {adapter.name: adapter})
-        values = _arguments(signature, args, kwargs)
+        # A call_id is computed over JSON: arguments that are not JSON cannot have a receipt at all.
+        values = _json_copy(_arguments(signature, args, kwargs), f"an argument of {adapter.name}")
         return executor.call(adapter.name, values, attempt=binding.attempt, override_unsettled=binding.override_unsettled)
 
     @functools.wraps(function)
