@@ -39,8 +39,18 @@ def _identifier(name: Any, what: str) -> str:
     return f'"{name}"'
 
 
-def _refused(error: BaseException) -> bool:
-    return any(kind.__name__ in _REFUSED for kind in type(error).__mro__)
+def _refusal(error: BaseException) -> str | None:
+    """The kind of rejection when a failed statement surely wrote nothing, else ``None``.
+
+    SQLite runs in this process: a statement that failed was undone, whatever
+    the error (busy, locked, full: retryable). A server's driver may lose the
+    connection after the statement ran (in autocommit, it stays): only the
+    errors by which the database refused the statement itself count.
+    """
+    if isinstance(error, sqlite3.Error):
+        busy = getattr(error, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_FULL")
+        return "retryable" if busy else "permanent"
+    return "permanent" if any(kind.__name__ in _REFUSED for kind in type(error).__mro__) else None
 
 
 def _same(stored: Any, wanted: Any) -> bool:
@@ -156,8 +166,10 @@ class SqlRow:
             try:
                 connection.cursor().execute(sql, params)
             except Exception as error:
-                if _refused(error):
-                    raise Rejected(f"the database refused the row: {type(error).__name__}: {error}") from None
+                kind = _refusal(error)
+                if kind is not None:
+                    message = f"the database refused the row: {type(error).__name__}: {error}"
+                    raise Rejected(message, kind=kind) from None
                 # A connection lost mid-statement may have written it (in autocommit, for one).
                 raise OutcomeUnknown(f"the insert may have happened: {type(error).__name__}: {error}") from None
             try:
