@@ -9,9 +9,9 @@ still running is a 409; a key is kept for 24 hours. A body that fails
 validation saves nothing (the key can be used again). Lookups:
 ``GET /v1/charges/<id>`` and ``GET /v1/charges?idempotency_key=<key>``.
 
-It can be told to drop the connection after doing the effect (``drop``: a
-lost response), to answer 500 before doing anything (``fail``), and to hold
-a request's effect until released (``hold``). Threaded, on 127.0.0.1, a free
+It can be told (``script``) to drop the connection after doing the effect
+(a lost response) or to answer a status (500, 429) before doing anything,
+and to hold a request's effect until released (``hold``). Threaded, on 127.0.0.1, a free
 port. ``python -m tests.idempotent_service`` serves until interrupted and prints its URL.
 """
 
@@ -49,14 +49,15 @@ class Service:
         self.keys: dict[str, Saved] = {}
         self.charges: list[dict[str, Any]] = []  # the effects, one per charge made
         self.requests: list[tuple[str, str | None]] = []  # (method path, key) of every request received
-        self.drop = 0  # drop the connection after the effect, this many times
-        self.fail = 0  # answer 500 before doing anything, this many times
+        # What the next POSTs meet, in order: "drop" (the effect is made, the connection dropped before
+        # the answer) or a status answered before anything is done (500, 429); then the endpoint as usual.
+        self.script: list[str | int] = []
         self.hold: threading.Event | None = None  # the effect waits for it
         self.conflicts = threading.Event()  # set at the first 409
         self._ids = itertools.count(1)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     @property
     def url(self) -> str:
@@ -117,9 +118,9 @@ def _handler(service: Service) -> type[BaseHTTPRequestHandler]:
             key = self.headers.get("Idempotency-Key")
             service.requests.append((f"POST {self.path}", key))
             data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            if service.fail:
-                service.fail -= 1
-                self.answer(500, {"error": {"type": "api_error", "message": "try again"}})
+            step = service.script.pop(0) if service.script else None
+            if isinstance(step, int):
+                self.answer(step, {"error": {"type": "api_error", "message": f"scripted {step}"}})
                 return
             try:
                 body = json.loads(data)
@@ -146,8 +147,7 @@ def _handler(service: Service) -> type[BaseHTTPRequestHandler]:
             if key:
                 with service.lock:
                     service.keys[key].status, service.keys[key].body = 200, response
-            if service.drop:
-                service.drop -= 1
+            if step == "drop":
                 # The effect is done and saved; the client never hears of it.
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
