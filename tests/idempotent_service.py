@@ -49,6 +49,7 @@ class Service:
         self.keys: dict[str, Saved] = {}
         self.charges: list[dict[str, Any]] = []  # the effects, one per charge made
         self.requests: list[tuple[str, str | None]] = []  # (method path, key) of every request received
+        self.authorizations: list[str | None] = []  # each POST's Authorization header
         # What the next POSTs meet, in order: "drop" (the effect is made, the connection dropped before
         # the answer) or a status answered before anything is done (500, 429); then the endpoint as usual.
         self.script: list[str | int] = []
@@ -100,6 +101,12 @@ def _handler(service: Service) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             parts = urllib.parse.urlsplit(self.path)
             service.requests.append((f"GET {parts.path}", None))
+            if parts.path == "/moved":  # a redirect elsewhere: a client must not follow it
+                self.send_response(302)
+                self.send_header("Location", "http://127.0.0.2:9/v1/charges")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             key = urllib.parse.parse_qs(parts.query).get("idempotency_key", [None])[0]
             with service.lock:
                 if parts.path == "/v1/charges" and key:
@@ -117,6 +124,7 @@ def _handler(service: Service) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
             key = self.headers.get("Idempotency-Key")
             service.requests.append((f"POST {self.path}", key))
+            service.authorizations.append(self.headers.get("Authorization"))
             data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             step = service.script.pop(0) if service.script else None
             if isinstance(step, int):

@@ -170,6 +170,22 @@ def test_evidence_by_key_by_resource_id_and_without_a_lookup(run_dir, service):
                              f"{result['resource_id']}",)  # fmt: skip
 
 
+def test_fixed_headers_are_sent_and_never_recorded(run_dir, service):
+    adapter = charges(service, headers={"Authorization": "Bearer sk_test_secret"})
+    outcome = runtime.Executor(run_dir, {adapter.name: adapter}).call(adapter.name, CHARGE)
+    assert outcome.status == "committed" and service.authorizations == ["Bearer sk_test_secret"]
+    written = b"".join(path.read_bytes() for path in run_dir.rglob("*") if path.is_file())
+    assert b"sk_test_secret" not in written
+
+
+def test_a_redirect_is_never_followed(run_dir, service):
+    adapter = charges(service, lookup_url=f"{service.url}/moved?key={{call_id}}")
+    evidence = adapter.evidence(run_dir, CHARGE, "c" * 64)
+    assert evidence.verdict == UNCLEAR and evidence.facts[0] == f"GET {service.url}/moved: HTTP 302"
+    with pytest.raises(OutcomeUnknown, match="HTTP 302"):
+        adapter.query(run_dir, CHARGE, "c" * 64)
+
+
 def test_configuration_is_checked():
     with pytest.raises(ValueError, match="exactly one of"):
         HttpRequest(name="x", url="http://127.0.0.1/", lookup_url="http://127.0.0.1/{call_id}/{resource_id}")

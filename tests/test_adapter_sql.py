@@ -15,7 +15,7 @@ import pytest
 from django.db import connection as django_connection
 
 from receipts import protocol, runtime
-from receipts.adapters.sql import SqlRow, sqlite_factory
+from receipts.adapters.sql import SqlRow, postgres_factory, sqlite_factory
 from receipts.demo import writer_env
 from receipts.tools import ABSENT, NOT_DONE, PRESENT, UNCLEAR, OutcomeUnknown
 from tests.adapter_children import ROW, sql_adapter
@@ -233,3 +233,16 @@ def test_the_zero_argument_factory_shares_its_file_with_child_processes(run_dir,
     outcome = runtime.Executor(run_dir, {adapter.name: adapter}).call(adapter.name, {"title": "a", "body": "b"})
     assert outcome.status == "committed"
     assert sqlite3.connect(path).execute("SELECT call_id FROM notes").fetchall() == [(outcome.call_id,)]
+
+
+def test_the_postgresql_factory_reads_its_database_from_the_environment(run_dir, monkeypatch, request):
+    if django_connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL: run with DATABASE_URL=postgres://... (make test-postgres)")
+    request.getfixturevalue("django_db_setup")
+    monkeypatch.setenv("CALLPROOF_SQL_POSTGRES", this_database_url())
+    adapter = postgres_factory()
+    try:
+        outcome = runtime.Executor(run_dir, {adapter.name: adapter}).call(adapter.name, {"title": "a", "body": "b"})
+        assert outcome.status == "committed" and adapter.query(run_dir, {"title": "a", "body": "b"}, outcome.call_id) == outcome.result
+    finally:
+        Database(this_database_url(), adapter.connect, "notes").run('DROP TABLE "notes"')  # type: ignore[arg-type]

@@ -186,6 +186,19 @@ def test_concurrent_runs_in_threads_do_not_mix(tmp_path):
     assert len({line["call_id"] for line in effect_lines()}) == len(runs)
 
 
+def test_asyncio_tasks_and_to_thread_carry_the_binding(run_dir):
+    """What an async agent framework does with a sync tool: run it in the loop, or in asyncio.to_thread."""
+    import asyncio
+
+    async def agent() -> list:
+        in_task = await asyncio.create_task(asyncio.to_thread(create_invoice, "acme", 1200))
+        return [create_invoice("acme", 1200), in_task]
+
+    with use_run(run_dir):
+        answers = asyncio.run(agent())
+    assert answers[0] == answers[1] and len(effect_lines()) == 1
+
+
 def _no_binding() -> Exception | None:
     """A new thread starts with no run bound, whatever its parent had."""
     try:
