@@ -34,9 +34,13 @@ def register_evidence_adapters(specs: Iterable[str]) -> None:
         module, _, attribute = spec.partition(":")
         try:
             built = getattr(importlib.import_module(module), attribute)()
-        except Exception as error:  # noqa: BLE001 - whatever it is, the operator reads it at start-up
-            raise ImproperlyConfigured(f"EVIDENCE_ADAPTERS: {spec} built no adapter: {type(error).__name__}: {error}") from error
+        except Exception as error:
+            raise ImproperlyConfigured(
+                f"EVIDENCE_ADAPTERS: {spec} built no adapter: {type(error).__name__}: {error}"
+            ) from error
         for adapter in built if isinstance(built, (list, tuple)) else [built]:
             if not isinstance(getattr(adapter, "name", None), str) or not callable(getattr(adapter, "evidence", None)):
-                raise ImproperlyConfigured(f"EVIDENCE_ADAPTERS: {spec} gave {adapter!r}, which has no name and evidence")
+                raise ImproperlyConfigured(
+                    f"EVIDENCE_ADAPTERS: {spec} gave {adapter!r}, which has no name and evidence"
+                )
             doubt.register_adapter(adapter)

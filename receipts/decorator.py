@@ -35,7 +35,7 @@ __all__ = ["CallInDoubt", "FunctionAdapter", "NoRunBound", "ReceiptedTool", "rec
 CALL_ID = "call_id"
 
 
-class NoRunBound(RuntimeError):
+class NoRunBound(RuntimeError):  # noqa: N818 - says what is missing, as LookupError would
     """A receipted tool was called with no run directory bound (``use_run``) or given (``call_in``)."""
 
 
@@ -131,7 +131,7 @@ class FunctionAdapter:
             raise OutcomeUnknown(f"{error}: the effect may be done, but the receipt cannot hold its answer") from None
 
     def _run_query(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> Any:
-        assert self._query is not None  # noqa: S101 - only set when given
+        assert self._query is not None
         answer = self._query(**args, call_id=call_id)
         if answer is NOT_DONE:
             return NOT_DONE
@@ -143,7 +143,7 @@ class FunctionAdapter:
     def _run_evidence(
         self, run_dir: Path, args: Mapping[str, Any], call_id: str, result: Mapping[str, Any] | None = None
     ) -> Evidence:
-        assert self._evidence is not None  # noqa: S101 - only set when given
+        assert self._evidence is not None
         if result is not None:
             if not isinstance(result, Mapping) or "returned" not in result:
                 return Evidence("unclear", ("the receipt's result is not what a receipted function returns",))
@@ -230,7 +230,9 @@ def _make_tool(function: Callable[..., Any], adapter: FunctionAdapter) -> Receip
         executor = Executor(binding.run_dir, {adapter.name: adapter})
         # A call_id is computed over JSON: arguments that are not JSON cannot have a receipt at all.
         values = _json_copy(_arguments(signature, args, kwargs), f"an argument of {adapter.name}")
-        return executor.call(adapter.name, values, attempt=binding.attempt, override_unsettled=binding.override_unsettled)
+        return executor.call(
+            adapter.name, values, attempt=binding.attempt, override_unsettled=binding.override_unsettled
+        )
 
     @functools.wraps(function)
     def tool(*args: Any, **kwargs: Any) -> Any:

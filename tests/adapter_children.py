@@ -74,7 +74,7 @@ def sql_adapter(database: str, table: str) -> SqlRow:
         def connect() -> Any:
             return sqlite3.connect(path, timeout=60)
     else:
-        import psycopg  # noqa: PLC0415 - only the PostgreSQL children need it
+        import psycopg
 
         def connect() -> Any:
             return psycopg.connect(database)

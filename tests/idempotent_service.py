@@ -17,6 +17,7 @@ port. ``python -m tests.idempotent_service`` serves until interrupted and prints
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
@@ -62,8 +63,8 @@ class Service:
 
     @property
     def url(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
+        port = self.server.server_address[1]
+        return f"http://127.0.0.1:{port}"
 
     def __enter__(self) -> Service:
         self.thread.start()
@@ -85,7 +86,7 @@ class Service:
 
 def _handler(service: Service) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
         def answer(self, status: int, document: Any, *, replayed: bool = False, raw: bytes | None = None) -> None:
@@ -98,7 +99,7 @@ def _handler(service: Service) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             parts = urllib.parse.urlsplit(self.path)
             service.requests.append((f"GET {parts.path}", None))
             if parts.path == "/moved":  # a redirect elsewhere: a client must not follow it
@@ -121,7 +122,7 @@ def _handler(service: Service) -> type[BaseHTTPRequestHandler]:
             else:
                 self.answer(404, {"error": {"type": "invalid_request_error", "message": "No such charge"}})
 
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        def do_POST(self) -> None:
             key = self.headers.get("Idempotency-Key")
             service.requests.append((f"POST {self.path}", key))
             service.authorizations.append(self.headers.get("Authorization"))
@@ -164,8 +165,10 @@ def _handler(service: Service) -> type[BaseHTTPRequestHandler]:
 
         def answer_saved(self, saved: Saved, fingerprint: str) -> None:
             if saved.fingerprint != fingerprint:
-                self.answer(400, {"error": {"type": "idempotency_error", "message":
-                    "Keys for idempotent requests can only be used with the same parameters they were first used with."}})  # fmt: skip
+                message = (
+                    "Keys for idempotent requests can only be used with the same parameters they were first used with."
+                )
+                self.answer(400, {"error": {"type": "idempotency_error", "message": message}})
             elif saved.status is None:
                 service.conflicts.set()
                 self.answer(409, {"error": {"type": "idempotency_error", "message":
@@ -179,7 +182,5 @@ def _handler(service: Service) -> type[BaseHTTPRequestHandler]:
 if __name__ == "__main__":
     with Service() as running:
         print(running.url, flush=True)
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()
-        except KeyboardInterrupt:
-            pass

@@ -44,7 +44,10 @@ def test_the_call_id_is_the_executors_for_the_same_tool_version_and_args(run_dir
     assert create_invoice.arguments("acme", 1200) == INVOICE  # positional or by name: one identity
     other_run = run_dir.parent / "run-2"
     runtime.run_init(other_run, contract_sha256=CONTRACT)
-    assert runtime.Executor(other_run, {"create_invoice": HandWritten()}).call("create_invoice", INVOICE).call_id == expected
+    assert (
+        runtime.Executor(other_run, {"create_invoice": HandWritten()}).call("create_invoice", INVOICE).call_id
+        == expected
+    )
     receipt = json.loads((run_dir / "receipts" / f"{expected}.json").read_text())
     assert (receipt["tool"], receipt["tool_version"], receipt["args"]) == ("create_invoice", "1.0.0", INVOICE)
     assert receipt["result"] == {"returned": {"invoice": f"inv-{expected[:12]}", "amount_cents": 1200}}
@@ -138,7 +141,7 @@ def test_args_and_answers_that_are_not_json_are_refused_or_in_doubt(run_dir):
         store.call_in(run_dir, {1, 2})  # no call_id can be computed: no receipt
     assert not list((run_dir / "receipts").glob("*.json"))
     odd = store.call_in(run_dir, "odd")
-    assert odd.status == "unknown" and "not JSON" in odd.error["message"]
+    assert odd.status == "unknown" and "not JSON" in (odd.error or {})["message"]
     assert store.call_in(run_dir, (1, 2)).result == {"returned": [1, 2]}
 
 

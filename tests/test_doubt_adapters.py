@@ -34,10 +34,11 @@ def sql_call_in_doubt(run_dir, monkeypatch, tmp_path) -> str:
     monkeypatch.setenv("CALLPROOF_SQL_SQLITE", str(tmp_path / "rows.sqlite3"))
     script = (
         "import sys; from receipts import runtime; from receipts.adapters.sql import sqlite_factory\n"
-        "a = sqlite_factory(); runtime.Executor(sys.argv[1], {a.name: a}).call(a.name, %r)" % NOTE
+        f"a = sqlite_factory(); runtime.Executor(sys.argv[1], {{a.name: a}}).call(a.name, {NOTE!r})"
     )
     env = writer_env(RECEIPTS_FAILPOINT="after_effect")
-    assert subprocess.run([sys.executable, "-c", script, str(run_dir)], env=env, cwd=PROJECT, check=False).returncode == 137
+    killed = subprocess.run([sys.executable, "-c", script, str(run_dir)], env=env, cwd=PROJECT, check=False)
+    assert killed.returncode == 137
     [receipt] = (run_dir / "receipts").glob("*.json")
     return receipt.stem
 
@@ -80,7 +81,8 @@ def test_the_panel_asks_a_configured_http_service_or_says_what_to_look_for(run_d
         assert 'badge-info">present' in page and f"resource {charge['id']}" in page
         assert lookups == ["GET /v1/charges"]
     else:
-        assert f"look in the service at POST {service.url}/v1/charges for the request with Idempotency-Key: {outcome.call_id}" in page
+        wanted = f"look in the service at POST {service.url}/v1/charges for the request with Idempotency-Key: "
+        assert wanted + outcome.call_id in page
         assert lookups == [], "no lookup configured: the dashboard sends nothing"
 
 

@@ -120,7 +120,8 @@ class HttpRequest:
 
     def _send(self, method: str, url: str, body: bytes | None, headers: Mapping[str, str]) -> tuple[int, Any, Any]:
         """(status, headers, parsed JSON body or None), or ``_Lost``."""
-        request = urllib.request.Request(url, data=body, method=method, headers={**self.headers, **headers})
+        # http(s) only: the configured URLs are checked in __init__, and a lookup's value is quoted.
+        request = urllib.request.Request(url, data=body, method=method, headers={**self.headers, **headers})  # noqa: S310
         try:
             response = _OPENER.open(request, timeout=self.timeout)
         except urllib.error.HTTPError as answer:
@@ -196,7 +197,7 @@ class HttpRequest:
         raise OutcomeUnknown(f"{self.method} {self._where(self.url)} with {IDEMPOTENCY_KEY} {call_id}: {last}")
 
     def _lookup(self, value: str) -> tuple[int, Any]:
-        assert self.lookup_url is not None and self.lookup_by is not None  # noqa: S101 - callers check
+        assert self.lookup_url is not None and self.lookup_by is not None
         url = self.lookup_url.format(**{self.lookup_by: urllib.parse.quote(value, safe="")})
         status, _, document = self._send("GET", url, None, {"Accept": "application/json"})
         return status, document
@@ -243,7 +244,9 @@ class HttpRequest:
         return Evidence(PRESENT, (fact,))
 
     def describe(self, args: Any) -> str:
-        return f"{self.method} {self._where(self.url)} with {IDEMPOTENCY_KEY} = the call_id, body {short_text(args, 300)}"
+        return (
+            f"{self.method} {self._where(self.url)} with {IDEMPOTENCY_KEY} = the call_id, body {short_text(args, 300)}"
+        )
 
 
 def http_factory() -> HttpRequest:

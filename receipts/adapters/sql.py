@@ -11,6 +11,7 @@ checked as plain identifiers and quoted; values always go as parameters.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -96,7 +97,8 @@ class SqlRow:
     # --- SQL, built from checked identifiers only -------------------------------
 
     def _statement(self, connection: Any, template: str, values: Sequence[Any]) -> tuple[str, Any]:
-        style = self.paramstyle or getattr(sys.modules.get(type(connection).__module__.split(".")[0]), "paramstyle", "")
+        driver = sys.modules.get(type(connection).__module__.split(".")[0])
+        style = self.paramstyle or str(getattr(driver, "paramstyle", ""))
         names = [f"p{index}" for index in range(len(values))]
         marks = {
             "qmark": ["?"] * len(values),
@@ -112,7 +114,9 @@ class SqlRow:
 
     def _select(self, connection: Any, call_id: str) -> dict[str, Any] | None:
         columns = ", ".join([self._key, *self._columns])
-        sql, params = self._statement(connection, f"SELECT {columns} FROM {self._table} WHERE {self._key} = {{0}}", [call_id])
+        # Identifiers checked and quoted in __init__; the call_id goes as a parameter.
+        template = f"SELECT {columns} FROM {self._table} WHERE {self._key} = {{0}}"  # noqa: S608
+        sql, params = self._statement(connection, template, [call_id])
         cursor = connection.cursor()
         cursor.execute(sql, params)
         found = cursor.fetchone()
@@ -159,13 +163,11 @@ class SqlRow:
             values = [call_id, *(args[column] for column in self.columns)]
             names = ", ".join([self._key, *self._columns])
             marks = ", ".join(f"{{{index}}}" for index in range(len(values)))
-            sql, params = self._statement(
-                connection, f"INSERT INTO {self._table} ({names}) VALUES ({marks}) ON CONFLICT ({self._key}) DO NOTHING",
-                values,
-            )  # fmt: skip
+            insert = f"INSERT INTO {self._table} ({names}) VALUES ({marks}) ON CONFLICT ({self._key}) DO NOTHING"  # noqa: S608
+            sql, params = self._statement(connection, insert, values)
             try:
                 connection.cursor().execute(sql, params)
-            except Exception as error:
+            except Exception as error:  # noqa: BLE001 - sorted below into refused and unknown
                 kind = _refusal(error)
                 if kind is not None:
                     message = f"the database refused the row: {type(error).__name__}: {error}"
@@ -223,12 +225,16 @@ class SqlRow:
         fact = f"table {self.table} holds the row whose {self.key_column} is {call_id}: {_shown(row)}"
         if not isinstance(args, Mapping) or not self._matches(row, args):
             return Evidence(UNCLEAR, (fact, "its values are not the call's args"))
-        if result is not None and (not isinstance(result, Mapping) or result.get("row") != self._result(args, call_id)["row"]):
+        if result is not None and (
+            not isinstance(result, Mapping) or result.get("row") != self._result(args, call_id)["row"]
+        ):
             return Evidence(UNCLEAR, (fact, "the receipt's result records another row"))
         return Evidence(PRESENT, (fact,))
 
     def describe(self, args: Any) -> str:
-        return f"Insert a row into table {self.table}, keyed by the call_id in {self.key_column}: {short_text(args, 300)}"
+        return (
+            f"Insert a row into table {self.table}, keyed by the call_id in {self.key_column}: {short_text(args, 300)}"
+        )
 
     def create_table(self, types: Mapping[str, str] | None = None) -> None:
         """``CREATE TABLE IF NOT EXISTS``: the key column as the primary key, the others TEXT unless ``types`` says."""
@@ -238,7 +244,10 @@ class SqlRow:
             raise ValueError(f"unknown column or type: {bad} (types: {', '.join(sorted(COLUMN_TYPES))})")
         declared = ", ".join(
             [f"{self._key} TEXT PRIMARY KEY"]
-            + [f"{quoted} {types.get(column, 'TEXT')}" for column, quoted in zip(self.columns, self._columns, strict=True)]
+            + [
+                f"{quoted} {types.get(column, 'TEXT')}"
+                for column, quoted in zip(self.columns, self._columns, strict=True)
+            ]
         )
         connection = self._open()
         try:
@@ -249,15 +258,15 @@ class SqlRow:
 
 
 def _close(connection: Any) -> None:
-    try:
+    with contextlib.suppress(Exception):  # a broken connection is closed all the same
         connection.rollback()  # nothing of a read is kept open; a commit already made stays
-    except Exception:  # noqa: BLE001, S110 - a broken connection is closed all the same
-        pass
     connection.close()
 
 
 def _shown(row: Mapping[str, Any]) -> str:
-    return ", ".join(f"{key}={short_text(value if isinstance(value, str) else str(value), 80)}" for key, value in row.items())
+    return ", ".join(
+        f"{key}={short_text(value if isinstance(value, str) else str(value), 80)}" for key, value in row.items()
+    )
 
 
 # --- zero-argument factories (the conformance kit, the dashboard's EVIDENCE_ADAPTERS) ---
@@ -275,7 +284,9 @@ def sqlite_factory() -> SqlRow:
     if not path:
         path = str(Path(tempfile.mkdtemp(prefix="callproof-sql-")) / "rows.sqlite3")
         os.environ["CALLPROOF_SQL_SQLITE"] = path
-    adapter = SqlRow(name="sql_row", connect=lambda: sqlite3.connect(path, timeout=30), table="notes", columns=EXAMPLE_COLUMNS)
+    adapter = SqlRow(
+        name="sql_row", connect=lambda: sqlite3.connect(path, timeout=30), table="notes", columns=EXAMPLE_COLUMNS
+    )
     adapter.create_table()
     return adapter
 
@@ -283,7 +294,7 @@ def sqlite_factory() -> SqlRow:
 def postgres_factory() -> SqlRow:
     """``sql_row`` into table ``notes`` (title, body) of the PostgreSQL database ``CALLPROOF_SQL_POSTGRES``
     (a conninfo or URL). Needs psycopg (the ``dashboard`` extra), imported here only."""
-    import psycopg  # noqa: PLC0415 - optional: only this factory needs it
+    import psycopg
 
     url = os.environ.get("CALLPROOF_SQL_POSTGRES")
     if not url:
