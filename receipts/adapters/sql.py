@@ -184,7 +184,7 @@ class SqlRow:
         if row is None:
             raise OutcomeUnknown(f"table {self.table} shows no row for this call right after inserting it")
         if not self._matches(row, args):
-            raise OutcomeUnknown(f"table {self.table} has a row for this call_id with other values: {_shown(row)}")
+            raise OutcomeUnknown(f"table {self.table} has a row for this call_id with other values: {self._shown(row)}")
         return self._result(args, call_id)
 
     def query(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> dict[str, Any] | object:
@@ -202,7 +202,7 @@ class SqlRow:
         if row is None:
             return NOT_DONE
         if not self._matches(row, args):
-            raise OutcomeUnknown(f"table {self.table} has a row for this call_id with other values: {_shown(row)}")
+            raise OutcomeUnknown(f"table {self.table} has a row for this call_id with other values: {self._shown(row)}")
         return self._result(args, call_id)
 
     def evidence(
@@ -222,7 +222,7 @@ class SqlRow:
             return Evidence(UNCLEAR, (f"table {self.table} cannot be read: {type(error).__name__}: {error}", look))
         if row is None:
             return Evidence(ABSENT, (f"table {self.table} has no row whose {self.key_column} is {call_id}",))
-        fact = f"table {self.table} holds the row whose {self.key_column} is {call_id}: {_shown(row)}"
+        fact = f"table {self.table} holds the row whose {self.key_column} is {call_id}: {self._shown(row)}"
         if not isinstance(args, Mapping) or not self._matches(row, args):
             return Evidence(UNCLEAR, (fact, "its values are not the call's args"))
         if result is not None and (
@@ -230,6 +230,10 @@ class SqlRow:
         ):
             return Evidence(UNCLEAR, (fact, "the receipt's result records another row"))
         return Evidence(PRESENT, (fact,))
+
+    def _shown(self, row: Mapping[str, Any]) -> str:
+        """The row's values for a sentence (the key is said beside it)."""
+        return ", ".join(f"{column}={short_text(str(row[column]), 80)}" for column in self.columns)
 
     def describe(self, args: Any) -> str:
         return (
@@ -261,12 +265,6 @@ def _close(connection: Any) -> None:
     with contextlib.suppress(Exception):  # a broken connection is closed all the same
         connection.rollback()  # nothing of a read is kept open; a commit already made stays
     connection.close()
-
-
-def _shown(row: Mapping[str, Any]) -> str:
-    return ", ".join(
-        f"{key}={short_text(value if isinstance(value, str) else str(value), 80)}" for key, value in row.items()
-    )
 
 
 # --- zero-argument factories (the conformance kit, the dashboard's EVIDENCE_ADAPTERS) ---
