@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -147,8 +148,11 @@ def test_a_refused_request_is_rejected_and_an_unreachable_service_is_retryable(r
         and (refused.error or {})["kind"] == "permanent"
         and "HTTP 400" in (refused.error or {})["message"]
     )
-    service.server.server_close()  # nothing listens on the port any more
-    unreachable = executor.call(adapter.name, {"amount": 7})
+    with socket.socket() as closed:  # a port nothing listens on: every try is refused before a byte is sent
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    nowhere = HttpRequest(name="create_charge", url=f"http://127.0.0.1:{port}/v1/charges", retry_wait=0.01)
+    unreachable = runtime.Executor(run_dir, {nowhere.name: nowhere}).call(nowhere.name, {"amount": 7})
     assert unreachable.status == "rejected" and (unreachable.error or {})["kind"] == "retryable", unreachable.error
     assert service.charges == []
 
