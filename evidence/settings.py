@@ -4,7 +4,7 @@ Variables (documented in docs/reference.md, "Settings"): DATABASE_URL, DATABASE_
 DJANGO_DEBUG, DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS, DJANGO_HTTPS,
 EVIDENCE_RUNS_ROOT, EVIDENCE_ARCHIVE_ROOT, EVIDENCE_READ_ONLY, EVIDENCE_STRIP_AFTER_DAYS,
 EVIDENCE_ARCHIVE_AFTER_DAYS, EVIDENCE_PROXY_COUNT,
-EVIDENCE_METRICS_TOKEN, EVIDENCE_SIGNING_KEY_FILES, EVIDENCE_SIGNED_RUNS_ONLY, EVIDENCE_HOST_NAME,
+EVIDENCE_METRICS_TOKEN, EVIDENCE_SIGNING_KEY_FILES, EVIDENCE_SIGNED_RUNS_ONLY, EVIDENCE_ADAPTERS, EVIDENCE_HOST_NAME,
 EVIDENCE_HOST_SILENT_AFTER_SECONDS, EVIDENCE_ABANDONED_AFTER_SECONDS, EVIDENCE_COLD_SWEEP_SECONDS, EVIDENCE_EXPORT_ROOT,
 EVIDENCE_EXPORT_KEEP_HOURS, EVIDENCE_IMPORT_READ_AHEAD. Parsers are strict: a malformed value stops start-up. What
 is unset is what a deployment needs: debugging off, HTTPS on.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -111,6 +112,14 @@ EVIDENCE_SIGNED_RUNS_ONLY = env_bool("EVIDENCE_SIGNED_RUNS_ONLY", "0")
 # A big import reads the run in child processes while it stores (evidence/read_ahead.py); 0 reads
 # in the importer's own process, as it did before (the same rows either way).
 EVIDENCE_IMPORT_READ_AHEAD = env_bool("EVIDENCE_IMPORT_READ_AHEAD", "1")
+
+# Adapters whose evidence the doubt panel shows (docs/runtime-authors.md, "The doubt panel"):
+# module:factory callables, each building adapters with targets this deployment configures;
+# never an address read from a run directory. Built once at start-up (evidence/apps.py).
+EVIDENCE_ADAPTERS = env_list("EVIDENCE_ADAPTERS", "")
+_bad_adapters = [spec for spec in EVIDENCE_ADAPTERS if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", spec)]
+if _bad_adapters:
+    raise ImproperlyConfigured(f"EVIDENCE_ADAPTERS names module:factory callables, not {', '.join(_bad_adapters)}")
 # Which host this process is (docs/operations.md, "Beyond one machine"). An importer registers
 # under this name and owns the runs it imports; a person's decision is written into a run
 # directory by its owner's importer, or at once by a web process of the same host.

@@ -1,5 +1,6 @@
 """Callproof's writer and reader: what an agent runtime embeds. Standard library only.
 
+- ``@receipts.receipted`` (``receipts.decorator``): a plain function as a receipted tool;
 - the writer: ``protocol`` (the run directory's formulas), ``durable`` (confined, durable
   writes), ``runtime`` (calls, confirmations, the run's state), ``tasks``, ``tools``,
   ``recovery``, ``replay``, ``signing``, the ``cli`` (``python -m receipts``, ``callproof``);
@@ -10,4 +11,21 @@ The dashboard that imports and shows runs is the ``evidence`` package (Django, t
 ``dashboard`` extra); nothing here imports it.
 """
 
+from typing import TYPE_CHECKING
+
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from receipts.decorator import CallInDoubt, NoRunBound, receipted, use_run
+
+# The decorator loads the writer; it is loaded on first use, so that importing the reader alone stays light.
+_DECORATOR_NAMES = ("CallInDoubt", "NoRunBound", "receipted", "use_run")
+__all__ = ["CallInDoubt", "NoRunBound", "__version__", "receipted", "use_run"]
+
+
+def __getattr__(name: str) -> object:
+    if name in _DECORATOR_NAMES:
+        from receipts import decorator
+
+        return getattr(decorator, name)
+    raise AttributeError(f"module 'receipts' has no attribute {name!r}")

@@ -38,6 +38,7 @@ __all__ = [
     "describe",
     "evidence_for",
     "reading",
+    "register_adapter",
     "register_evidence",
     "send_message_evidence",
     "write_file_evidence",
@@ -51,11 +52,21 @@ _REGISTRY: dict[str, EvidenceFunction] = {
     # No server is asked: the panel says what to search the mailbox for (the Message-ID).
     "send_email": email_evidence,
 }
+_DESCRIPTIONS: dict[str, Callable[[Any], str]] = {}
 
 
 def register_evidence(tool: str, function: EvidenceFunction) -> None:
     """Let the dashboard show what ``tool``'s target says about a call (``function(run_dir, args, call_id)``)."""
     _REGISTRY[tool] = function
+
+
+def register_adapter(adapter: Any) -> None:
+    """Let the dashboard use a configured adapter's ``evidence`` (and ``describe(args)``, when it has one)
+    for calls of its tool (``EVIDENCE_ADAPTERS`` builds them at start-up)."""
+    if callable(getattr(adapter, "evidence", None)):
+        register_evidence(adapter.name, adapter.evidence)
+    if callable(getattr(adapter, "describe", None)):
+        _DESCRIPTIONS[adapter.name] = adapter.describe
 
 
 def evidence_for(
@@ -67,7 +78,7 @@ def evidence_for(
         return None
     try:
         return function(Path(run_dir), args, call_id)
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except Exception as error:  # noqa: BLE001 - another runtime's function: its failure is a fact, not a page error
         return Evidence(UNCLEAR, (f"the evidence could not be read: {type(error).__name__}: {error}",))
 
 
@@ -107,6 +118,11 @@ def reading(tool: str, evidence: Evidence | None, *, queried: bool = False) -> R
 
 def describe(tool: str, args: Any) -> str:
     """What the call was meant to do, in plain words."""
+    if tool in _DESCRIPTIONS:
+        try:
+            return short_text(_DESCRIPTIONS[tool](args), 500)
+        except Exception:  # noqa: BLE001, S110 - the plain description below says it as well
+            pass
     if isinstance(args, dict) and tool == "send_message":
         return f"Send a message to {short_text(args.get('to'))}: “{short_text(args.get('body'), 200)}”"
     if isinstance(args, dict) and tool == "send_email":

@@ -1,0 +1,287 @@
+"""``@receipted``: a plain Python function as a receipted tool. Standard library only.
+
+The decorated function keeps its name, docstring, signature and type hints
+(less ``call_id``), so an agent framework that builds a tool from a typed
+function builds it from this one. Calling it runs through the writer
+(``runtime.Executor``) with the function made into an adapter: the call_id is
+computed from the run's contract, attempt, the tool's name and version and the
+bound arguments, as for any adapter; the function gets it as its keyword-only
+``call_id`` argument, to pass on as the target's idempotency key; the receipt
+records what it returns (``{"returned": value}``, JSON). A committed call is
+never run again: calling it again returns what was recorded.
+
+The run is bound by ``use_run(run_dir)`` (a context variable: each thread, and
+each asyncio task, sees its own binding) or given per call with
+``tool.call_in(run_dir, ...)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import functools
+import inspect
+import json
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Protocol, cast
+
+from receipts.runtime import CallOutcome, Executor
+from receipts.tools import NOT_DONE, Evidence, OutcomeUnknown, Rejected
+
+__all__ = ["CallInDoubt", "FunctionAdapter", "NoRunBound", "ReceiptedTool", "receipted", "use_run"]
+
+CALL_ID = "call_id"
+
+
+class NoRunBound(RuntimeError):  # noqa: N818 - says what is missing, as LookupError would
+    """A receipted tool was called with no run directory bound (``use_run``) or given (``call_in``)."""
+
+
+class CallInDoubt(OutcomeUnknown):
+    """The call did not end committed or rejected: a person decides (``outcome`` says what the writer saw)."""
+
+    def __init__(self, message: str, outcome: CallOutcome) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
+
+@dataclasses.dataclass(frozen=True)
+class _Binding:
+    run_dir: Path
+    attempt: int | None
+    override_unsettled: str | None
+
+
+_BOUND: contextvars.ContextVar[_Binding] = contextvars.ContextVar("receipts_bound_run")
+
+
+@contextlib.contextmanager
+def use_run(
+    run_dir: Path | str, *, attempt: int | None = None, override_unsettled: str | None = None
+) -> Iterator[Path]:
+    """Receipted tools called inside this block write their receipts to ``run_dir``.
+
+    The binding is a context variable, so concurrent runs in threads do not mix:
+    a thread (or asyncio task) sees the run it bound itself. A new
+    ``threading.Thread`` starts with no binding; ``asyncio.to_thread`` and tasks
+    carry the caller's. ``attempt`` and ``override_unsettled`` go to
+    ``Executor.call``.
+    """
+    token = _BOUND.set(_Binding(Path(run_dir), attempt, override_unsettled))
+    try:
+        yield Path(run_dir)
+    finally:
+        _BOUND.reset(token)
+
+
+def _json_copy(value: Any, what: str) -> Any:
+    """``value`` as JSON gives it back (tuples become lists), or ``ValueError`` naming ``what``."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{what} is not JSON: {error}") from None
+
+
+class FunctionAdapter:
+    """The adapter ``@receipted`` builds around a function: what the executor runs.
+
+    ``query`` and ``evidence`` take the function's arguments by name plus
+    ``call_id`` (and ``result=``, the recorded return value, for ``evidence``).
+    """
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        *,
+        name: str,
+        version: str,
+        query: Callable[..., Any] | None = None,
+        evidence: Callable[..., Evidence] | None = None,
+        normalise: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
+        self.function = function
+        self.name = name
+        self.version = version
+        self._normalise = normalise
+        self._query = query
+        self._evidence = evidence
+        # Optional methods, present only when given: the executor asks ``callable(adapter.query)``.
+        self.query: Callable[..., Any] | None = self._run_query if query is not None else None
+        self.evidence: Callable[..., Evidence] | None = self._run_evidence if evidence is not None else None
+
+    def normalise(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        if not isinstance(args, Mapping):
+            raise Rejected("args must be a JSON object")
+        try:
+            values = _json_copy(dict(args), "the arguments")
+        except ValueError as error:
+            raise Rejected(str(error)) from None
+        if CALL_ID in values:
+            raise Rejected("call_id is given by the writer, never as an argument")
+        return self._normalise(values) if self._normalise is not None else values
+
+    def execute(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> dict[str, Any]:
+        returned = self.function(**args, call_id=call_id)
+        try:
+            return {"returned": _json_copy(returned, f"what {self.name} returned")}
+        except ValueError as error:
+            # The effect happened and its answer cannot be recorded: a person settles it.
+            raise OutcomeUnknown(f"{error}: the effect may be done, but the receipt cannot hold its answer") from None
+
+    def _run_query(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> Any:
+        assert self._query is not None
+        answer = self._query(**args, call_id=call_id)
+        if answer is NOT_DONE:
+            return NOT_DONE
+        try:
+            return {"returned": _json_copy(answer, f"what {self.name}'s query returned")}
+        except ValueError as error:
+            raise OutcomeUnknown(str(error)) from None
+
+    def _run_evidence(
+        self, run_dir: Path, args: Mapping[str, Any], call_id: str, result: Mapping[str, Any] | None = None
+    ) -> Evidence:
+        assert self._evidence is not None
+        if result is not None:
+            if not isinstance(result, Mapping) or "returned" not in result:
+                return Evidence("unclear", ("the receipt's result is not what a receipted function returns",))
+            return self._evidence(**args, call_id=call_id, result=result["returned"])
+        return self._evidence(**args, call_id=call_id)
+
+
+class ReceiptedTool(Protocol):
+    """What ``@receipted`` returns: a real function (``inspect.isfunction``), called as the function itself.
+
+    Committed: it returns what the function returned (now, or when the call was
+    first made). Rejected: it raises ``Rejected`` (``kind`` kept). Anything else
+    (unknown, a person must decide): ``CallInDoubt``, an ``OutcomeUnknown``.
+    """
+
+    adapter: FunctionAdapter
+    __wrapped__: Callable[..., Any]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def call_in(self, run_dir: Path | str, *args: Any, **kwargs: Any) -> CallOutcome:
+        """Run the call through the receipt in ``run_dir``: the writer's ``CallOutcome``, never raised."""
+
+    def arguments(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The call's arguments by name, defaults filled in: what the call_id is computed from."""
+
+
+def _tool_signature(function: Callable[..., Any]) -> inspect.Signature:
+    """What a framework sees: the function's own parameters, less the one the writer fills in.
+
+    Annotations are evaluated when they can be (a module with postponed
+    annotations): a framework reading the signature gets types, as from the function.
+    """
+    try:
+        signature = inspect.signature(function, eval_str=True)
+    except Exception:  # noqa: BLE001 - a name defined later: the annotations stay as written
+        signature = inspect.signature(function)
+    parameter = signature.parameters.get(CALL_ID)
+    if parameter is None or parameter.kind is not inspect.Parameter.KEYWORD_ONLY:
+        raise TypeError(
+            f"{function.__qualname__} must take a keyword-only argument `call_id` (after `*`): "
+            "the writer passes it, and the function hands it on as the target's idempotency key"
+        )
+    refused = [p.name for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.VAR_POSITIONAL)]
+    if refused:
+        raise TypeError(f"{function.__qualname__}: arguments are recorded by name, so these cannot be: {refused}")
+    return signature.replace(parameters=[p for p in signature.parameters.values() if p.name != CALL_ID])
+
+
+def _arguments(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    values: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+            values.update(value)
+        else:
+            values[name] = value
+    return values
+
+
+def _answer(name: str, outcome: CallOutcome) -> Any:
+    """What the decorated function gives its caller for the writer's outcome."""
+    if outcome.status == "committed" and not outcome.needs:
+        result = outcome.result or {}
+        if "returned" in result:
+            return result["returned"]
+        # A person settled it as done: there is their decision, and no answer to give back.
+        raise CallInDoubt(f"{name} ({outcome.call_id}): done by a person's decision, with no recorded answer", outcome)
+    error = outcome.error or {}
+    message = f"{name} ({outcome.call_id}): {error.get('message') or outcome.status}"
+    if outcome.status == "rejected" and not outcome.needs:
+        kind = error.get("kind")
+        rejection = Rejected(message, kind=kind if kind in ("retryable", "permanent") else "permanent")
+        rejection.outcome = outcome  # type: ignore[attr-defined]
+        raise rejection
+    raise CallInDoubt(f"{message}: a person decides", outcome)
+
+
+def _make_tool(function: Callable[..., Any], adapter: FunctionAdapter) -> ReceiptedTool:
+    signature = _tool_signature(function)
+
+    def call(binding: _Binding, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallOutcome:
+        executor = Executor(binding.run_dir, {adapter.name: adapter})
+        # A call_id is computed over JSON: arguments that are not JSON cannot have a receipt at all.
+        values = _json_copy(_arguments(signature, args, kwargs), f"an argument of {adapter.name}")
+        return executor.call(
+            adapter.name, values, attempt=binding.attempt, override_unsettled=binding.override_unsettled
+        )
+
+    @functools.wraps(function)
+    def tool(*args: Any, **kwargs: Any) -> Any:
+        binding = _BOUND.get(None)
+        if binding is None:
+            raise NoRunBound(f"{adapter.name}: no run directory bound; call it inside `with use_run(run_dir):`")
+        return _answer(adapter.name, call(binding, args, kwargs))
+
+    def call_in(run_dir: Path | str, *args: Any, **kwargs: Any) -> CallOutcome:
+        return call(_Binding(Path(run_dir), None, None), args, kwargs)
+
+    def arguments(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        return _arguments(signature, args, kwargs)
+
+    tool.__signature__ = signature  # type: ignore[attr-defined]
+    tool.__annotations__ = {key: value for key, value in function.__annotations__.items() if key != CALL_ID}
+    tool.adapter = adapter  # type: ignore[attr-defined]
+    tool.call_in = call_in  # type: ignore[attr-defined]
+    tool.arguments = arguments  # type: ignore[attr-defined]
+    return cast(ReceiptedTool, tool)
+
+
+def receipted(
+    *,
+    name: str | None = None,
+    version: str,
+    query: Callable[..., Any] | None = None,
+    evidence: Callable[..., Evidence] | None = None,
+    normalise: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> Callable[[Callable[..., Any]], ReceiptedTool]:
+    """Make a function a receipted tool.
+
+    ``name`` (the function's name by default) and ``version`` go into the
+    call_id. ``query(**args, call_id=...)`` answers a call in doubt: what the
+    function would have returned, ``NOT_DONE`` only on positive evidence that
+    the effect did not happen, or ``OutcomeUnknown``. ``evidence(**args,
+    call_id=..., result=None) -> Evidence`` says what the target shows.
+    ``normalise(args) -> args`` runs before the call_id is computed.
+    """
+
+    def decorate(function: Callable[..., Any]) -> ReceiptedTool:
+        adapter = FunctionAdapter(
+            function,
+            name=name or function.__name__,
+            version=version,
+            query=query,
+            evidence=evidence,
+            normalise=normalise,
+        )
+        return _make_tool(function, adapter)
+
+    return decorate
