@@ -222,3 +222,34 @@ def test_the_guides_example_runs_as_it_stands(tmp_path):
             assert json.loads(completed.stdout)["passed"] is True
         else:
             assert completed.stdout.splitlines()[-1] == "8 passed, 0 failed, 0 not applicable"
+
+
+def test_the_sql_row_adapter_passes_every_check(tmp_path):
+    """The kit against receipts.adapters.sql on a real SQLite file, counted by its own evidence."""
+    database = tmp_path / "rows.sqlite3"
+    completed = subprocess.run(
+        writer_command("conformance", "receipts.adapters.sql:sqlite_factory", "--trials", "4", "--json",
+                       "--args", json.dumps({"title": "deploy", "body": "v2 is out"})),
+        capture_output=True, text=True, cwd=PROJECT, check=False,
+        env=writer_env(TMPDIR=str(tmp_path), CALLPROOF_SQL_SQLITE=str(database)),
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert set(verdicts(completed).values()) == {"pass"}
+
+
+def test_the_http_adapter_passes_every_check_against_an_idempotent_service(tmp_path):
+    """The kit against receipts.adapters.http and the Stripe-like service on 127.0.0.1, looked up by key."""
+    from tests.idempotent_service import Service
+
+    with Service() as service:
+        completed = subprocess.run(
+            writer_command("conformance", "receipts.adapters.http:http_factory", "--trials", "4", "--json",
+                           "--args", json.dumps({"amount": 4000, "currency": "eur"})),
+            capture_output=True, text=True, cwd=PROJECT, check=False,
+            env=writer_env(TMPDIR=str(tmp_path), CALLPROOF_HTTP_URL=f"{service.url}/v1/charges",
+                           CALLPROOF_HTTP_LOOKUP_URL=f"{service.url}/v1/charges?idempotency_key={{call_id}}"),
+        )  # fmt: skip
+        charged_keys = [charge["idempotency_key"] for charge in service.charges]
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert set(verdicts(completed).values()) == {"pass"}
+    assert len(charged_keys) == len(set(charged_keys)), "one charge a call_id, whatever the kills"
