@@ -8,7 +8,7 @@ import pytest
 from axe_playwright_python.sync_playwright import Axe
 
 from evidence.models import Call
-from tests.browser.conftest import PASSWORD
+from tests.browser.conftest import PASSWORD, log_in, screenshot
 from tests.browser.test_widths import pages
 from tests.helpers import join
 
@@ -41,6 +41,8 @@ def test_no_page_has_an_accessibility_violation(chromium, live_server, demo, dja
     for name, url in pages():
         page.goto(url)
         checked.append((name, AXE.run(page)))
+        if scheme == "dark":  # the light ones are test_widths.py's
+            screenshot(page, f"dark-{width}-{name}")
     context.close()
     context, page, _ = logged_in(chromium, live_server, "newcomer", width, scheme)
     assert page.get_by_role("heading", name="You have no role yet").is_visible()
@@ -100,3 +102,27 @@ def test_whatever_has_the_keyboard_shows_a_ring_that_stands_out(chromium, live_s
         style, width, colour = ring
         assert (style, width >= 2) == ("solid", True), f"{name} in {scheme}: outline {ring}"
         assert contrast(colour, background) >= 3, f"{name} in {scheme}: ring {colour} on {background}"
+
+
+def test_badges_legends_and_rows_needing_attention_are_told_without_colour(page, demo):
+    """Under greyscale the badges' tints, the legend's swatches and the attention rows' tint
+    are all grey: each kind also has a shape of its own."""
+    log_in(page)
+    page.goto("/")
+    marks = page.evaluate("""() => {
+      const before = e => getComputedStyle(e, "::before").content;
+      const badges = {};
+      for (const e of document.querySelectorAll(".badge")) badges[[...e.classList].join(" ")] = before(e);
+      return {
+        badges,
+        swatches: [...document.querySelectorAll(".swatch")].map(e => getComputedStyle(e).backgroundImage),
+        attention: [...document.querySelectorAll("tr.attention > th")].map(before),
+        others: [...document.querySelectorAll("tbody tr:not(.attention) > th")].map(before),
+      };
+    }""")
+    shapes = marks["badges"]
+    assert {"badge badge-ok", "badge badge-warn", "badge badge-bad"} <= set(shapes), shapes
+    assert "none" not in shapes.values() and len(set(shapes.values())) == len(shapes), shapes
+    plain, striped, crossed = marks["swatches"][:3]
+    assert plain == "none" and "none" not in (striped, crossed) and striped != crossed
+    assert marks["attention"] and set(marks["attention"]) != {"none"} and set(marks["others"]) == {"none"}

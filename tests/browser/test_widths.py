@@ -51,6 +51,7 @@ def pages() -> list[tuple[str, str]]:
         ("call-settled", f"/runs/write-file-killed/calls/{settled}/"),
         ("call-tampered", f"/runs/tampered-receipt/calls/{tampered}/"),
         ("replay", "/runs/stale-reservation/replay/"),
+        ("replay-calls", "/runs/tampered-receipt/replay/"),
         ("findings", "/findings/"),
         ("stale", "/reservations/"),
         ("audit", "/audit/"),
