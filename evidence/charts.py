@@ -30,8 +30,41 @@ def _status_key(status: str) -> tuple[int, str]:
     return (STATUS_ORDER.index(status) if status in STATUS_ORDER else len(STATUS_ORDER), status)
 
 
+# Each colour of the bar also has its own marks, drawn over the fill in the background's colour,
+# so that the statuses part without colour (deuteranopia, greyscale): committed is plain, in
+# doubt is striped, rejected or lost is crossed, anything else is dotted. The legends' swatches
+# (static/css/site.css) wear the same marks.
+MARKS = {
+    "committed": "plain",
+    **dict.fromkeys(("prepared", "unknown", "unverified"), "stripes"),
+    **dict.fromkeys(("rejected", "tampered", "disputed", "failed", "missing"), "crosses"),
+    "settled: committed": "dashes",  # settled by a person: their own colours, and marks too
+    "settled: rejected": "ticks",
+}
+
+
+def marks(kind: str, x: float, width: float, height: int) -> str:
+    """The path data of a segment's marks, kept inside it; a sliver too thin for any gets none."""
+    step, strokes = 5.0, []
+    left = x + 1.5
+    while left + 3 <= x + width - 1:
+        if kind == "stripes":
+            strokes.append(f"M{left:.2f} {height}L{left + 3:.2f} 0")
+        elif kind == "crosses":
+            top, bottom, right = f"{height * 0.2:.2f}", f"{height * 0.8:.2f}", f"{left + 3:.2f}"
+            strokes.append(f"M{left:.2f} {top}L{right} {bottom}M{right} {top}L{left:.2f} {bottom}")
+        elif kind == "dashes":
+            strokes.append(f"M{left:.2f} {height / 2:.2f}h3")
+        elif kind == "ticks":
+            strokes.append(f"M{left + 1.5:.2f} {height * 0.25:.2f}v{height * 0.5:.2f}")
+        elif kind == "dots":
+            strokes.append(f"M{left + 1:.2f} {height / 2:.2f}h1")
+        left += step
+    return "".join(strokes)
+
+
 def status_bar(counts: Mapping[str, int], width: int = 140, height: int = 12) -> SafeString:
-    """A stacked bar of calls by status."""
+    """A stacked bar of calls by status, each status told by its colour and by its marks."""
     total = sum(counts.values())
     summary = ", ".join(
         f"{count} {status}" for status, count in sorted(counts.items(), key=lambda i: _status_key(i[0]))
@@ -41,13 +74,13 @@ def status_bar(counts: Mapping[str, int], width: int = 140, height: int = 12) ->
     x, shapes = 0.0, []
     for status, count in sorted(counts.items(), key=lambda item: _status_key(item[0])):
         share = width * count / total
-        shapes.append((f"{x:.2f}", f"{share:.2f}", height, fill_class(status), f"{count} {status}"))
+        kind = MARKS.get(status, "dots")
+        rect = '<rect x="{}" y="0" width="{}" height="{}" class="{}"><title>{}</title></rect>'
+        shapes.append(format_html(rect, f"{x:.2f}", f"{share:.2f}", height, fill_class(status), f"{count} {status}"))
+        if path := marks(kind, x, share, height):
+            shapes.append(format_html('<path class="mark mark-{}" d="{}"></path>', kind, path))
         x += share
-    rects = format_html_join(
-        "",
-        '<rect x="{}" y="0" width="{}" height="{}" class="{}"><title>{}</title></rect>',
-        shapes,
-    )
+    rects = format_html_join("", "{}", ((shape,) for shape in shapes))
     return format_html(
         '<svg class="chart" width="{}" height="{}" viewBox="0 0 {} {}" role="img" aria-label="calls: {}">{}</svg>',
         width,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from pathlib import Path
 
 from evidence import charts
 
@@ -46,3 +47,37 @@ def test_the_activity_strip_places_a_run_on_the_shared_axis():
     svg = str(charts.activity_strip(T0 + dt.timedelta(hours=5), T0 + dt.timedelta(hours=10), span, width=100))
     assert '<rect x="50.00" y="0" width="50.00"' in svg
     assert "no events" in str(charts.activity_strip(None, None, span))
+
+
+def test_each_colour_of_the_status_bar_has_its_own_marks_so_colour_is_not_the_only_cue():
+    """Under deuteranopia or in greyscale the bar's green, amber and red are hard to tell apart:
+    each colour the stylesheet gives a status also has marks of its own kind (and no two colours
+    share a kind), drawn in every segment wide enough to hold one."""
+    css = (Path(__file__).resolve().parent.parent / "static" / "css" / "site.css").read_text()
+    colour_of = {}
+    for selectors, colour in re.findall(r"((?:svg\.chart \.fill-[a-z-]+,?\s*)+)\{ fill: var\(--([a-z]+)\); \}", css):
+        colour_of.update(dict.fromkeys(re.findall(r"\.fill-([a-z-]+)", selectors), colour))
+    assert {charts.fill_class(s).removeprefix("fill-") for s in charts.STATUS_ORDER} <= set(colour_of), "a colour each"
+    kinds_of_colour: dict[str, set[str]] = {}
+    for status in charts.STATUS_ORDER:
+        svg = str(charts.status_bar({status: 1}, width=60, height=12))
+        drawn = re.findall(r'<path class="mark mark-([a-z]+)" d="([^"]+)"', svg)
+        kind = drawn[0][0] if drawn else "plain"
+        assert drawn or kind == charts.MARKS[status] == "plain", f"{status} has no marks"
+        kinds_of_colour.setdefault(colour_of[charts.fill_class(status).removeprefix("fill-")], set()).add(kind)
+    assert all(len(kinds) == 1 for kinds in kinds_of_colour.values()), kinds_of_colour
+    kinds = [next(iter(k)) for k in kinds_of_colour.values()]
+    assert len(set(kinds)) == len(kinds) >= 3, f"two colours share their marks: {kinds_of_colour}"
+    other = str(charts.status_bar({"legacy": 1}, width=60))
+    assert 'class="mark mark-dots"' in other, "a status the protocol does not list is dotted"
+
+
+def test_the_marks_stay_inside_their_segment():
+    svg = str(charts.status_bar({"committed": 1, "prepared": 1, "rejected": 1}, width=90, height=12))
+    for (x, width), path in zip(
+        re.findall(r'<rect x="([0-9.]+)" y="0" width="([0-9.]+)" height="12" class="fill-(?:prepared|rejected)"', svg),
+        re.findall(r'class="mark mark-[a-z]+" d="([^"]+)"', svg),
+        strict=True,
+    ):
+        xs = [float(v) for v in re.findall(r"[ML]([0-9.]+) ", path)]
+        assert xs and float(x) <= min(xs) and max(xs) <= float(x) + float(width)
