@@ -54,6 +54,19 @@ def ensure_roles(apps: Any = None) -> dict[str, Any]:
     return groups
 
 
+def ensure_roles_in_migration(apps: Any) -> dict[str, Any]:
+    """``ensure_roles`` from a data migration: Django makes permissions only after every migration
+    has run, so the ones the roles name are made first, from the migration's own models."""
+    from django.contrib.auth.management import create_permissions
+
+    for label in ("auth", "receipts"):
+        app_config = apps.get_app_config(label)
+        app_config.models_module = True
+        create_permissions(app_config, apps=apps, verbosity=0)
+        app_config.models_module = None
+    return ensure_roles(apps)
+
+
 def role_givers() -> list[Any]:
     """The active people who may give a role: the admin role's members and superusers, for the
     page a login with no role sees."""

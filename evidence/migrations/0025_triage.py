@@ -4,21 +4,15 @@
 
 import datetime as dt
 
-from django.contrib.auth.management import create_permissions
 from django.db import migrations, models
 
 DIGESTS = " digests"
 
 
 def give_the_permission(apps, schema_editor):
-    from evidence.roles import ensure_roles
+    from evidence.roles import ensure_roles_in_migration
 
-    # Permissions are made after migrations run; the new one is needed now.
-    app_config = apps.get_app_config("receipts")
-    app_config.models_module = True
-    create_permissions(app_config, apps=apps, verbosity=0)
-    app_config.models_module = None
-    ensure_roles(apps)
+    ensure_roles_in_migration(apps)
 
 
 def one_finding_a_conflict(apps, schema_editor):
