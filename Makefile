@@ -8,7 +8,7 @@ ADDR ?= 127.0.0.1:8000
 PIP_VERSION := 26.3
 UV_VERSION := 0.13.9
 
-.PHONY: install lock demo browser nginx test test-postgres lint format bench bench-import bench-export bench-pages torture clean
+.PHONY: install lock demo browser nginx gettext messages test test-postgres lint format bench bench-import bench-export bench-pages torture clean
 
 # Everything comes from the lock file, each package by its hash (the test and deploy extras,
 # so the suite, the proxy tests and the benchmarks run on the same versions everywhere);
@@ -71,15 +71,28 @@ browser:
 	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }; }
 
 # The proxy tests serve the dashboard through Debian's nginx (tests/test_proxy.py).
+# GNU gettext: makemessages and compilemessages need it, and so do the catalogue's tests.
+gettext:
+	@command -v msgfmt >/dev/null || { command -v apt-get >/dev/null && \
+	  { [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; $$SUDO apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq gettext; }; }
+
+# After marking a string or translating one: the catalogue (evidence/locale/) made current with
+# the code, then compiled. Both files are committed, so an installed wheel needs no gettext.
+messages: install gettext
+	DJANGO_DEBUG=1 $(BIN)/python manage.py makemessages --locale zh_Hans --no-obsolete --no-location \
+	  --ignore '.venv/*' --ignore 'tests/*' --ignore 'receipts/*' --ignore 'var/*' --ignore 'build/*'
+	DJANGO_DEBUG=1 $(BIN)/python manage.py compilemessages --locale zh_Hans --ignore '.venv/*'
+
 nginx:
 	@test -x /usr/sbin/nginx || { command -v apt-get >/dev/null && \
 	  { [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; $$SUDO apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nginx; }; }
 
-test: install browser nginx
+test: install browser nginx gettext
 	$(BIN)/python -m pytest
 
-test-postgres: install browser nginx
+test-postgres: install browser nginx gettext
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test $(BIN)/python -m pytest
 
 # ruff, then mypy with django-stubs (its files and settings: [tool.mypy] in pyproject.toml).

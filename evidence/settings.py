@@ -176,6 +176,7 @@ MIDDLEWARE = [
     "evidence.middleware.NoStoreMiddleware",
     "evidence.middleware.RefuseNulMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -202,6 +203,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "django.template.context_processors.i18n",
                 "evidence.context_processors.inbox",
                 "evidence.context_processors.version",
             ],
@@ -264,9 +266,21 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "runs"
 LOGOUT_REDIRECT_URL = "login"
 
-LANGUAGE_CODE = "en-us"
+# English and Simplified Chinese (docs/glossary.md holds the terms): the browser's
+# Accept-Language chooses, and the switcher in the header overrides it with a cookie.
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+USE_I18N = True
+# The catalogue travels inside the evidence package, so an installed wheel has it too.
+LOCALE_PATHS = [Path(__file__).resolve().parent / "locale"]
+# Our own formats beside Django's (evidence/formats/): times to the second, as the ledger
+# holds them, and digits grouped in threes in both languages.
+FORMAT_MODULE_PATH = ["evidence.formats"]
+LANGUAGE_COOKIE_NAME = "callproof_language"
+LANGUAGE_COOKIE_AGE = 365 * 24 * 3600
+LANGUAGE_COOKIE_HTTPONLY = True
+LANGUAGE_COOKIE_SAMESITE = "Lax"
 TIME_ZONE = "UTC"
-USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
@@ -297,6 +311,7 @@ if HTTPS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
+    LANGUAGE_COOKIE_SECURE = True
 
 # Hardened pages: no inline script or style and no eval anywhere (htmx is served from our
 # static files, its own styles and eval turned off in base.html), no framing, no referrer

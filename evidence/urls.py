@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.urls import path
+from django.views.i18n import set_language
 
 from evidence import api, views
 
@@ -15,6 +16,8 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     # A person with no role must still be able to log out.
     path("accounts/logout/", login_not_required(auth_views.LogoutView.as_view()), name="logout"),
+    # The language switcher: a cookie, so the login page offers it too.
+    path("language/", login_not_required(set_language), name="set_language"),
     path("", views.runs, name="runs"),
     path("search/", views.search, name="search"),
     path("findings/", views.findings, name="findings"),

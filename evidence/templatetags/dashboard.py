@@ -9,8 +9,10 @@ import re
 from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext as _
+from django.utils.translation import pgettext
 
-from evidence import charts
+from evidence import charts, i18n
 from evidence.views.common import url_of
 from receipts import protocol
 
@@ -80,8 +82,19 @@ def badge(value: object, unproven: bool = False) -> SafeString:
     """
     label = as_text(value) if value not in (None, "") else "missing"
     kind = BADGE_CLASSES.get(label, "neutral")
+    shown = i18n.word(label)
+    if shown == label and label not in i18n.WORDS:
+        # a value nobody foresaw is data: no translator may touch it
+        return format_html(
+            '<span class="badge badge-{}" translate="no">{}</span>',
+            "neutral" if unproven and kind == "ok" else kind,
+            label,
+        )
     return format_html(
-        '<span class="badge badge-{}">{}</span>', "neutral" if unproven and kind == "ok" else kind, label
+        '<span class="badge badge-{}" data-value="{}">{}</span>',
+        "neutral" if unproven and kind == "ok" else kind,
+        label,
+        shown,
     )
 
 
@@ -95,9 +108,13 @@ def call_status(call: object, settled_by: str = "") -> SafeString:
     by = settled_by or getattr(call, "settled_by", "")
     return format_html(
         '<span class="muted">{} →</span> {}{}',
-        getattr(call, "status", ""),
+        i18n.word(getattr(call, "status", "")),
         badge(shown),
-        format_html(' <span class="muted">by {}</span>', by) if by else "",
+        format_html(
+            ' <span class="muted">{}</span>', format_html(_("by {}"), format_html('<span translate="no">{}</span>', by))
+        )
+        if by
+        else "",
     )
 
 
@@ -110,8 +127,8 @@ def call_decision(call: object) -> SafeString:
 
 @register.filter
 def when(moment: object) -> str:
-    """One time format on every page (``protocol.human_time``, as in every message built for a
-    person); the exact instant, RFC 3339, in the element's datetime and tooltip.
+    """One time format on every page, in the reader's language (``i18n.shown_time``); the
+    exact instant, RFC 3339, in the element's datetime and tooltip.
 
     Takes a datetime, or an RFC 3339 string as records hold them.
     """
@@ -124,39 +141,26 @@ def when(moment: object) -> str:
     if not isinstance(moment, dt.datetime):
         return "—"
     exact = protocol.format_time(moment)
-    return format_html('<time datetime="{}" title="{}">{}</time>', exact, exact, protocol.human_time(moment))
+    return format_html('<time datetime="{}" title="{}">{}</time>', exact, exact, i18n.shown_time(moment))
 
 
 @register.filter
 def age(since: dt.datetime | None) -> str:
-    """How long ago, in the largest two units (``3 h 12 min ago``), the time itself in a tooltip.
-
-    A time a little ahead of this clock (another host's) is "just now"; one further ahead is
-    said as such ("in 20 min"), never as a past it is not.
-    """
+    """How long ago, in the largest two units (``3 h 12 min ago``), the time itself in a tooltip."""
     if since is None:
-        return "unknown"
-    seconds = int((protocol.utc_now() - since).total_seconds())
-    if -60 < seconds < 1:
-        said = "just now"
-    elif seconds < 0:
-        said = f"in {_span(-seconds)}"
-    else:
-        said = f"{_span(seconds)} ago"
+        return pgettext("age", "unknown")
     return format_html(
-        '<time datetime="{}" title="{}">{}</time>', protocol.format_time(since), protocol.human_time(since), said
+        '<time datetime="{}" title="{}">{}</time>',
+        protocol.format_time(since),
+        i18n.shown_time(since),
+        i18n.age_text(since),
     )
 
 
-def _span(seconds: int) -> str:
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
-    if days:
-        return f"{days} d {hours % 24} h"
-    if hours:
-        return f"{hours} h {minutes % 60} min"
-    return f"{minutes} min"
+@register.filter
+def word(value: object) -> str:
+    """A protocol word (a status, a decision, a phase) in the reader's language, outside a badge."""
+    return i18n.word(value)
 
 
 @register.filter

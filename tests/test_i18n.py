@@ -1,0 +1,184 @@
+"""The dashboard in English and Simplified Chinese (docs/glossary.md).
+
+Every string of every template is marked; the Chinese catalogue is complete (nothing
+untranslated, nothing fuzzy), current with the code (makemessages finds nothing new) and
+compiled as committed; every page read in Chinese shows no English interface text outside
+data (tests/i18n_check.py says what data is); the browser's language chooses, and the
+switcher overrides it and is remembered.
+"""
+
+from __future__ import annotations
+
+import gettext
+import os
+import shutil
+import subprocess
+import sys
+from http import HTTPStatus
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.template.base import Lexer, TokenType
+from django.urls import reverse
+
+from evidence.models import Call, Finding, Run
+from tests.helpers import content, join
+from tests.i18n_check import english_on
+from tests.test_times import every_page
+
+PROJECT = Path(__file__).resolve().parents[1]
+TEMPLATES = PROJECT / "templates"
+CATALOGUE = PROJECT / "evidence" / "locale" / "zh_Hans" / "LC_MESSAGES" / "django.po"
+COMPILED = CATALOGUE.with_suffix(".mo")
+# What makemessages reads: the dashboard and its templates (the writer and the reader are
+# standard library only, and speak to programs, not to the dashboard's readers).
+MAKEMESSAGES = ["makemessages", "--locale", "zh_Hans", "--no-obsolete", "--no-location", "--ignore", ".venv/*",
+                "--ignore", "tests/*", "--ignore", "receipts/*", "--ignore", "var/*",
+                "--ignore", "build/*"]  # fmt: skip
+
+gettext_tools = pytest.mark.skipif(shutil.which("msgfmt") is None, reason="GNU gettext is installed by make")
+
+
+def unmarked(template: Path) -> list[str]:
+    """Interface text of ``template`` that is not inside a translate or blocktranslate tag."""
+    kept: list[str] = []
+    skipping = ""
+    for token in Lexer(template.read_text()).tokenize():
+        words = token.contents.split()
+        tag = words[0] if words and token.token_type == TokenType.BLOCK else ""
+        if skipping:
+            if tag == skipping:
+                skipping = ""
+            continue
+        if tag in {"blocktranslate", "blocktrans"}:
+            skipping = "end" + tag
+        elif tag == "comment":
+            skipping = "endcomment"
+        if token.token_type == TokenType.TEXT:
+            kept.append(token.contents)
+        elif token.token_type in (TokenType.VAR, TokenType.BLOCK):
+            kept.append("\x00")  # a value or a translation: not literal text
+    return [text.replace("\x00", "…") for text in english_on("".join(kept))]
+
+
+TEMPLATE_FILES = sorted(TEMPLATES.rglob("*.html"))
+
+
+@pytest.mark.parametrize("template", TEMPLATE_FILES, ids=[str(t.relative_to(TEMPLATES)) for t in TEMPLATE_FILES])
+def test_every_string_a_template_shows_is_marked_for_translation(template):
+    assert unmarked(template) == []
+
+
+def test_the_check_finds_a_string_left_unmarked(tmp_path):
+    """The lint above is not blind: plain text, a title and a data-label are caught; data,
+    identifiers and marked strings are not."""
+    page = tmp_path / "page.html"
+    page.write_text(
+        '{% load i18n %}<p>{% translate "Settled" %} <code>run_id</code> CSV {{ value }}</p>'
+        '<span translate="no">alice</span>{% blocktranslate %}Calls {{ n }}{% endblocktranslate %}'
+        '<td data-label="Last event">x</td><button title="Show it">→</button><p>Nothing here</p>'
+    )
+    assert unmarked(page) == ["Last event", "Show it", "Nothing here"]
+
+
+def entries(po_text: str) -> list[str]:
+    """The entries of a PO file's text, its header left out."""
+    blocks = [block for block in po_text.strip().split("\n\n") if "\nmsgid " in "\n" + block]
+    return [block for block in blocks if '"Content-Type:' not in block]
+
+
+def catalogue_entries(po: Path) -> dict[tuple[str, str], str]:
+    """(msgctxt, msgid) -> msgstr of a compiled catalogue, read by Python's own gettext."""
+    with po.open("rb") as compiled:
+        catalog = gettext.GNUTranslations(compiled)._catalog  # type: ignore[attr-defined]
+    return {key if isinstance(key, tuple) else ("", key): value for key, value in catalog.items() if key}
+
+
+@gettext_tools
+def test_the_chinese_catalogue_has_nothing_untranslated_or_fuzzy():
+    for option in ("--untranslated", "--only-fuzzy"):
+        left = subprocess.run(["msgattrib", option, "--no-obsolete", str(CATALOGUE)], capture_output=True, text=True)
+        assert left.returncode == 0, left.stderr
+        assert entries(left.stdout) == [], option
+    checked = subprocess.run(["msgfmt", "--check", "-o", "/dev/null", str(CATALOGUE)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+
+
+@gettext_tools
+def test_the_catalogue_holds_every_marked_string_of_the_code(tmp_path):
+    """makemessages over a copy of the sources finds no string the catalogue lacks, and the
+    catalogue keeps none the code no longer has."""
+    copy = tmp_path / "callproof"
+    shutil.copytree(PROJECT, copy, ignore=shutil.ignore_patterns(".venv", "var", ".git", "__pycache__", "build"))
+    made = subprocess.run(
+        [sys.executable, "manage.py", *MAKEMESSAGES],
+        cwd=copy, capture_output=True, text=True, env={**os.environ, "DJANGO_DEBUG": "1"},
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    fresh = subprocess.run(["msgattrib", "--untranslated", "--no-obsolete", str(copy / CATALOGUE.relative_to(PROJECT))],
+                           capture_output=True, text=True)  # fmt: skip
+    assert entries(fresh.stdout) == [], "marked in the code, not in the catalogue (make messages)"
+    ids = subprocess.run(["msgcomm", "--unique", str(CATALOGUE), str(copy / CATALOGUE.relative_to(PROJECT))],
+                         capture_output=True, text=True)  # fmt: skip
+    assert entries(ids.stdout) == [], "in one catalogue only (make messages)"
+
+
+@gettext_tools
+def test_the_committed_compiled_catalogue_is_its_source_compiled(tmp_path):
+    compiled = tmp_path / "django.mo"
+    subprocess.run(["msgfmt", "-o", str(compiled), str(CATALOGUE)], check=True)
+    assert catalogue_entries(COMPILED) == catalogue_entries(compiled), "run make messages and commit the .mo"
+
+
+@pytest.fixture
+def chinese(client, django_user_model):
+    """Someone who sees every page and form, reading in Chinese (their browser asks for it)."""
+    ada = django_user_model.objects.create_user("ada", password="a-long-password-1")
+    client.force_login(join(ada, "admin", "confirmer", "exporter"))
+    client.defaults["HTTP_ACCEPT_LANGUAGE"] = "zh-CN,zh;q=0.9,en;q=0.5"
+    return client
+
+
+def every_page_in_every_state(client) -> list[str]:
+    """Every page of the demo, with a settled call, a legal hold and a snoozed finding so that
+    their panels show too."""
+    call = Call.objects.get(run__run_id="write-file-killed")
+    form = {"confirm_call_id": call.call_id[:12], "receipt_sha256": call.file_sha256, "confirm_queryable": "on"}
+    form |= {"resolution": "committed", "reason": "the file is there"}
+    assert client.post(reverse("confirm", args=["write-file-killed", call.call_id]), form).status_code == 303
+    hold = client.post(reverse("legal_hold", args=["clean-run"]), {"hold": "set", "reason": "an audit asked"})
+    assert hold.status_code in (HTTPStatus.FOUND, HTTPStatus.SEE_OTHER)
+    triage = [reverse("triage", args=[finding.pk]) for finding in Finding.objects.order_by("pk")]
+    missing = ["/runs/no-such-run/", "/findings/?code=nonsense", "/search/?q=nothing-like-this"]
+    return every_page() + triage + missing + ["/accounts/login/"]
+
+
+def test_no_page_read_in_chinese_shows_an_english_interface_string(chinese, demo):
+    shown = {}
+    for url in every_page_in_every_state(chinese):
+        response = chinese.get(url)
+        assert response.status_code in (HTTPStatus.OK, HTTPStatus.NOT_FOUND, HTTPStatus.BAD_REQUEST), url
+        assert response["Content-Language"] == "zh-hans", url
+        if english := english_on(content(response)):
+            shown[url] = english
+    assert shown == {}
+
+
+def test_the_browser_chooses_the_language_and_the_switcher_overrides_it(client, demo, django_user_model):
+    client.force_login(join(django_user_model.objects.create_user("wei"), "viewer"))
+    english = client.get("/", HTTP_ACCEPT_LANGUAGE="en-GB,en;q=0.9")
+    chinese = client.get("/", HTTP_ACCEPT_LANGUAGE="zh-CN,zh;q=0.9")
+    assert english["Content-Language"] == "en" and '<html lang="en">' in content(english)
+    assert chinese["Content-Language"] == "zh-hans" and '<html lang="zh-Hans">' in content(chinese)
+    switched = client.post(
+        reverse("set_language"), {"language": "en", "next": "/findings/"}, HTTP_ACCEPT_LANGUAGE="zh-CN"
+    )
+    assert switched.status_code == HTTPStatus.FOUND and switched["Location"] == "/findings/"
+    assert client.cookies[settings.LANGUAGE_COOKIE_NAME]["httponly"]
+    # Remembered over the browser's own choice, on every later page.
+    assert client.get("/findings/", HTTP_ACCEPT_LANGUAGE="zh-CN")["Content-Language"] == "en"
+    # Somewhere else the switcher does not send anyone.
+    away = client.post(reverse("set_language"), {"language": "zh-hans", "next": "https://evil.example/"})
+    assert away["Location"] == "/"
+    assert Run.objects.exists()
