@@ -65,10 +65,12 @@ demo: install var/secret_key
 	wait $$server
 
 # Browser tests drive Debian's Chromium; install it when it is missing (never a downloaded browser).
+# Chromium, and a font for Chinese: without one a page in 简体中文 shows boxes, and its
+# screenshots and width checks mean nothing.
 browser:
-	@test -x /usr/bin/chromium || { command -v apt-get >/dev/null && \
+	@{ test -x /usr/bin/chromium && fc-list :lang=zh | grep -q .; } || { command -v apt-get >/dev/null && \
 	  { [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; $$SUDO apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; }; }
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium fonts-noto-cjk; }; }
 
 # The proxy tests serve the dashboard through Debian's nginx (tests/test_proxy.py).
 # GNU gettext: makemessages and compilemessages need it, and so do the catalogue's tests.
