@@ -9,6 +9,7 @@ switcher overrides it and is remembered.
 
 from __future__ import annotations
 
+import datetime as dt
 import gettext
 import os
 import shutil
@@ -19,10 +20,13 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.template.base import Lexer, TokenType
 from django.urls import reverse
 
-from evidence.models import Call, Finding, Run
+from evidence import hosts, triage
+from evidence.models import Call, Finding, Host, Run
+from receipts import protocol
 from tests.helpers import content, join
 from tests.i18n_check import english_on
 from tests.test_times import every_page
@@ -141,17 +145,35 @@ def chinese(client, django_user_model):
 
 
 def every_page_in_every_state(client) -> list[str]:
-    """Every page of the demo, with a settled call, a legal hold and a snoozed finding so that
-    their panels show too."""
+    """Every page of the demo, with a settled call, a legal hold, triaged findings and hosts so
+    that their panels show too."""
     call = Call.objects.get(run__run_id="write-file-killed")
     form = {"confirm_call_id": call.call_id[:12], "receipt_sha256": call.file_sha256, "confirm_queryable": "on"}
     form |= {"resolution": "committed", "reason": "the file is there"}
     assert client.post(reverse("confirm", args=["write-file-killed", call.call_id]), form).status_code == 303
     hold = client.post(reverse("legal_hold", args=["clean-run"]), {"hold": "set", "reason": "an audit asked"})
     assert hold.status_code in (HTTPStatus.FOUND, HTTPStatus.SEE_OTHER)
-    triage = [reverse("triage", args=[finding.pk]) for finding in Finding.objects.order_by("pk")]
+    person = User.objects.get(username="ada")
+    now = protocol.utc_now()
+    findings = list(Finding.objects.order_by("pk"))
+    triage.act(finding=findings[0], user=person, action=triage.ACKNOWLEDGE, reason="known", now=now)
+    until = now + dt.timedelta(days=1)
+    triage.act(finding=findings[1], user=person, action=triage.SNOOZE, reason="later", until=until, now=now)
+    triage.act(finding=findings[2], user=person, action=triage.SNOOZE, reason="next", on_change=True, now=now)
+    # A host that ships, and one gone silent (its last report long ago).
+    hosts.register(runs_root=Path("/srv/runs"), watching=True, now=now)
+    long_ago = now - dt.timedelta(days=2)
+    Host.objects.create(name="old-host", runs_root="/srv/old", version="0", started_at=long_ago, last_seen_at=long_ago,
+                        watching=True)  # fmt: skip
+    triage_pages = [reverse("triage", args=[finding.pk]) for finding in findings]
+    views = [
+        "/findings/?triage=acknowledged",
+        "/findings/?triage=snoozed",
+        "/inbox/?triage=snoozed",
+        "/reservations/?triage=acknowledged",
+    ]
     missing = ["/runs/no-such-run/", "/findings/?code=nonsense", "/search/?q=nothing-like-this"]
-    return every_page() + triage + missing + ["/accounts/login/"]
+    return every_page() + triage_pages + views + missing + ["/accounts/login/"]
 
 
 def test_no_page_read_in_chinese_shows_an_english_interface_string(chinese, demo):
