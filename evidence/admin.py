@@ -16,6 +16,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied
+from django.utils.translation import gettext_lazy as _
 
 from evidence.models import AuditEntry, Host, HumanDecision
 from evidence.roles import ROLES
@@ -59,7 +60,7 @@ class HostAdmin(ReadOnlyAdmin):
     list_display = ("name", "watching", "last_seen_at", "stopped_at", "runs_root", "version")
     actions = ("retire",)
 
-    @admin.action(description="Retire: stop expecting these hosts to report", permissions=["retire"])
+    @admin.action(description=_("Retire: stop expecting these hosts to report"), permissions=["retire"])
     def retire(self, request, queryset):
         queryset.update(watching=False)
 
@@ -76,9 +77,9 @@ class PeopleAdmin(UserAdmin):
 
     bounded_fieldsets = (
         (None, {"fields": ("username",)}),
-        ("Personal info", {"fields": ("first_name", "last_name", "email")}),
-        ("Access", {"fields": ("is_active", "groups")}),
-        ("Important dates", {"fields": ("last_login", "date_joined")}),
+        (_("Personal info"), {"fields": ("first_name", "last_name", "email")}),
+        (_("Access"), {"fields": ("is_active", "groups")}),
+        (_("Important dates"), {"fields": ("last_login", "date_joined")}),
     )
 
     def get_queryset(self, request):
