@@ -22,12 +22,14 @@ def shown_time(moment: object) -> str:
     comes back as its text (what a record holds is data, quoted as it is)."""
     if isinstance(moment, str):
         try:
-            moment = protocol.parse_time(moment)
+            parsed: object = protocol.parse_time(moment)
         except ValueError:
             return moment
-    if not isinstance(moment, dt.datetime):
-        return str(moment)
-    instant = moment.astimezone(dt.UTC)
+    else:
+        parsed = moment
+    if not isinstance(parsed, dt.datetime):
+        return str(parsed)
+    instant = parsed.astimezone(dt.UTC)
     if instant.year < 1000:
         # Django's "Y" writes the year 1 as "1": the protocol's own form keeps four digits.
         return protocol.human_time(instant)
