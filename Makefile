@@ -83,7 +83,7 @@ gettext:
 # the code, then compiled. Both files are committed, so an installed wheel needs no gettext.
 messages: install gettext
 	DJANGO_DEBUG=1 $(BIN)/python manage.py makemessages --locale zh_Hans --no-obsolete --no-location \
-	  --ignore '.venv/*' --ignore 'tests/*' --ignore 'receipts/*' --ignore 'var/*' --ignore 'build/*'
+	  --ignore '.venv/*' --ignore 'tests/*' --ignore 'receipts/*.py' --ignore 'var/*' --ignore 'build/*'
 	DJANGO_DEBUG=1 $(BIN)/python manage.py compilemessages --locale zh_Hans --ignore '.venv/*'
 
 nginx:

@@ -58,9 +58,9 @@ class _Reader(HTMLParser):
         data = self.in_data or tag in DATA_ELEMENTS or values.get("translate") == "no"
         if not data:
             for name, value in attrs:
-                if value and (
-                    name in READ_ATTRIBUTES or (name == "value" and values.get("type") in {"submit", "button"})
-                ):
+                # An input button shows its value; a <button>'s value is what it sends, unseen.
+                shown_value = name == "value" and tag == "input" and values.get("type") in {"submit", "button"}
+                if value and (name in READ_ATTRIBUTES or shown_value):
                     if tag == "time" and name == "title":
                         continue  # the exact instant, for machines and the curious
                     self.texts.append(value)

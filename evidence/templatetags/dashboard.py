@@ -90,10 +90,12 @@ def badge(value: object, unproven: bool = False) -> SafeString:
             "neutral" if unproven and kind == "ok" else kind,
             label,
         )
+    # The record's own word first, so that a page reads '<... badge-ok">committed' in English
+    # and a program finds the word in data-value whatever the language.
     return format_html(
-        '<span class="badge badge-{}" data-value="{}">{}</span>',
-        "neutral" if unproven and kind == "ok" else kind,
+        '<span data-value="{}" class="badge badge-{}">{}</span>',
         label,
+        "neutral" if unproven and kind == "ok" else kind,
         shown,
     )
 
