@@ -90,10 +90,11 @@ def badge(value: object, unproven: bool = False) -> SafeString:
             "neutral" if unproven and kind == "ok" else kind,
             label,
         )
+    # the record's own word first, so the class ends right before the shown word, as before
     return format_html(
-        '<span class="badge badge-{}" data-value="{}">{}</span>',
-        "neutral" if unproven and kind == "ok" else kind,
+        '<span data-value="{}" class="badge badge-{}">{}</span>',
         label,
+        "neutral" if unproven and kind == "ok" else kind,
         shown,
     )
 
