@@ -12,7 +12,10 @@ from collections.abc import Mapping, Sequence
 
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext as _
+from django.utils.translation import pgettext
 
+from evidence import i18n
 from receipts import protocol, recovery
 
 STATUS_ORDER = (
@@ -66,36 +69,43 @@ def marks(kind: str, x: float, width: float, height: int) -> str:
 def status_bar(counts: Mapping[str, int], width: int = 140, height: int = 12) -> SafeString:
     """A stacked bar of calls by status, each status told by its colour and by its marks."""
     total = sum(counts.values())
-    summary = ", ".join(
-        f"{count} {status}" for status, count in sorted(counts.items(), key=lambda i: _status_key(i[0]))
+    summary = pgettext("list separator", ", ").join(
+        _counted(count, status) for status, count in sorted(counts.items(), key=lambda i: _status_key(i[0]))
     )
     if not total:
-        return format_html('<span class="muted">{}</span>', "no calls")
+        return format_html('<span class="muted">{}</span>', _("no calls"))
     x, shapes = 0.0, []
     for status, count in sorted(counts.items(), key=lambda item: _status_key(item[0])):
         share = width * count / total
         kind = MARKS.get(status, "dots")
         rect = '<rect x="{}" y="0" width="{}" height="{}" class="{}"><title>{}</title></rect>'
-        shapes.append(format_html(rect, f"{x:.2f}", f"{share:.2f}", height, fill_class(status), f"{count} {status}"))
+        shapes.append(
+            format_html(rect, f"{x:.2f}", f"{share:.2f}", height, fill_class(status), _counted(count, status))
+        )
         if path := marks(kind, x, share, height):
             shapes.append(format_html('<path class="mark mark-{}" d="{}"></path>', kind, path))
         x += share
     rects = format_html_join("", "{}", ((shape,) for shape in shapes))
     return format_html(
-        '<svg class="chart" width="{}" height="{}" viewBox="0 0 {} {}" role="img" aria-label="calls: {}">{}</svg>',
+        '<svg class="chart" width="{}" height="{}" viewBox="0 0 {} {}" role="img" aria-label="{}">{}</svg>',
         width,
         height,
         width,
         height,
-        summary,
+        _("calls: %(summary)s") % {"summary": summary},
         rects,
     )
+
+
+def _counted(count: int, status: str) -> str:
+    """ "3 committed": a count of calls and their status, in the reader's words."""
+    return pgettext("calls of a status", "%(count)s %(status)s") % {"count": count, "status": i18n.word(status)}
 
 
 def histogram(buckets: Sequence[tuple[dt.datetime, int]], width: int = 480, height: int = 64) -> SafeString:
     """Events per time slice, as bars; the first and last slice times are labelled."""
     if not buckets:
-        return format_html('<span class="muted">{}</span>', "no events")
+        return format_html('<span class="muted">{}</span>', _("no events"))
     peak = max(count for _, count in buckets) or 1
     bar = width / len(buckets)
     shapes = []
@@ -107,7 +117,7 @@ def histogram(buckets: Sequence[tuple[dt.datetime, int]], width: int = 480, heig
                 f"{height - 14 - bar_height:.2f}",
                 f"{max(bar - 2, 1):.2f}",
                 f"{bar_height:.2f}",
-                f"{count} events from {start:%Y-%m-%d %H:%M:%S}",
+                _("%(count)s events from %(start)s") % {"count": count, "start": f"{start:%Y-%m-%d %H:%M:%S}"},
             )
         )
     rects = format_html_join(
@@ -115,18 +125,17 @@ def histogram(buckets: Sequence[tuple[dt.datetime, int]], width: int = 480, heig
     )
     total = sum(count for _, count in buckets)
     first, last = buckets[0][0], buckets[-1][0]
-    slice_width = _duration(buckets[1][0] - buckets[0][0]) if len(buckets) > 1 else "slice"
+    slice_width = _duration(buckets[1][0] - buckets[0][0]) if len(buckets) > 1 else _("slice")
     return format_html(
         '<svg class="chart" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" '
-        'aria-label="{total} events over time, busiest slice {peak}">{rects}'
-        '<text x="0" y="9" class="axis">{peak} events per {slice}</text>'
+        'aria-label="{label}">{rects}'
+        '<text x="0" y="9" class="axis">{scale}</text>'
         '<text x="0" y="{ty}" class="axis">{first}</text>'
         '<text x="{w}" y="{ty}" class="axis" text-anchor="end">{last} UTC</text></svg>',
         w=width,
         h=height,
-        total=total,
-        peak=peak,
-        slice=slice_width,
+        label=_("%(total)s events over time, busiest slice %(peak)s") % {"total": total, "peak": peak},
+        scale=_("%(peak)s events per %(slice)s") % {"peak": peak, "slice": slice_width},
         rects=rects,
         ty=height - 2,
         first=f"{first:%Y-%m-%d %H:%M}",
@@ -137,12 +146,12 @@ def histogram(buckets: Sequence[tuple[dt.datetime, int]], width: int = 480, heig
 def _duration(width: dt.timedelta) -> str:
     """A slice's width in the largest unit that keeps it whole enough to read."""
     seconds = width.total_seconds()
-    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
+    for unit, size in ((_("%(n)s day"), 86400), (_("%(n)s h"), 3600), (_("%(n)s min"), 60)):
         if seconds >= size:
-            return f"{seconds / size:.3g} {unit}"
+            return unit % {"n": f"{seconds / size:.3g}"}
     if seconds >= 1:
-        return f"{seconds:.3g} s"
-    return f"{seconds * 1000:.3g} ms"
+        return _("%(n)s s") % {"n": f"{seconds:.3g}"}
+    return _("%(n)s ms") % {"n": f"{seconds * 1000:.3g}"}
 
 
 def activity_strip(
@@ -154,25 +163,24 @@ def activity_strip(
 ) -> SafeString:
     """When a run was active, on the time axis shared by every run on the page."""
     if first is None or last is None or span is None:
-        return format_html('<span class="muted">{}</span>', "no events")
+        return format_html('<span class="muted">{}</span>', _("no events"))
     total = max((span[1] - span[0]).total_seconds(), 1.0)
     x = width * (first - span[0]).total_seconds() / total
     w = max(width * (last - first).total_seconds() / total, 2.0)
     return format_html(
-        '<svg class="chart" width="{}" height="{}" viewBox="0 0 {} {}" role="img" aria-label="active {} to {}">'
+        '<svg class="chart" width="{}" height="{}" viewBox="0 0 {} {}" role="img" aria-label="{}">'
         '<rect x="0" y="{}" width="{}" height="2" class="fill-axis"></rect>'
-        '<rect x="{}" y="0" width="{}" height="{}" class="fill-bar"><title>{} to {}</title></rect></svg>',
+        '<rect x="{}" y="0" width="{}" height="{}" class="fill-bar"><title>{}</title></rect></svg>',
         width,
         height,
         width,
         height,
-        f"{first:%Y-%m-%d %H:%M:%S}",
-        f"{last:%Y-%m-%d %H:%M:%S}",
+        _("active %(first)s to %(last)s")
+        % {"first": f"{first:%Y-%m-%d %H:%M:%S}", "last": f"{last:%Y-%m-%d %H:%M:%S}"},
         height // 2 - 1,
         width,
         f"{min(x, width - w):.2f}",
         f"{w:.2f}",
         height,
-        f"{first:%H:%M:%S}",
-        f"{last:%H:%M:%S}",
+        _("%(first)s to %(last)s") % {"first": f"{first:%H:%M:%S}", "last": f"{last:%H:%M:%S}"},
     )

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.core.exceptions import BadRequest
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.cache import patch_cache_control
+from django.utils.translation import gettext_noop
 
 from evidence.roles import BROWSE
 
@@ -67,8 +67,12 @@ class RefuseNulMiddleware:
         if "\x00" in request.path or any(
             "\x00" in name or any("\x00" in value for value in values) for name, values in request.GET.lists()
         ):
-            message = "a U+0000 (NUL) character is not allowed in the address"
+            from evidence.views.common import Refused  # views import the models: not at start-up
+
+            refused = Refused(
+                gettext_noop("a {character} character is not allowed in the address"), character="U+0000 (NUL)"
+            )
             if request.path.startswith("/api/"):
-                return JsonResponse({"detail": message}, status=400)
-            raise BadRequest(message)
+                return JsonResponse({"detail": str(refused)}, status=400)  # the API speaks English
+            raise refused
         return self.get_response(request)

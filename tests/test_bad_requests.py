@@ -63,3 +63,16 @@ def test_a_host_the_site_does_not_serve_is_a_400_page(demo):
     assert response.status_code == 400
     api = client.get("/api/runs", HTTP_HOST="evil.example")
     assert api.status_code == 400
+
+
+def test_a_refusal_is_in_the_readers_language_on_the_page_and_english_in_the_api(viewer, demo):
+    """The page says it in Chinese with what was sent and what is allowed as code (data); the
+    API speaks English to programs, whatever the browser asks for."""
+    chinese = {"HTTP_ACCEPT_LANGUAGE": "zh-CN,zh;q=0.9"}
+    page = viewer.get("/findings/?severity=loud", **chinese).content.decode()
+    assert "<code>severity=&#x27;loud&#x27;</code> 不是以下之一：<code>error, warning</code>" in page
+    nul = viewer.get("/findings/?code=%00", **chinese).content.decode()
+    assert "地址中不允许出现 <code>U+0000 (NUL)</code> 字符" in nul
+    api = viewer.get("/api/findings?severity=loud", **chinese)
+    assert api.status_code == 400 and api.json()["detail"] == "severity='loud' is not one of: error, warning"
+    assert "NUL" in viewer.get("/api/audit?actor=%00", **chinese).json()["detail"]

@@ -73,7 +73,9 @@ def test_a_commit_the_writer_refused_to_reuse_shows_as_disputed_and_can_be_settl
     assert "disputed: its target did not show this result" in page and "effect_not_shown" in page
     assert 'name="resolution"' in page, "a person may settle it"
     lead = page[page.index('class="lead"') :]
-    assert lead.startswith('class="lead"><span data-value="disputed" class="badge badge-bad">disputed'), "never shown as a plain commit"
+    assert lead.startswith('class="lead"><span data-value="disputed" class="badge badge-bad">disputed'), (
+        "never shown as a plain commit"
+    )
     assert "(the receipt says committed, and proves nothing)" in lead[:400]
     run_page = content(client.get(reverse("run", args=[run_dir.name])))
     assert 'badge-bad">disputed' in run_page

@@ -95,11 +95,15 @@ def test_a_settled_call_shows_as_settled_on_every_page_and_in_every_download(as_
     settle(as_confirmer, call)
     _, page = call_page(as_confirmer, SENT)
     lead = page[page.index('class="lead"') : page.index("</p>", page.index('class="lead"'))]
-    assert "prepared →" in lead and 'badge-info">settled: committed' in lead and "by carol" in lead
+    assert (
+        "prepared →" in lead
+        and 'badge-info">settled: committed' in lead
+        and 'by <span translate="no">carol</span>' in lead
+    )
     assert 'badge-warn">prepared' not in lead
     run_page = content(as_confirmer.get(reverse("run", args=[SENT])))
     calls_table = run_page[run_page.index('id="calls"') : run_page.index('id="submissions"')]
-    assert "settled: committed" in calls_table and "by carol" in calls_table
+    assert "settled: committed" in calls_table and 'by <span translate="no">carol</span>' in calls_table
     assert 'badge-warn">prepared' not in calls_table
     assert bar_of(run_page, "settled-committed") and not bar_of(run_page, "prepared")
     row = run_row(content(as_confirmer.get(reverse("runs"))), SENT)

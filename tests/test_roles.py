@@ -98,6 +98,8 @@ ACTS = [
     Act("admin:index", "get", lambda: reverse("admin:index"), ("admin",)),
     Act("admin:auth_user_changelist", "get", lambda: reverse("admin:auth_user_changelist"), ("admin",)),
     Act("logout", "post", lambda: reverse("logout"), WHO, success=REDIRECT, public=True),
+    Act("set_language", "post", lambda: reverse("set_language"), WHO, success=REDIRECT, public=True,
+        data=lambda: {"language": "en", "next": "/"}),
 ]  # fmt: skip
 
 

@@ -9,12 +9,13 @@ from receipts import protocol
 
 
 def test_a_badge_names_its_value_and_never_colours_alone():
+    # the shown word in the reader's language, the record's own in data-value
     assert str(dashboard.badge("committed")) == '<span data-value="committed" class="badge badge-ok">committed</span>'
     assert str(dashboard.badge("")) == '<span data-value="missing" class="badge badge-neutral">missing</span>'
 
 
 def test_a_badge_takes_any_json_value_and_escapes_it():
-    # a value nobody foresaw is data: shown as it is, out of any translator's reach
+    # a value nobody foresaw is data: no translator touches it
     assert str(dashboard.badge(["x"])) == '<span class="badge badge-neutral" translate="no">[&quot;x&quot;]</span>'
     assert "&lt;script&gt;" in str(dashboard.badge("<script>"))
 
@@ -52,3 +53,14 @@ def test_when_is_one_format_in_utc_for_datetimes_and_rfc3339_text():
     assert shown == f'<time datetime="{exact}" title="{exact}">2026-11-30 12:04:05 UTC</time>'
     assert str(dashboard.when("2026-11-30T12:04:05.123456Z")) == shown
     assert dashboard.when(None) == "—" and dashboard.when("not a time") == "not a time"
+
+
+def test_a_badge_shows_the_readers_word_and_keeps_the_records_own():
+    from django.utils import translation
+
+    with translation.override("zh-hans"):
+        shown = str(dashboard.badge("settled: committed"))
+        assert shown == '<span data-value="settled: committed" class="badge badge-info">已裁定：已提交</span>'
+        assert str(dashboard.badge("a word nobody foresaw")) == (
+            '<span class="badge badge-neutral" translate="no">a word nobody foresaw</span>'
+        )

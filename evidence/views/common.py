@@ -12,6 +12,9 @@ from django.core.exceptions import BadRequest
 from django.http import HttpRequest, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext, gettext_noop
 from django_htmx.middleware import HtmxDetails
 
 from evidence.listings import Listing, json_value
@@ -38,6 +41,26 @@ def url_of(kind: str, run_id: str, key: str = "") -> str:
 FORMATS = ("csv", "json")
 
 
+class Refused(BadRequest):
+    """A 400 that says what was wrong with a request: its text is English (the API's
+    ``detail``, the log), and the 400 page says it in the reader's language with each value
+    (what was sent, what is allowed) in ``<code>``: values are data.
+
+    ``message`` is a msgid marked with ``gettext_noop``, with ``{name}`` placeholders.
+    """
+
+    def __init__(self, message: str, **values: object) -> None:
+        self.message, self.values = message, values
+        super().__init__(message.format(**values))
+
+    def shown(self) -> SafeString:
+        """The message in the reader's language, as HTML: the values in ``<code>``."""
+        return format_html(
+            gettext(self.message),
+            **{name: format_html("<code>{}</code>", value) for name, value in self.values.items()},
+        )
+
+
 def get_run_or_404(run_id: str) -> Run:
     return get_object_or_404(Run, run_id=run_id)
 
@@ -60,7 +83,7 @@ def whole_number(request: HttpRequest, name: str) -> int | None:
     if not value:
         return None
     if not (value.isascii() and value.isdigit()) or int(value) > MAX_INT:
-        raise BadRequest(f"{name}={value[:80]!r} is not a whole number")
+        raise Refused(gettext_noop("{given} is not a whole number"), given=f"{name}={value[:80]!r}")
     return int(value)
 
 
@@ -80,7 +103,9 @@ def choice(request: HttpRequest, name: str, allowed: Iterable[str], default: str
         return default
     if value not in allowed:
         shown = ", ".join(allowed[:30]) + (", …" if len(allowed) > 30 else "")
-        raise BadRequest(f"{name}={(value or '')[:80]!r} is not one of: {shown}")
+        raise Refused(
+            gettext_noop("{given} is not one of: {allowed}"), given=f"{name}={(value or '')[:80]!r}", allowed=shown
+        )
     return value
 
 

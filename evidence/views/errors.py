@@ -9,18 +9,21 @@ from urllib.parse import urlencode
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import Resolver404, ResolverMatch, resolve, reverse
+from django.utils.translation import gettext_lazy
 
 from evidence.forms import ConfirmForm
 from evidence.models import Call, Run
 from evidence.roles import BROWSE, role_givers
 from evidence.views.calls import call_page, may_settle
-from evidence.views.common import HtmxHttpRequest
+from evidence.views.common import HtmxHttpRequest, Refused
 
 
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
     # Django's own 400 renders without the request, so without the navigation; the
-    # message of our BadRequest names what is allowed, and is safe to show.
-    return render(request, "400.html", {"message": str(exception)}, status=HTTPStatus.BAD_REQUEST)
+    # message of our BadRequest names what is allowed, and is safe to show (a Refused one in
+    # the reader's language, its values as code; any other as it was written, escaped).
+    message = exception.shown() if isinstance(exception, Refused) else str(exception)
+    return render(request, "400.html", {"message": message}, status=HTTPStatus.BAD_REQUEST)
 
 
 def no_role(request: HttpRequest) -> HttpResponse:
@@ -30,8 +33,8 @@ def no_role(request: HttpRequest) -> HttpResponse:
 # What a refused form is about, by the name of the URL it was posted to: the page that holds
 # the form (so a person can send it again from there) and the fields a person typed.
 FORM_PAGES = {"confirm": "call", "legal_hold": "run", "export_request": "run"}
-TYPED_FIELDS = ("reason",)
-CSRF_MESSAGE = (
+TYPED_FIELDS = {"reason": gettext_lazy("Reason")}
+CSRF_MESSAGE = gettext_lazy(
     "Nothing was done: this form came from a page that is out of date (you logged in again since it "
     "opened, or it was open a long time), so it could not be told apart from a forged one."
 )
@@ -69,7 +72,7 @@ def _settle_again(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpRe
         return None
     retyped = {name: request.POST.get(name, "") for name in ("resolution", "reason", "receipt_sha256")}
     form = ConfirmForm(initial={**retyped, "confirm_queryable": bool(request.POST.get("confirm_queryable"))})
-    return call_page(request, run, call, form=form, error=CSRF_MESSAGE, status=HTTPStatus.FORBIDDEN)
+    return call_page(request, run, call, form=form, error=str(CSRF_MESSAGE), status=HTTPStatus.FORBIDDEN)
 
 
 def _form_page(url_name: str | None, match: ResolverMatch | None) -> str | None:
@@ -80,6 +83,8 @@ def _form_page(url_name: str | None, match: ResolverMatch | None) -> str | None:
 
 
 def _csrf_page(request: HttpRequest, *, back: str | None = None, login_url: str | None = None) -> HttpResponse:
-    typed = [(name, request.POST[name]) for name in TYPED_FIELDS if request.POST.get(name, "").strip()]
+    typed = [
+        (name, label, request.POST[name]) for name, label in TYPED_FIELDS.items() if request.POST.get(name, "").strip()
+    ]
     context = {"message": CSRF_MESSAGE, "typed": typed, "back": back, "login_url": login_url}
     return render(request, "403_csrf.html", context, status=HTTPStatus.FORBIDDEN)
