@@ -343,18 +343,18 @@ def run_needs(*, run: Run, summary: RunSummary) -> list[Need]:
         if not count:
             continue
         counted += count
-        what, detail, action = NEED_WORDS[kind]
+        counted_words, detail, action = NEED_WORDS[kind]
         severity = WARNING if kind == "query" else ERROR
         url = _one_call_url(run, kind) if count == 1 else ""
         if not url:
             inbox_kind = "in doubt" if kind in ("confirm", "query", "missing") else "tampered"
             url = f"{reverse('inbox')}?{urlencode({'run': run.run_id, 'kind': inbox_kind})}"
-        needs.append(Need(severity, what % {"count": count}, str(detail), str(action), url))
+        needs.append(Need(severity, str(counted_words % {"count": count}), str(detail), str(action), url))
     if summary.in_doubt > counted:  # a summary stored before these counts were kept
         count = summary.in_doubt - counted
         url = f"{reverse('inbox')}?{urlencode({'run': run.run_id})}"
-        what = ngettext("%(count)s call in doubt", "%(count)s calls in doubt", count) % {"count": count}
-        needs.append(Need(ERROR, what, str(NEED_WORDS["confirm"][1]), pgettext("action", "Open"), url))
+        in_doubt = ngettext("%(count)s call in doubt", "%(count)s calls in doubt", count) % {"count": count}
+        needs.append(Need(ERROR, in_doubt, str(NEED_WORDS["confirm"][1]), pgettext("action", "Open"), url))
     findings = dict(summary.findings_by_code)
     if stale := findings.pop("stale_reservation", 0):
         needs.append(Need(WARNING,
