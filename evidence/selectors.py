@@ -20,8 +20,12 @@ from urllib.parse import urlencode
 from django.db.models import Case, Count, DateTimeField, OuterRef, Q, QuerySet, Subquery, TextField, Value, When
 from django.db.models.functions import Coalesce
 from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext, ngettext_lazy, pgettext
 
-from evidence import hosts, stats, triage
+from evidence import hosts, i18n, stats, triage
 from evidence.models import (
     AuditEntry,
     Call,
@@ -126,18 +130,46 @@ def search(*, query: str, limit: int = 20) -> list[Target]:
     matches = []
     runs = Run.objects.filter(run_id__icontains=query).order_by("run_id")
     for run_id, state, events in runs.values_list("run_id", "state", "event_count")[:limit]:
-        matches.append(Target("run", run_id, label=f"run {run_id} ({state or 'no state'}, {events} events)"))
+        label = format_html(
+            _("run {run_id} ({state}, {events} events)"),
+            run_id=_data(run_id),
+            state=_data_word(state) if state else _("no state"),
+            events=events,
+        )
+        matches.append(Target("run", run_id, label=label))
     prefix = query.lower()
     if HEX_RE.fullmatch(prefix):
         calls = calls_with_prefix(prefix=prefix).values_list("run__run_id", "call_id", "status", "tool")
         for run_id, call_id, status, tool in calls[:limit]:
-            matches.append(Target("call", run_id, call_id, f"call {call_id[:16]}… ({status or 'no receipt'} {tool})"))
+            label = format_html(
+                _("call {call_id}… ({status} {tool})"),
+                call_id=_data(call_id[:16]),
+                status=_data_word(status) if status else _("no receipt"),
+                tool=_data(tool),
+            )
+            matches.append(Target("call", run_id, call_id, label))
     submissions = Submission.objects.filter(Q(client_submission_id=query) | Q(task_id__iexact=query))
     fields = ("run__run_id", "client_submission_id", "task_id", "state")
     for run_id, submission_id, task_id, state in submissions.values_list(*fields)[:limit]:
-        label = f"submission {submission_id} → {task_id or 'no task'} ({state}) in {run_id}"
+        label = format_html(
+            _("submission {submission_id} → {task_id} ({state}) in {run_id}"),
+            submission_id=_data(submission_id),
+            task_id=_data(task_id) if task_id else _("no task"),
+            state=_data_word(state),
+            run_id=_data(run_id),
+        )
         matches.append(Target("submission", run_id, submission_id, label))
     return matches
+
+
+def _data(value: object) -> SafeString:
+    """A value a record holds, inside a sentence of the page: no translator touches it."""
+    return format_html('<span translate="no">{}</span>', value)
+
+
+def _data_word(value: str) -> SafeString | str:
+    """A protocol word in the reader's language; a value nobody foresaw as data."""
+    return i18n.word(value) if value in i18n.WORDS else _data(value)
 
 
 # --- one run ---------------------------------------------------------------
@@ -238,7 +270,7 @@ def altered_fields(*, call: Call) -> list[AlteredField]:
     if call.recomputed_call_id and call.declared_call_id != call.recomputed_call_id:
         fields.append(AlteredField("call_id", call.declared_call_id, call.recomputed_call_id))
     if call.input_sha256 and call.recomputed_input_sha256 and call.input_sha256 != call.recomputed_input_sha256:
-        fields.append(AlteredField("input digest (input_sha256)", call.input_sha256, call.recomputed_input_sha256))
+        fields.append(AlteredField(_("input digest (input_sha256)"), call.input_sha256, call.recomputed_input_sha256))
     return fields
 
 
@@ -273,19 +305,30 @@ class Need:
     url: str
 
 
-# What each kind of call in doubt (``stats.need_of``) is called, what waits, and its action.
+# What each kind of call in doubt (``stats.need_of``) is called (a count of them), what waits,
+# and its action.
 NEED_WORDS = {
-    "tampered": ("receipt altered after it was written", "receipts altered after they were written",
-                 "it proves nothing: find out who changed it, then decide whether the call happened", "Investigate"),
-    "unverified": ("receipt that cannot be checked", "receipts that cannot be checked",
-                   "an input of its identity is missing: a person decides whether the call happened", "Investigate"),
-    "disputed": ("commit its target does not show", "commits their targets do not show",
-                 "the writer refused to reuse it: a person decides whether it happened", "Investigate"),
-    "missing": ("call without a receipt", "calls without a receipt",
-                "the ledger names it but its receipt is missing: a person decides", "Investigate"),
-    "confirm": ("call in doubt", "calls in doubt", "a person decides whether it happened", "Settle"),
-    "query": ("call in doubt the runtime can check", "calls in doubt the runtime can check",
-              "resume the run: it will ask the target whether the effect happened", "Look at the call"),
+    "tampered": (ngettext_lazy("%(count)s receipt altered after it was written",
+                               "%(count)s receipts altered after they were written", "count"),
+                 gettext_lazy("it proves nothing: find out who changed it, then decide whether the call happened"),
+                 gettext_lazy("Investigate")),
+    "unverified": (ngettext_lazy("%(count)s receipt that cannot be checked",
+                                 "%(count)s receipts that cannot be checked", "count"),
+                   gettext_lazy("an input of its identity is missing: a person decides whether the call happened"),
+                   gettext_lazy("Investigate")),
+    "disputed": (ngettext_lazy("%(count)s commit its target does not show",
+                               "%(count)s commits their targets do not show", "count"),
+                 gettext_lazy("the writer refused to reuse it: a person decides whether it happened"),
+                 gettext_lazy("Investigate")),
+    "missing": (ngettext_lazy("%(count)s call without a receipt", "%(count)s calls without a receipt", "count"),
+                gettext_lazy("the ledger names it but its receipt is missing: a person decides"),
+                gettext_lazy("Investigate")),
+    "confirm": (ngettext_lazy("%(count)s call in doubt", "%(count)s calls in doubt", "count"),
+                gettext_lazy("a person decides whether it happened"), gettext_lazy("Settle")),
+    "query": (ngettext_lazy("%(count)s call in doubt the runtime can check",
+                            "%(count)s calls in doubt the runtime can check", "count"),
+              gettext_lazy("resume the run: it will ask the target whether the effect happened"),
+              gettext_lazy("Look at the call")),
 }  # fmt: skip
 
 
@@ -300,34 +343,40 @@ def run_needs(*, run: Run, summary: RunSummary) -> list[Need]:
         if not count:
             continue
         counted += count
-        one, many, detail, action = NEED_WORDS[kind]
+        counted_words, detail, action = NEED_WORDS[kind]
         severity = WARNING if kind == "query" else ERROR
         url = _one_call_url(run, kind) if count == 1 else ""
         if not url:
             inbox_kind = "in doubt" if kind in ("confirm", "query", "missing") else "tampered"
             url = f"{reverse('inbox')}?{urlencode({'run': run.run_id, 'kind': inbox_kind})}"
-        needs.append(Need(severity, f"{count} {one if count == 1 else many}", detail, action, url))
+        needs.append(Need(severity, str(counted_words % {"count": count}), str(detail), str(action), url))
     if summary.in_doubt > counted:  # a summary stored before these counts were kept
         count = summary.in_doubt - counted
         url = f"{reverse('inbox')}?{urlencode({'run': run.run_id})}"
-        needs.append(Need(ERROR, f"{count} call{pluralize(count)} in doubt", NEED_WORDS["confirm"][2], "Open", url))
+        in_doubt = ngettext("%(count)s call in doubt", "%(count)s calls in doubt", count) % {"count": count}
+        needs.append(Need(ERROR, in_doubt, str(NEED_WORDS["confirm"][1]), pgettext("action", "Open"), url))
     findings = dict(summary.findings_by_code)
     if stale := findings.pop("stale_reservation", 0):
-        needs.append(Need(WARNING, f"{stale} stale reservation{pluralize(stale)}",
-                          "a task submission reserved and never finished: a resume finishes it or stops",
-                          "Look at the reservations", reverse("reservations")))  # fmt: skip
+        needs.append(Need(WARNING,
+                          ngettext("%(count)s stale reservation", "%(count)s stale reservations", stale)
+                          % {"count": stale},
+                          _("a task submission reserved and never finished: a resume finishes it or stops"),
+                          _("Look at the reservations"), reverse("reservations")))  # fmt: skip
     if conflicts := findings.pop("submission_conflict", 0):
         url = f"{reverse('findings')}?{urlencode({'code': 'submission_conflict', 'run': run.run_id})}"
-        needs.append(Need(WARNING, f"{conflicts} submission conflict{pluralize(conflicts)}",
-                          "one client_submission_id, two requests: no second task was written",
-                          "Look at the conflict", url))  # fmt: skip
+        needs.append(Need(WARNING,
+                          ngettext("%(count)s submission conflict", "%(count)s submission conflicts", conflicts)
+                          % {"count": conflicts},
+                          _("one client_submission_id, two requests: no second task was written"),
+                          _("Look at the conflict"), url))  # fmt: skip
     if summary.in_doubt:
         # Why those calls are in doubt: the lines above are the problems, these their evidence.
         findings = {code: n for code, n in findings.items() if code not in CALL_DOUBT_CODES}
     if others := sum(findings.values()):
         needs.append(Need(ERROR if set(findings) & set(DIGEST_CODES) else WARNING,
-                          f"{others} open finding{pluralize(others)}", ", ".join(sorted(findings)),
-                          "Look at the findings", "#findings"))  # fmt: skip
+                          ngettext("%(count)s open finding", "%(count)s open findings", others) % {"count": others},
+                          format_html_join(", ", "<code>{}</code>", ((code,) for code in sorted(findings))),
+                          _("Look at the findings"), "#findings"))  # fmt: skip
     return needs
 
 

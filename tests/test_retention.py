@@ -116,7 +116,7 @@ def test_a_legal_hold_is_set_and_lifted_with_a_reason_audited_and_it_keeps_the_r
     assert hold(client, "clean-run", hold="set", reason="litigation 2026-17").status_code == HTTPStatus.SEE_OTHER
     run = Run.objects.get(run_id="clean-run")
     assert (run.legal_hold, run.legal_hold_reason, run.legal_hold_by) == (True, "litigation 2026-17", "alice")
-    assert "held</strong> by alice" in content(client.get("/runs/clean-run/"))
+    assert 'held</strong> by <span translate="no">alice</span>' in content(client.get("/runs/clean-run/"))
     plan = plans_at(10_000)["clean-run"]
     assert plan.action == "keep" and "a legal hold (alice: litigation 2026-17)" in plan.blockers
     assert hold(client, "clean-run", hold="lift", reason="case closed").status_code == HTTPStatus.SEE_OTHER

@@ -12,6 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpResponse, HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
 from evidence import exports, listings, retention, selectors
@@ -202,7 +203,7 @@ def legal_hold(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         messages.error(request, str(error))
         response = redirect(reverse("run", args=[run.run_id]))
     else:
-        messages.success(request, "Legal hold set: retention keeps this run." if hold else "Legal hold lifted.")
+        messages.success(request, _("Legal hold set: retention keeps this run.") if hold else _("Legal hold lifted."))
         response = redirect(reverse("run", args=[run.run_id]))
     response.status_code = HTTPStatus.SEE_OTHER
     return response
