@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from django import forms
+from django.utils.translation import gettext_lazy as _
 
 from evidence import triage
 from receipts import protocol
@@ -14,32 +15,32 @@ class ConfirmForm(forms.Form):
     """The fields the interface docs name; ``confirm_queryable`` is the second tick for a queryable call."""
 
     resolution = forms.ChoiceField(
-        choices=[("committed", "It happened (committed)"), ("rejected", "It did not happen (rejected)")],
+        choices=[("committed", _("It happened (committed)")), ("rejected", _("It did not happen (rejected)"))],
         widget=forms.RadioSelect,
     )
     reason = forms.CharField(
         max_length=2000,
         widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-        help_text="What you checked, so the runtime's operator can follow it.",
+        help_text=_("What you checked, so the runtime's operator can follow it."),
     )
     confirm_call_id = forms.CharField(
-        label="Type the first 12 characters of the call_id",
+        label=_("Type the first 12 characters of the call_id"),
         max_length=64,
         widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false", "size": 14}),
     )
     receipt_sha256 = forms.RegexField(regex=protocol.HEX64_RE.pattern, widget=forms.HiddenInput)
     confirm_queryable = forms.BooleanField(
-        required=False, label="Decide anyway, although the runtime could ask the target itself"
+        required=False, label=_("Decide anyway, although the runtime could ask the target itself")
     )
 
 
 # How long a snooze lasts: until the import sees the finding change, for a while, or until a time.
 SNOOZES = {
-    "change": ("until it changes", None),
-    "1h": ("for an hour", dt.timedelta(hours=1)),
-    "1d": ("for a day", dt.timedelta(days=1)),
-    "7d": ("for a week", dt.timedelta(days=7)),
-    "time": ("until a time (UTC)", None),
+    "change": (_("until it changes"), None),
+    "1h": (_("for an hour"), dt.timedelta(hours=1)),
+    "1d": (_("for a day"), dt.timedelta(days=1)),
+    "7d": (_("for a week"), dt.timedelta(days=7)),
+    "time": (_("until a time (UTC)"), None),
 }
 
 
@@ -50,18 +51,18 @@ class TriageForm(forms.Form):
     reason = forms.CharField(
         max_length=triage.REASON_LIMIT,
         widget=forms.Textarea(attrs={"rows": 2, "cols": 50}),
-        help_text="Why it can wait, or why it cannot any more: the next person to look reads it.",
+        help_text=_("Why it can wait, or why it cannot any more: the next person to look reads it."),
     )
     snooze = forms.ChoiceField(
-        choices=[(value, label) for value, (label, _) in SNOOZES.items()],
+        choices=[(value, label) for value, (label, _length) in SNOOZES.items()],
         widget=forms.RadioSelect,
         required=False,
         initial="change",
-        label="Snooze",
+        label=_("Snooze"),
     )
     until = forms.DateTimeField(
         required=False,
-        label="Until (UTC)",
+        label=_("Until (UTC)"),
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"],
     )
@@ -71,9 +72,9 @@ class TriageForm(forms.Form):
         data = super().clean() or {}
         if data.get("action") == triage.SNOOZE:
             if not data.get("snooze"):
-                self.add_error("snooze", "Say how long: until it changes, for a while, or until a time.")
+                self.add_error("snooze", _("Say how long: until it changes, for a while, or until a time."))
             elif data["snooze"] == "time" and data.get("until") is None and "until" not in self.errors:
-                self.add_error("until", "Give the time the snooze ends, in UTC.")
+                self.add_error("until", _("Give the time the snooze ends, in UTC."))
         return data
 
     def snooze_end(self, now: dt.datetime) -> tuple[dt.datetime | None, bool]:

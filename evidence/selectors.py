@@ -412,9 +412,10 @@ def pluralize(count: int) -> str:
 class DoubtPanel:
     """What a person reads before settling a call in doubt."""
 
-    description: str  # what the call was meant to do
+    description: str  # what the call was meant to do (in the reader's language: evidence.doubt_text)
     evidence: doubt.Evidence | None  # what the target's side shows (None: nothing can look)
     reading: doubt.Reading | None  # what the evidence most likely means (None: it does not say)
+    facts: tuple[str, ...]  # the evidence's facts as the page shows them (data, but for the dashboard's own)
     confirmation_file: str  # what the form would write, for an operator who settles by hand
     command: str  # the same, with the writer's command line
 
@@ -435,20 +436,24 @@ def doubt_panel(*, run: Run, call: Call) -> DoubtPanel:
         f"python -m receipts confirm {shlex.quote(run.path)} {call.call_id} --resolution committed "
         f"--reason 'what you checked' --actor \"$USER\" --receipt-sha256 {call.file_sha256}"
     )
-    evidence = (
-        doubt.evidence_for(Path(run.path), call.tool, call.args, call.call_id, BUILTIN_ADAPTERS)
-        if hosts.owns(run)
-        else doubt.Evidence(doubt.UNCLEAR, (f"the run's files are on host {run.host}: its target is read there",))
-    )
+    from evidence import doubt_text  # the panel's sentences in the reader's language
+
+    if hosts.owns(run):
+        evidence = doubt.evidence_for(Path(run.path), call.tool, call.args, call.call_id, BUILTIN_ADAPTERS)
+        facts = doubt_text.facts(evidence)
+    else:
+        evidence = doubt.Evidence(doubt.UNCLEAR, (f"the run's files are on host {run.host}: its target is read there",))
+        facts = (doubt_text.elsewhere(run.host),)
     return DoubtPanel(
-        description=doubt.describe(call.tool, call.args),
+        description=doubt_text.description(call.tool, call.args),
         evidence=evidence,
         # An altered receipt's args are not what ran: its evidence is compared with them, and suggests nothing.
         reading=(
-            doubt.reading(call.tool, evidence, queried=call.decision == "query")
+            doubt_text.reading(call.tool, evidence, queried=call.decision == "query")
             if call.verification == protocol.VERIFIED
             else None
         ),
+        facts=facts,
         confirmation_file=json.dumps(template, indent=2),
         command=command,
     )

@@ -21,8 +21,11 @@ from pathlib import Path
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext as _
 
-from evidence import hosts, importer
+from evidence import hosts, i18n, importer
 from evidence.models import Call, HumanDecision, Run
 from receipts import protocol, runtime
 from receipts.durable import UnsafePath, read_json_file
@@ -31,10 +34,16 @@ log = logging.getLogger("callproof.settle")
 
 
 class SettleError(Exception):
-    """Why nothing was recorded, in a person's words, with the HTTP status that says it."""
+    """Why nothing was recorded, in a person's words (the reader's language, the values it
+    quotes marked as data), with the HTTP status that says it."""
 
     def __init__(
-        self, status: HTTPStatus, message: str, *, existing: HumanDecision | None = None, field: str | None = None
+        self,
+        status: HTTPStatus,
+        message: str | SafeString,
+        *,
+        existing: HumanDecision | None = None,
+        field: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -91,16 +100,18 @@ def settle_call(
         _refuse_what_the_form_lacks(call, resolution, reason, typed_call_id)
         if not may_be_settled(call):
             if not call.receipt_present:
-                message = "This call has no receipt: a decision has nothing to hold to. Its findings say what is known."
+                message = _(
+                    "This call has no receipt: a decision has nothing to hold to. Its findings say what is known."
+                )
             else:
-                message = f"This call is not in doubt: {call.decision_reason}."
+                message = format_html(_("This call is not in doubt: {reason}."), reason=_data(call.decision_reason))
             raise SettleError(HTTPStatus.CONFLICT, message)
         if receipt_sha256 != call.file_sha256:
             # The decision is about the receipt the dashboard imported and showed, not whatever
             # digest a form carries: a digest of the bytes on disk now would pass the writer's check.
             raise SettleError(HTTPStatus.CONFLICT, _receipt_changed(run, call))
         if needs_second_tick(call) and not confirm_queryable:
-            message = "The runtime can check this call with its target by itself. Tick the box to decide anyway."
+            message = _("The runtime can check this call with its target by itself. Tick the box to decide anyway.")
             raise SettleError(HTTPStatus.BAD_REQUEST, message, field="confirm_queryable")
         try:
             with transaction.atomic():
@@ -139,7 +150,7 @@ def settle_call(
 def _write_back(run: Run, call: Call, decision: HumanDecision) -> dict:
     """The writer's confirmation file and ledger event; any refusal rolls the decision back."""
     try:
-        document, _ = runtime.confirm_call(
+        document, _written = runtime.confirm_call(
             Path(run.path),
             call.call_id,
             resolution=decision.resolution,
@@ -153,59 +164,85 @@ def _write_back(run: Run, call: Call, decision: HumanDecision) -> dict:
             raise SettleError(HTTPStatus.CONFLICT, _receipt_changed(run, call)) from None
         if refused.existing is not None:
             other = refused.existing
-            when = protocol.human_time(other.get("confirmed_at"))
-            message = (
-                f"The run directory already holds another decision: {other.get('actor')} settled this call as "
-                f"{other.get('resolution')} at {when} ({other.get('reason')})."
-            )
+            message = format_html(
+                _("The run directory already holds another decision: {actor} settled this call as {resolution} at "
+                  "{time} ({reason})."),
+                # Bare text: the English pages and tests read this sentence whole.
+                actor=other.get("actor"),
+                resolution=i18n.word(other.get("resolution")),
+                time=i18n.shown_time(other.get("confirmed_at")),
+                reason=other.get("reason"),
+            )  # fmt: skip
             raise SettleError(HTTPStatus.CONFLICT, message) from None
-        raise SettleError(HTTPStatus.CONFLICT, f"Nothing was recorded: {refused}.") from None
+        message = format_html(_("Nothing was recorded: {problem}."), problem=_data(refused))
+        raise SettleError(HTTPStatus.CONFLICT, message) from None
     except OSError as error:
-        message = f"The run directory cannot be written ({error.strerror or error}): nothing was recorded."
+        message = format_html(
+            _("The run directory cannot be written ({problem}): nothing was recorded."),
+            problem=_data(error.strerror or error),
+        )
         raise SettleError(HTTPStatus.SERVICE_UNAVAILABLE, message) from None
     except UnsafePath as unsafe:
-        message = (
-            f"The run directory has a symlink or an odd file where the writer records ({unsafe}): it is never "
-            "written through, and nothing was recorded. The run's findings say what is there."
-        )
+        message = format_html(
+            _("The run directory has a symlink or an odd file where the writer records ({problem}): it is never "
+              "written through, and nothing was recorded. The run's findings say what is there."),
+            problem=_data(unsafe),
+        )  # fmt: skip
         raise SettleError(HTTPStatus.CONFLICT, message) from None
     except ValueError as error:  # the writer cannot act here: a signed run without its key, a broken steer.json
-        message = f"The writer cannot record a decision in this run ({error}): nothing was recorded."
+        message = format_html(
+            _("The writer cannot record a decision in this run ({problem}): nothing was recorded."),
+            problem=_data(error),
+        )
         raise SettleError(HTTPStatus.SERVICE_UNAVAILABLE, message) from None
     return document
 
 
 def _refuse_what_the_form_lacks(call: Call, resolution: str, reason: str, typed_call_id: str) -> None:
     if resolution not in protocol.RESOLUTIONS:
-        message = "Choose whether the call happened (committed) or not (rejected)."
+        message = _("Choose whether the call happened (committed) or not (rejected).")
         raise SettleError(HTTPStatus.BAD_REQUEST, message, field="resolution")
     if not reason.strip():
-        message = "Give the reason for your decision: the runtime's operator reads it."
+        message = _("Give the reason for your decision: the runtime's operator reads it.")
         raise SettleError(HTTPStatus.BAD_REQUEST, message, field="reason")
     if typed_call_id.strip().lower() != call.call_id[:12]:
-        message = "Type the first 12 characters of this call's call_id to confirm."
+        message = _("Type the first 12 characters of this call's call_id to confirm.")
         raise SettleError(HTTPStatus.BAD_REQUEST, message, field="confirm_call_id")
 
 
-def _already_decided(existing: HumanDecision) -> str:
-    when = protocol.human_time(existing.decided_at)
-    return (
-        f"{existing.actor} already settled this call as {existing.resolution} at {when}: “{existing.reason}”. "
-        "A decision is not changed."
+def _data(value: object) -> SafeString:
+    """A value a message quotes (a name, a reason, an error): data, never translated."""
+    return format_html('<span translate="no">{}</span>', value)
+
+
+def _already_decided(existing: HumanDecision) -> SafeString:
+    # The name stays bare text: it opens the sentence the English pages and tests read whole.
+    return format_html(
+        _("{actor} already settled this call as {resolution} at {time}: “{reason}”. A decision is not changed."),
+        actor=existing.actor,
+        resolution=i18n.word(existing.resolution),
+        time=i18n.shown_time(existing.decided_at),
+        reason=_data(existing.reason),
     )
 
 
-def _receipt_changed(run: Run, call: Call) -> str:
+def _receipt_changed(run: Run, call: Call) -> SafeString:
     """What the receipt says now, beside what the page showed (when this process can read it)."""
     try:
         receipt = read_json_file(Path(run.path) / "receipts" / f"{call.call_id}.json", Path(run.path))
     except (OSError, ValueError):
         receipt = None
     if not isinstance(receipt, dict):
-        now_says = "it can no longer be read as a receipt"
+        now_says = _("it can no longer be read as a receipt")
     else:
-        now_says = f"it now says {receipt.get('status')!s}, updated at {protocol.human_time(receipt.get('updated_at'))}"
-    return (
-        f"The receipt changed since this page showed it ({call.status}): {now_says}. "
-        "The runtime moved on; nothing was recorded. Look again before deciding."
-    )
+        now_says = format_html(
+            _("it now says {status}, updated at {time}"),
+            status=i18n.word(str(receipt.get("status"))),
+            time=i18n.shown_time(receipt.get("updated_at")),
+        )
+    return format_html(
+        _("The receipt changed since this page showed it ({status}): {now}. The runtime moved on; nothing was "
+          "recorded. Look again before deciding."),
+        status=i18n.word(call.status),
+        now=now_says,
+    )  # fmt: skip

@@ -12,9 +12,11 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
-from evidence import hosts, listings, selectors, settle
+from evidence import hosts, i18n, listings, selectors, settle
 from evidence.forms import ConfirmForm
 from evidence.models import Call, Run
 from evidence.pagination import cursor_page, first_rows
@@ -122,13 +124,19 @@ def confirm(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpResponse
             return call_page(request, run, call, form=form, status=refused.status)
         return call_page(request, run, call, form=form, error=refused.message, status=refused.status)
     decision = settlement.decision
+    resolution = i18n.word(decision.resolution)
     if settlement.created and decision.pending:
-        messages.success(request, f"Settled as {decision.resolution}. Host {run.host} writes it into the run "
-                                  "directory at its next pass; the runtime follows it when it resumes.")  # fmt: skip
+        said = _("Settled as {resolution}. Host {host} writes it into the run directory at its next pass; the "
+                 "runtime follows it when it resumes.")  # fmt: skip
+        host = format_html("<code>{}</code>", run.host)
+        messages.success(request, format_html(said, resolution=resolution, host=host))
     elif settlement.created:
-        messages.success(request, f"Settled as {decision.resolution}. The runtime follows it when it resumes.")
+        said = _("Settled as {resolution}. The runtime follows it when it resumes.")
+        messages.success(request, format_html(said, resolution=resolution))
     else:
-        messages.info(request, f"This decision was already recorded ({decision.resolution}, by {decision.actor}).")
+        said = _("This decision was already recorded ({resolution}, by {actor}).")
+        actor = format_html('<span translate="no">{}</span>', decision.actor)
+        messages.info(request, format_html(said, resolution=resolution, actor=actor))
     response = redirect(reverse("call", args=[run.run_id, call.call_id]))
     response.status_code = HTTPStatus.SEE_OTHER  # the browser follows with a GET: a reload posts nothing
     return response
