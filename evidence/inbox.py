@@ -19,8 +19,12 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db.models import Case, Count, QuerySet, Value, When
+from django.utils.functional import Promise
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext, pgettext_lazy
 
-from evidence import hosts, selectors, triage
+from evidence import hosts, i18n, selectors, triage
 from evidence.models import Call, Finding, Host, with_run
 from evidence.pagination import Segment, every_row
 from receipts import protocol
@@ -38,6 +42,23 @@ FINDING_KINDS = {
     STALE: ("stale_reservation",),
     ABANDONED: ("run_abandoned",),
 }
+# What a page calls each kind (the kind itself is what downloads, the API and ?kind= hold).
+# In doubt, tampered and conflict are the protocol's words (evidence/i18n.WORDS).
+KIND_LABELS: dict[str, Promise] = {
+    HOST: pgettext_lazy("inbox kind", "silent host"),
+    TAMPERED: i18n.WORDS["tampered"],
+    LEDGER: pgettext_lazy("inbox kind", "ledger"),
+    IN_DOUBT: i18n.WORDS["in doubt"],
+    CONFLICT: i18n.WORDS["conflict"],
+    STALE: pgettext_lazy("inbox kind", "stale reservation"),
+    ABANDONED: pgettext_lazy("inbox kind", "abandoned run"),
+}
+
+
+def kind_label(kind: str) -> str:
+    """A kind as a page says it, in the reader's language."""
+    label = KIND_LABELS.get(kind)
+    return str(label) if label is not None else kind
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +82,13 @@ class InboxItem:
     triage_reason: str = ""
     triage_until: dt.datetime | None = None
     triage_on_change: bool = False
+    # What a page shows for ``detail`` when the dashboard wrote it (a call in doubt, a silent
+    # host), in the reader's language; "" for a finding, whose detail is the reader's (data).
+    note: SafeString | str = ""
+
+    @property
+    def kind_label(self) -> str:
+        return kind_label(self.kind)
 
 
 def _sources(
@@ -169,17 +197,30 @@ def _call_items(calls: list[Call]) -> list[InboxItem]:
     items = []
     for call in calls:
         kind, since, run_id = _call_kind(call.receipt_present, call.verification), _since(call), call.run.run_id
+        # ``detail`` stays English (downloads and the API); ``note`` is the page's, translated.
         if not call.receipt_present:
             detail = "the ledger names this call but its receipt is missing: what happened?"
+            note: SafeString | str = gettext("the ledger names this call but its receipt is missing: what happened?")
         elif kind == TAMPERED:
             detail = f"{call.status} receipt that fails its identity check ({call.verification}): never reused"
+            note = format_html(
+                gettext("{status} receipt that fails its identity check ({verification}): never reused"),
+                status=i18n.word(call.status),
+                verification=format_html('<span translate="no">{}</span>', call.verification),
+            )
         else:
             asked = " (the runtime can ask the target when it resumes)" if call.decision == "query" else ""
             detail = f"{call.tool}: {call.status}, did it happen?{asked}"
+            sentence = (
+                gettext("{tool}: {status}, did it happen? (the runtime can ask the target when it resumes)")
+                if call.decision == "query"
+                else gettext("{tool}: {status}, did it happen?")
+            )
+            note = format_html(sentence, tool=format_html("<code>{}</code>", call.tool), status=i18n.word(call.status))
         severity = WARNING if call.decision == "query" else ERROR
         # The runtime settles a queryable call itself when the run resumes: that is the next step.
         action = "resume" if call.decision == "query" else "settle"
-        items.append(InboxItem(kind, severity, since, run_id, call.call_id, detail, action))
+        items.append(InboxItem(kind, severity, since, run_id, call.call_id, detail, action, note=note))
     return items
 
 
@@ -190,7 +231,17 @@ def _host_items(silent: list[Host]) -> list[InboxItem]:
         detail = (stopped or "its importer has not reported since its last pass") + (
             ": the decisions about its runs wait for it, and its runs are not imported"
         )
-        items.append(InboxItem(HOST, ERROR, host.last_seen_at, "", host.name, detail, "host"))
+        if host.stopped_at:
+            note = gettext(
+                "its importer stopped at %(time)s: the decisions about its runs wait for it, and its runs are not"
+                " imported"
+            ) % {"time": i18n.shown_time(host.stopped_at)}
+        else:
+            note = gettext(
+                "its importer has not reported since its last pass: the decisions about its runs wait for it, and"
+                " its runs are not imported"
+            )
+        items.append(InboxItem(HOST, ERROR, host.last_seen_at, "", host.name, detail, "host", note=note))
     return items
 
 

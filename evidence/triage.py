@@ -23,6 +23,7 @@ from http import HTTPStatus
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q
+from django.utils.translation import gettext, gettext_noop
 
 from evidence.models import AuditEntry, Call, Finding, Run, Submission
 from receipts.findings import FindingRecord
@@ -42,11 +43,28 @@ REASON_LIMIT = 2000
 
 
 class TriageError(Exception):
-    """Why nothing was recorded, the field it is about ("" for the whole form), and its status."""
+    """Why nothing was recorded, the field it is about ("" for the whole form), and its status.
 
-    def __init__(self, message: str, *, field: str = "", status: HTTPStatus = HTTPStatus.BAD_REQUEST) -> None:
-        super().__init__(message)
-        self.message, self.field, self.status = message, field, status
+    ``message`` is English, for the API and the logs; ``shown`` is the same in the reader's
+    language, for the page. ``values`` fill the message's ``%(name)s`` placeholders."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str = "",
+        status: HTTPStatus = HTTPStatus.BAD_REQUEST,
+        values: dict[str, object] | None = None,
+    ) -> None:
+        self.template, self.values = message, values or {}
+        english = message % self.values if values else message
+        super().__init__(english)
+        self.message, self.field, self.status = english, field, status
+
+    @property
+    def shown(self) -> str:
+        translated = gettext(self.template)
+        return translated % self.values if self.values else translated
 
 
 def view_filter(view: str, now: dt.datetime) -> Q:
@@ -111,30 +129,33 @@ def act(
 ) -> Finding:
     """Record ``user``'s triage of ``finding`` and its audit entry, all or nothing; returns the row."""
     if action not in ACTIONS:
-        raise TriageError(f"Choose one of: {', '.join(ACTIONS)}.", field="action")
+        raise TriageError(gettext_noop("Choose one of: %(actions)s."), field="action",
+                          values={"actions": ", ".join(ACTIONS)})  # fmt: skip
     reason = reason.strip()
     if not reason:
-        raise TriageError("Give a reason: the next person to look reads it.", field="reason")
+        raise TriageError(gettext_noop("Give a reason: the next person to look reads it."), field="reason")
     if len(reason) > REASON_LIMIT:
-        raise TriageError(f"Keep the reason under {REASON_LIMIT} characters.", field="reason")
+        raise TriageError(gettext_noop("Keep the reason under %(limit)s characters."), field="reason",
+                          values={"limit": REASON_LIMIT})  # fmt: skip
     if action == SNOOZE:
         if until is None and not on_change:
-            raise TriageError("Say until when: a time, or until it changes.", field="snooze")
+            raise TriageError(gettext_noop("Say until when: a time, or until it changes."), field="snooze")
         if until is not None and until <= now:
-            raise TriageError("That time has passed: choose a later one.", field="until")
+            raise TriageError(gettext_noop("That time has passed: choose a later one."), field="until")
     with transaction.atomic():
         # Two people at once queue on the row (PostgreSQL) or the immediate transaction (SQLite).
         locked = Finding.objects.select_for_update().filter(pk=finding.pk).first()
         if locked is None or locked.run_id is None:
-            raise TriageError("Only a run's findings are triaged.", status=HTTPStatus.NOT_FOUND)
+            raise TriageError(gettext_noop("Only a run's findings are triaged."), status=HTTPStatus.NOT_FOUND)
         if locked.closed_at is not None:
-            raise TriageError("This finding closed: it no longer holds, nothing to triage.",
+            raise TriageError(gettext_noop("This finding closed: it no longer holds, nothing to triage."),
                               status=HTTPStatus.CONFLICT)  # fmt: skip
         state = shown_state(locked, now)
         if action == UNACKNOWLEDGE and state != ACKNOWLEDGED:
-            raise TriageError("This finding is not acknowledged.", status=HTTPStatus.CONFLICT)
+            raise TriageError(gettext_noop("This finding is not acknowledged."), status=HTTPStatus.CONFLICT)
         if action == UNSNOOZE and state != SNOOZED:
-            raise TriageError("This finding is not snoozed (or its snooze is over).", status=HTTPStatus.CONFLICT)
+            raise TriageError(gettext_noop("This finding is not snoozed (or its snooze is over)."),
+                              status=HTTPStatus.CONFLICT)  # fmt: skip
         if action in (UNACKNOWLEDGE, UNSNOOZE):
             values = _cleared()
         else:

@@ -4,13 +4,48 @@ from __future__ import annotations
 
 from django.http import HttpResponseBase
 from django.shortcuts import render
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET
 
-from evidence import listings, selectors, triage
+from evidence import i18n, listings, selectors, triage
 from evidence.pagination import cursor_page
 from evidence.views.common import HtmxHttpRequest, choice, download, download_format, query_without
 from receipts import protocol
 from receipts.findings import CODES, ERROR, WARNING
+
+# What a resume does with a stale reservation (receipts.recovery.reservation_resume, which
+# speaks to programs and stays English in downloads and the API), as the page says it.
+RESUME_SAYS = {
+    "reused: the first result is returned": gettext_lazy("reused: the first result is returned"),
+    "creates the task file under the same task_id, then commits (created)": gettext_lazy(
+        "creates the task file under the same task_id, then commits (created)"
+    ),
+    "adopts the task file it finds (its own) and commits (created)": gettext_lazy(
+        "adopts the task file it finds (its own) and commits (created)"
+    ),
+    "stops with a conflict (task_file_differs): another file holds the task's place": gettext_lazy(
+        "stops with a conflict (task_file_differs): another file holds the task's place"
+    ),
+    "stops with a conflict (task_missing): a created task is never created again": gettext_lazy(
+        "stops with a conflict (task_missing): a created task is never created again"
+    ),
+    "commits (created)": gettext_lazy("commits (created)"),
+    "stops with a conflict (task_digest_mismatch)": gettext_lazy("stops with a conflict (task_digest_mismatch)"),
+}
+
+
+def resume_shown(item: selectors.StaleItem) -> SafeString | str:
+    """What a resume would do, in the reader's language: a reservation's from RESUME_SAYS, a
+    call's as its decision's word and its reason (data); "" when the page shows it as data."""
+    if item.kind == "reservation":
+        said = RESUME_SAYS.get(item.resume)
+        return str(said) if said is not None else ""
+    decision, colon, reason = item.resume.partition(": ")
+    if item.kind == "call" and colon:
+        return format_html('{}: <span translate="no">{}</span>', i18n.word(decision), reason)
+    return ""
 
 
 @require_GET
@@ -55,5 +90,7 @@ def reservations(request: HtmxHttpRequest) -> HttpResponseBase:
     if fmt:
         return download(fmt, listing)
     page = cursor_page(request, listing.segments, query=query_without(request, "page", "format"))
+    for item in page.object_list:
+        item.resume_shown = resume_shown(item)
     context = {"page": page, "now": now, "views": triage.VIEWS, "view": view}
     return render(request, "receipts/reservations.html", context)

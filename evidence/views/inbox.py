@@ -27,11 +27,12 @@ def inbox_page(request: HtmxHttpRequest) -> HttpResponseBase:
     counts, views = inbox.all_counts(run_id=run_id, now=now)
     context = {
         "page": cursor_page(request, listing.segments, query=query_without(request, "page", "format")),
-        "counts": counts,
+        # (kind, what the page calls it, how many): the kind stays in the link.
+        "counts": [(k, inbox.kind_label(k), n) for k, n in counts.items()],
         "triage_counts": views,
         "views": triage.VIEWS,
         "view": view,
-        "kinds": inbox.KINDS,
+        "kinds": [(k, inbox.kind_label(k)) for k in inbox.KINDS],
         "severities": (ERROR, WARNING),
         "kind": kind,
         "severity": severity,

@@ -12,20 +12,29 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext_lazy, pgettext_lazy
 from django.views.decorators.http import require_GET, require_POST
 
 from evidence import selectors, triage
 from evidence.forms import TriageForm
-from evidence.models import Finding
+from evidence.models import AuditEntry, Finding
 from evidence.roles import TRIAGE
 from evidence.views.common import HtmxHttpRequest
 from receipts import protocol
 
 DONE = {
-    triage.ACKNOWLEDGE: "Acknowledged: it leaves the inbox until it closes, or you undo it.",
-    triage.UNACKNOWLEDGE: "No longer acknowledged: it is back in the inbox.",
-    triage.SNOOZE: "Snoozed: it leaves the inbox until its snooze ends.",
-    triage.UNSNOOZE: "No longer snoozed: it is back in the inbox.",
+    triage.ACKNOWLEDGE: gettext_lazy("Acknowledged: it leaves the inbox until it closes, or you undo it."),
+    triage.UNACKNOWLEDGE: gettext_lazy("No longer acknowledged: it is back in the inbox."),
+    triage.SNOOZE: gettext_lazy("Snoozed: it leaves the inbox until its snooze ends."),
+    triage.UNSNOOZE: gettext_lazy("No longer snoozed: it is back in the inbox."),
+}
+# What the history says of each act, beside the audit's own word for it (shown as code).
+ACTS = {
+    AuditEntry.ACKNOWLEDGED: pgettext_lazy("triage act", "acknowledged"),
+    AuditEntry.UNACKNOWLEDGED: pgettext_lazy("triage act", "acknowledgement undone"),
+    AuditEntry.SNOOZED: pgettext_lazy("triage act", "snoozed"),
+    AuditEntry.UNSNOOZED: pgettext_lazy("triage act", "snooze undone"),
+    AuditEntry.TRIAGE_ENDED: pgettext_lazy("triage act", "triage ended by the import"),
 }
 
 
@@ -53,11 +62,18 @@ def _page(
         "finding": finding,
         "form": form or TriageForm(initial={"next": back}),
         "may_triage": may_triage(request.user) and finding.closed_at is None,
-        "history": selectors.triage_history(finding=finding),
+        "history": _with_acts(selectors.triage_history(finding=finding)),
         "triage_error": error,
         "back": back,
     }
     return render(request, "receipts/triage.html", context, status=status)
+
+
+def _with_acts(history: list[AuditEntry]) -> list[AuditEntry]:
+    for entry in history:
+        act = ACTS.get(entry.action)
+        entry.shown_action = str(act) if act is not None else ""  # type: ignore[attr-defined]
+    return history
 
 
 def _safe_next(request: HtmxHttpRequest, value: str | None) -> str:
@@ -86,9 +102,9 @@ def triage_action(request: HtmxHttpRequest, finding_id: int) -> HttpResponse:
                    until=until, on_change=on_change, now=now)  # fmt: skip
     except triage.TriageError as refused:
         if refused.field in form.fields:
-            form.add_error(refused.field, refused.message)
+            form.add_error(refused.field, refused.shown)
             return _page(request, finding, form, status=refused.status)
-        return _page(request, finding, form, error=refused.message, status=refused.status)
+        return _page(request, finding, form, error=refused.shown, status=refused.status)
     messages.success(request, DONE[action])
     response = redirect(_safe_next(request, form.cleaned_data["next"]))
     response.status_code = HTTPStatus.SEE_OTHER  # the browser follows with a GET: a reload posts nothing
