@@ -19,6 +19,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
+from django.utils import translation
 
 from evidence.export import export_run
 from evidence.models import Export, Run
@@ -30,12 +31,14 @@ log = logging.getLogger("callproof.export")
 SHOWN_ON_THE_PAGE = 5  # the run page lists this many of its newest exports
 
 
-def request_export(*, run: Run, user) -> Export:
-    """An export of ``run`` for ``user``, queued for the worker (nothing is read or written yet)."""
+def request_export(*, run: Run, user, language: str | None = None) -> Export:
+    """An export of ``run`` for ``user``, queued for the worker (nothing is read or written yet),
+    to be written in ``language``: by default the one this request is read in."""
     from evidence import tasks
 
+    language = language or translation.get_language() or settings.LANGUAGE_CODE
     with transaction.atomic():  # the row and its task, or neither
-        export = Export.objects.create(run=run, requested_by=user, created_at=protocol.utc_now())
+        export = Export.objects.create(run=run, requested_by=user, created_at=protocol.utc_now(), language=language)
         result = tasks.make_export.enqueue(export.pk)
         Export.objects.filter(pk=export.pk).update(task_id=str(result.id))
     log.info("evidence export queued", extra={"event": "evidence_export_queued", "run_id": run.run_id,
@@ -85,8 +88,10 @@ def make(export_id: int) -> Export:
         root.mkdir(parents=True, exist_ok=True)
         user = export.requested_by
         with tempfile.TemporaryDirectory(dir=root, prefix=".export-") as folder:
-            export_run(run=export.run, out=Path(folder), policy=Policy(), progress=progress, user=user,
-                       actor=user.get_username() if user else "export task")  # fmt: skip
+            # The page in the language of the person who asked; evidence.json is the same in every one.
+            with translation.override(export.language or settings.LANGUAGE_CODE):
+                export_run(run=export.run, out=Path(folder), policy=Policy(), progress=progress, user=user,
+                           actor=user.get_username() if user else "export task")  # fmt: skip
             with zipfile.ZipFile(temp, "x", zipfile.ZIP_DEFLATED) as bundle:
                 for name in ("evidence.json", "index.html"):
                     bundle.write(Path(folder) / name, f"{stem_of(export.run)}/{name}")

@@ -576,6 +576,9 @@ class Export(models.Model):
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True)
     finished_at = models.DateTimeField(null=True)
+    # The language of the person who asked (a code of settings.LANGUAGES): the worker writes the
+    # export's page in it. Empty (an export asked for before languages were kept): the default.
+    language = models.CharField(max_length=16, blank=True, default="")
 
     class Meta:
         indexes = [

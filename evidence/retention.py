@@ -28,8 +28,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Count, Q, Sum
+from django.utils.functional import Promise
+from django.utils.html import conditional_escape, format_html
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext, gettext_lazy, ngettext_lazy, override
 
-from evidence import stats
+from evidence import i18n, stats
 from evidence.models import AuditEntry, Call, Run
 from evidence.pagination import Segment, every_row
 from receipts import durable, protocol
@@ -54,16 +58,77 @@ class RetentionPolicy:
         )
 
 
+class Code(str):
+    """A value of a "why" shown as code (a finding code, a state the ledger holds)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Why:
+    """One sentence of a plan: ``str()`` is its English (what downloads, the command line and
+    the audit keep), ``shown()`` the same sentence in the reader's language for the page, its
+    values kept as data (``translate="no"``, a code in ``<code>``, a time as ``when`` shows it)."""
+
+    message: Promise  # gettext_lazy / ngettext_lazy, with %(name)s for each value
+    values: tuple[tuple[str, object], ...] = ()
+
+    def __str__(self) -> str:
+        with override("en"):
+            return str(self.message % {name: _english(value) for name, value in self.values})
+
+    def shown(self) -> SafeString:
+        # The catalogue's sentence is trusted as a template's is; every value is escaped.
+        return mark_safe(str(self.message % {name: _shown(value) for name, value in self.values}))  # noqa: S308
+
+
+def _english(value: object) -> object:
+    if isinstance(value, dt.datetime):
+        return protocol.human_time(value)
+    if isinstance(value, Why | _Joined):
+        return str(value)
+    if isinstance(value, tuple):
+        return ", ".join(str(_english(item)) for item in value)
+    return value
+
+
+def _shown(value: object) -> object:
+    if isinstance(value, dt.datetime):
+        exact = protocol.format_time(value)
+        return format_html('<time datetime="{}" title="{}">{}</time>', exact, exact, i18n.shown_time(value))
+    if isinstance(value, Why | _Joined):
+        return value.shown()
+    if isinstance(value, tuple):  # codes, in a list as the reader's language writes one
+        return conditional_escape(gettext(", ")).join(_shown(item) for item in value)
+    if isinstance(value, Code):
+        return format_html("<code>{}</code>", value)
+    if isinstance(value, int):
+        return value
+    return format_html('<span translate="no">{}</span>', value)
+
+
+def why(message: Promise, **values: object) -> Why:
+    return Why(message, tuple(values.items()))
+
+
 @dataclasses.dataclass
 class RunPlan:
     run_id: str
     action: str  # keep, strip_bodies, archive
-    reason: str
+    reason: str  # in English, as downloads, the command line and the audit keep it
     blockers: list[str]
     clock_from: dt.datetime | None  # the last event, or a person's later decision
     strip_on: dt.datetime | None
     archive_on: dt.datetime | None
     body_bytes: int  # what stripping the bodies would free in the database
+    why: Why | None = None  # ``reason`` for the page, in the reader's language
+    why_blocked: list[Why] = dataclasses.field(default_factory=list)  # ``blockers`` for the page
+
+    @property
+    def shown_reason(self) -> str:
+        return self.why.shown() if self.why else self.reason
+
+    @property
+    def shown_blockers(self) -> list[str]:
+        return [blocker.shown() for blocker in self.why_blocked] or self.blockers
 
 
 PLAN_FIELDS = ("run_id", "state", "last_event_at", "archived", "bodies_stripped_at", "summary", "legal_hold",
@@ -141,20 +206,30 @@ def _clock_from(run: Any, summary: stats.RunSummary) -> dt.datetime | None:
     return max(filter(None, moments), default=None)
 
 
-def _blockers(run: Any, summary: stats.RunSummary) -> list[str]:
-    blockers = [f"a legal hold ({run.legal_hold_by}: {run.legal_hold_reason})"] if run.legal_hold else []
+def _blockers(run: Any, summary: stats.RunSummary) -> list[Why]:
+    """What keeps the run whatever its age (``str()`` of each: its English)."""
+    blockers = []
+    if run.legal_hold:
+        message = gettext_lazy("a legal hold (%(by)s: %(reason)s)")
+        blockers.append(why(message, by=run.legal_hold_by, reason=run.legal_hold_reason))
     if not protocol.run_is_finished(run.state):
-        blockers.append(f"unfinished (state {run.state or 'none'})")
+        if run.state:
+            blockers.append(why(gettext_lazy("unfinished (state %(state)s)"), state=Code(run.state)))
+        else:
+            blockers.append(why(gettext_lazy("unfinished (state none)")))
     in_doubt, codes = summary.in_doubt, summary.findings_by_code
     if in_doubt:
-        blockers.append(f"{in_doubt} call{'s' if in_doubt > 1 else ''} in doubt, not yet settled")
+        message = ngettext_lazy(
+            "%(count)s call in doubt, not yet settled", "%(count)s calls in doubt, not yet settled", "count"
+        )
+        blockers.append(why(message, count=in_doubt))
     if codes.get("stale_reservation"):
-        blockers.append("a stale reservation")
+        blockers.append(why(gettext_lazy("a stale reservation")))
     if codes.get("submission_conflict"):
-        blockers.append("an open submission conflict")
-    mismatches = sorted(code for code in codes if code in DIGEST_CODES)
+        blockers.append(why(gettext_lazy("an open submission conflict")))
+    mismatches = tuple(Code(code) for code in sorted(codes) if code in DIGEST_CODES)
     if mismatches:
-        blockers.append(f"open {', '.join(mismatches)}")
+        blockers.append(why(gettext_lazy("open %(codes)s"), codes=mismatches))
     return blockers
 
 
@@ -165,27 +240,43 @@ def _plan(run: Run, policy: RetentionPolicy, now: dt.datetime, summary: stats.Ru
     archive_on = clock_from + policy.archive_after if clock_from else None
     body_bytes = summary.body_bytes
     if run.archived:
-        action, reason = KEEP, "archived already: its rows stay browsable"
+        action, reason = KEEP, why(gettext_lazy("archived already: its rows stay browsable"))
     elif blockers:
-        action, reason = KEEP, "kept: " + "; ".join(blockers)
+        action, reason = KEEP, why(gettext_lazy("kept: %(blockers)s"), blockers=_Joined(blockers))
     elif clock_from is None:
-        action, reason = KEEP, "no event yet: the clock has not started"
+        action, reason = KEEP, why(gettext_lazy("no event yet: the clock has not started"))
     else:
         action, reason = _clock_action(run, policy, now, clock_from, body_bytes)
-    return RunPlan(run.run_id, action, reason, blockers, clock_from, strip_on, archive_on, body_bytes)
+    english = [str(blocker) for blocker in blockers]
+    return RunPlan(run.run_id, action, str(reason), english, clock_from, strip_on, archive_on, body_bytes,
+                   reason, blockers)  # fmt: skip
+
+
+class _Joined:
+    """Blockers one after the other, as the reason of a run they keep."""
+
+    def __init__(self, parts: list[Why]) -> None:
+        self.parts = parts
+
+    def __str__(self) -> str:
+        return "; ".join(str(part) for part in self.parts)
+
+    def shown(self) -> SafeString:
+        return conditional_escape(gettext("; ")).join(part.shown() for part in self.parts)
 
 
 def _clock_action(
     run: Run, policy: RetentionPolicy, now: dt.datetime, clock_from: dt.datetime, body_bytes: int
-) -> tuple[str, str]:
+) -> tuple[str, Why]:
     """(action, reason) for a run that nothing keeps, whose clock started at ``clock_from``."""
     strip_on, archive_on = clock_from + policy.strip_after, clock_from + policy.archive_after
+    since = gettext_lazy("%(days)s days since %(time)s")
     if now >= archive_on:
-        return ARCHIVE, f"{policy.archive_after.days} days since {protocol.human_time(clock_from)}"
+        return ARCHIVE, why(since, days=policy.archive_after.days, time=clock_from)
     if now >= strip_on and body_bytes and run.bodies_stripped_at is None:
-        return STRIP_BODIES, f"{policy.strip_after.days} days since {protocol.human_time(clock_from)}"
+        return STRIP_BODIES, why(since, days=policy.strip_after.days, time=clock_from)
     due = archive_on if now >= strip_on else strip_on
-    return KEEP, f"nothing is due before {protocol.human_time(due)}"
+    return KEEP, why(gettext_lazy("nothing is due before %(time)s"), time=due)
 
 
 # --- legal holds ----------------------------------------------------------------
