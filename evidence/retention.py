@@ -29,7 +29,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Count, Q, Sum
 from django.utils.functional import Promise
-from django.utils.html import conditional_escape, format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext, gettext_lazy, ngettext_lazy, override
 
@@ -97,7 +97,7 @@ def _shown(value: object) -> object:
     if isinstance(value, Why | _Joined):
         return value.shown()
     if isinstance(value, tuple):  # codes, in a list as the reader's language writes one
-        return conditional_escape(gettext(", ")).join(_shown(item) for item in value)
+        return format_html_join(gettext(", "), "{}", ((_shown(item),) for item in value))
     if isinstance(value, Code):
         return format_html("<code>{}</code>", value)
     if isinstance(value, int):
@@ -262,7 +262,7 @@ class _Joined:
         return "; ".join(str(part) for part in self.parts)
 
     def shown(self) -> SafeString:
-        return conditional_escape(gettext("; ")).join(part.shown() for part in self.parts)
+        return format_html_join(gettext("; "), "{}", ((part.shown(),) for part in self.parts))
 
 
 def _clock_action(

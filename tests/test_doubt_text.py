@@ -20,7 +20,8 @@ def test_in_english_the_panel_says_what_receipts_doubt_says():
             assert html.unescape(strip_tags(doubt_text.description(tool, args))) == doubt.describe(tool, args)
         evidence = doubt.Evidence(doubt.PRESENT, ("line 1",))
         shown = doubt_text.reading("send_message", evidence)
-        assert shown == doubt.Reading("committed", doubt.reading("send_message", evidence).sentence)
+        said = doubt.reading("send_message", evidence)
+        assert said is not None and shown == doubt.Reading("committed", said.sentence)
 
 
 def test_in_chinese_the_sentence_is_translated_and_the_values_are_data():

@@ -74,3 +74,12 @@ def test_an_export_asked_for_before_languages_were_kept_is_written_in_the_defaul
     with zipfile.ZipFile(export.path) as bundle:
         page = bundle.read("clean-run-evidence/index.html").decode()
     assert '<html lang="en">' in page
+
+
+def test_the_command_line_writes_english_whatever_language_is_active(demo, tmp_path):
+    from django.core.management import call_command
+
+    with translation.override("zh-hans"):
+        call_command("export_evidence", "clean-run", "--out", str(tmp_path / "out"))
+    (page,) = (tmp_path / "out").rglob("index.html")
+    assert '<html lang="en">' in page.read_text(encoding="utf-8")

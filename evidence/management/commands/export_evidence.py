@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import translation
 
 from evidence.export import export_run
 from evidence.models import Run
@@ -21,6 +23,12 @@ class Command(BaseCommand):
         parser.add_argument("--policy", type=Path, default=None, help="a TOML policy: what may stay in clear")
 
     def handle(self, *args, run_id: str, out: Path, policy: Path | None, **options) -> None:
+        # The command line writes the site's language (docs/operators.md, Languages), whatever
+        # a caller in the same process (a test, a shell) left active.
+        with translation.override(settings.LANGUAGE_CODE):
+            self.export(run_id=run_id, out=out, policy=policy)
+
+    def export(self, *, run_id: str, out: Path, policy: Path | None) -> None:
         run = Run.objects.filter(run_id=run_id).first()
         if run is None:
             raise CommandError(f"no run {run_id!r} is imported")
