@@ -32,12 +32,12 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
-from django.core.exceptions import BadRequest
 from django.db import models
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
-from django.utils.html import format_html
-from django.utils.translation import gettext
+from django.utils.translation import gettext_noop
+
+from evidence.refused import Refused
 
 PER_PAGE = 50
 CHUNK = 1000  # rows a twin reads at a time
@@ -89,9 +89,9 @@ def _decode(text: str, width: int) -> list[Any]:
     try:
         values = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
     except (binascii.Error, ValueError) as error:
-        raise BadRequest(gettext("the page cursor is not one this site made")) from error
+        raise Refused(gettext_noop("the page cursor is not one this site made")) from error
     if not isinstance(values, list) or len(values) != width or not all(isinstance(v, str | int) for v in values):
-        raise BadRequest(gettext("the page cursor is not one this site made"))
+        raise Refused(gettext_noop("the page cursor is not one this site made"))
     return values
 
 
@@ -112,15 +112,9 @@ def _typed(model: Any, keys: Sequence[str], values: Sequence[Any], param: str) -
         else:
             fits = isinstance(value, str) and "\x00" not in value
         if not fits:
-            # The 400 page shows the message as it is (safe HTML): the parameter is data.
-            raise BadRequest(format_html(gettext("{}: the page cursor is not one this site made"), _code(param)))
+            raise Refused(gettext_noop("{param}: the page cursor is not one this site made"), param=param)
         typed.append(value)
     return typed
-
-
-def _code(text: str) -> str:
-    """What a person sent, quoted in a message: data, shown as code."""
-    return format_html("<code>{}</code>", text)
 
 
 def _moment(value: Any) -> dt.datetime | None:
@@ -237,7 +231,7 @@ def cursor_page(
     direction, _, rest = raw.partition(".")
     segment_text, _, values_text = rest.partition(".")
     if direction not in ("after", "before") or not segment_text.isdigit() or int(segment_text) >= len(walked):
-        raise BadRequest(format_html(gettext("{} is not a page of this list"), _code(f"{param}={raw[:80]!r}")))
+        raise Refused(gettext_noop("{page} is not a page of this list"), page=f"{param}={raw[:80]!r}")
     forward = direction == "after"
     segment = walked[int(segment_text)]
     values = _typed(segment.rows.model, segment.keys, _decode(values_text, len(segment.keys)), param)

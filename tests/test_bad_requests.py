@@ -76,3 +76,8 @@ def test_a_refusal_is_in_the_readers_language_on_the_page_and_english_in_the_api
     api = viewer.get("/api/findings?severity=loud", **chinese)
     assert api.status_code == 400 and api.json()["detail"] == "severity='loud' is not one of: error, warning"
     assert "NUL" in viewer.get("/api/audit?actor=%00", **chinese).json()["detail"]
+    # A page cursor no page made: the same two voices.
+    forged = viewer.get("/findings/?page=sideways.0.x", **chinese).content.decode()
+    assert "<code>page=&#x27;sideways.0.x&#x27;</code> 不是此列表中的一页" in forged
+    detail = viewer.get("/api/findings?cursor=after.0.x", **chinese).json()["detail"]
+    assert detail == "the page cursor is not one this site made"

@@ -8,17 +8,15 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlencode
 
-from django.core.exceptions import BadRequest
 from django.http import HttpRequest, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
-from django.utils.translation import gettext, gettext_noop
+from django.utils.translation import gettext_noop
 from django_htmx.middleware import HtmxDetails
 
 from evidence.listings import Listing, json_value
 from evidence.models import Call, Run
+from evidence.refused import Refused
 from receipts.protocol import MAX_INT
 
 
@@ -39,26 +37,6 @@ def url_of(kind: str, run_id: str, key: str = "") -> str:
 
 
 FORMATS = ("csv", "json")
-
-
-class Refused(BadRequest):
-    """A 400 that says what was wrong with a request: its text is English (the API's
-    ``detail``, the log), and the 400 page says it in the reader's language with each value
-    (what was sent, what is allowed) in ``<code>``: values are data.
-
-    ``message`` is a msgid marked with ``gettext_noop``, with ``{name}`` placeholders.
-    """
-
-    def __init__(self, message: str, **values: object) -> None:
-        self.message, self.values = message, values
-        super().__init__(message.format(**values))
-
-    def shown(self) -> SafeString:
-        """The message in the reader's language, as HTML: the values in ``<code>``."""
-        return format_html(
-            gettext(self.message),
-            **{name: format_html("<code>{}</code>", value) for name, value in self.values.items()},
-        )
 
 
 def get_run_or_404(run_id: str) -> Run:
