@@ -25,7 +25,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
-from evidence import hosts, i18n, importer
+from evidence import decision_text, hosts, i18n, importer
 from evidence.models import Call, HumanDecision, Run
 from receipts import protocol, runtime
 from receipts.durable import UnsafePath, read_json_file
@@ -104,7 +104,9 @@ def settle_call(
                     "This call has no receipt: a decision has nothing to hold to. Its findings say what is known."
                 )
             else:
-                message = format_html(_("This call is not in doubt: {reason}."), reason=_data(call.decision_reason))
+                message = format_html(
+                    _("This call is not in doubt: {reason}."), reason=decision_text.reason_shown(call.decision_reason)
+                )
             raise SettleError(HTTPStatus.CONFLICT, message)
         if receipt_sha256 != call.file_sha256:
             # The decision is about the receipt the dashboard imported and showed, not whatever

@@ -12,7 +12,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import pgettext
 
-from evidence import charts, i18n
+from evidence import charts, decision_text, i18n
 from evidence.views.common import url_of
 from receipts import protocol
 
@@ -157,6 +157,12 @@ def age(since: dt.datetime | None) -> str:
         i18n.shown_time(since),
         i18n.age_text(since),
     )
+
+
+@register.filter
+def decision_reason(reason: str) -> SafeString:
+    """A recovery decision's reason in the reader's language (evidence.decision_text)."""
+    return decision_text.reason_shown(reason)
 
 
 @register.filter

@@ -9,7 +9,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET
 
-from evidence import i18n, listings, selectors, triage
+from evidence import decision_text, i18n, listings, selectors, triage
 from evidence.pagination import cursor_page
 from evidence.views.common import HtmxHttpRequest, choice, download, download_format, query_without
 from receipts import protocol
@@ -44,7 +44,7 @@ def resume_shown(item: selectors.StaleItem) -> SafeString | str:
         return str(said) if said is not None else ""
     decision, colon, reason = item.resume.partition(": ")
     if item.kind == "call" and colon:
-        return format_html('{}: <span translate="no">{}</span>', i18n.word(decision), reason)
+        return format_html("{}: {}", i18n.word(decision), decision_text.reason_shown(reason))
     return ""
 
 
