@@ -404,10 +404,6 @@ def _one_call_url(run: Run, kind: str) -> str:
 VERIFICATION_OF = {shown: verification for verification, shown in protocol.SHOWN_FOR_VERDICT.items()}
 
 
-def pluralize(count: int) -> str:
-    return "" if count == 1 else "s"
-
-
 @dataclasses.dataclass
 class DoubtPanel:
     """What a person reads before settling a call in doubt."""
