@@ -19,16 +19,20 @@ pytestmark = pytest.mark.browser
 LOCALES = {"en": "en-US", "zh": "zh-CN"}
 
 # Elements whose text is one short label: breaking one over two lines is a bad wrap.
-ONE_LINE = "button, .badge, header.site nav a"
-BROKEN_LABELS = """(selector) => [...document.querySelectorAll(selector)].filter((el) => {
+# A column heading or an action link with no space in it too (Chinese breaks anywhere); a row
+# heading is data (a run id), which may break at its hyphens.
+ONE_LINE = "button, .badge, header.site nav a, thead th, .triage-link"
+BROKEN_LABELS = r"""(selector) => [...document.querySelectorAll(selector)].filter((el) => {
     const style = getComputedStyle(el);
     if (style.display === 'none' || !el.offsetParent || !el.textContent.trim()) return false;
+    if (el.matches('th, .triage-link') && /\s/.test(el.textContent.trim())) return false;
     const head = el.closest('thead');  // a phone's cards keep the header row for screen readers only
     if (head && getComputedStyle(head).position === 'absolute') return false;
+    // The text's own height, not the box's: a table cell is as tall as its row.
+    const text = document.createRange();
+    text.selectNodeContents(el);
     const line = parseFloat(style.lineHeight) || parseFloat(style.fontSize) * 1.4;
-    const pad = parseFloat(style.paddingTop) + parseFloat(style.paddingBottom)
-        + parseFloat(style.borderTopWidth) + parseFloat(style.borderBottomWidth);
-    return el.getBoundingClientRect().height - pad > line * 1.6;
+    return text.getBoundingClientRect().height > line * 1.6;
 }).map((el) => el.tagName.toLowerCase() + ': ' + el.textContent.trim().slice(0, 40))"""
 
 
