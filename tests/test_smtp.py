@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 import re
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from django.urls import reverse
+from django.utils.html import strip_tags
 
 from evidence import importer
 from receipts import doubt, runtime
@@ -183,7 +185,8 @@ def test_the_call_page_shows_the_message_id_of_an_email_killed_after_sending(run
     page = content(logged_in.get(reverse("call", args=[run_dir.name, call_id])))
     assert "This call is in doubt" in page
     assert f"search the mailbox for Message-ID &lt;{call_id}@callproof.invalid&gt;" in page
-    assert "Send an e-mail to ops@example.com: “Deployed”" in page
+    # the sentence as a person reads it (its values are marked as data)
+    assert "Send an e-mail to ops@example.com: “Deployed”" in html.unescape(strip_tags(page))
     assert "subject “Deployed”" in page
 
 
