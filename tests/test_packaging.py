@@ -146,6 +146,8 @@ def test_the_wheel_carries_every_package_of_the_checkout_and_the_sites_files(whe
     site_files = {str(path.relative_to(PROJECT)) for top in ("templates", "static")
                   for path in (PROJECT / top).rglob("*") if path.is_file()}  # fmt: skip
     assert {f"evidence/{path}" for path in site_files} <= names
+    catalogues = {str(path.relative_to(PROJECT)) for path in (PROJECT / "evidence" / "locale").rglob("*.[mp]o")}
+    assert catalogues and catalogues <= names, "the Chinese catalogue, compiled, travels in the wheel"
 
 
 DASHBOARD_PROBE = """
@@ -162,8 +164,10 @@ client.force_login(user)
 page = client.get("/")
 stylesheet = re.search(r'<link rel="stylesheet" href="([^"]+)"', page.content.decode()).group(1)
 css = client.get(stylesheet)
+chinese = client.get("/", HTTP_ACCEPT_LANGUAGE="zh-CN").content.decode()
 print(page.status_code, "clean-run" in page.content.decode(), stylesheet, css.status_code,
-      b"".join(css.streaming_content if css.streaming else [css.content])[:200].decode(errors="replace").count("{") > 0)
+      b"".join(css.streaming_content if css.streaming else [css.content])[:200].decode(errors="replace").count("{") > 0,
+      '<html lang="zh-Hans">' in chinese and "待处理" in chinese)
 """
 
 
@@ -191,8 +195,8 @@ def test_the_dashboard_runs_from_its_wheel_with_its_templates_and_stylesheet(whe
     step("callproof", "demo", str(home / "runs"))
     step("django-admin", "import_runs", str(home / "runs"))
     step("django-admin", "collectstatic", "--noinput", "-v", "0")
-    status, listed, stylesheet, css_status, is_css = step("python", "-c", DASHBOARD_PROBE).split()
-    assert (status, listed, css_status, is_css) == ("200", "True", "200", "True"), stylesheet
+    status, listed, stylesheet, css_status, is_css, in_chinese = step("python", "-c", DASHBOARD_PROBE).split()
+    assert (status, listed, css_status, is_css, in_chinese) == ("200", "True", "200", "True", "True"), stylesheet
     assert stylesheet.startswith("/static/css/site.") and stylesheet != "/static/css/site.css", "hashed by the manifest"
 
 
