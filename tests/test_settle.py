@@ -6,6 +6,7 @@ import hashlib
 import importlib
 import json
 import re
+import subprocess
 import threading
 import time
 from http import HTTPStatus
@@ -517,3 +518,46 @@ def test_a_call_settled_with_the_command_line_shows_who_and_offers_no_form(as_co
         "--actor", "someone", "--receipt-sha256", call.file_sha256,
     )  # fmt: skip
     assert again.returncode == 3 and b"another decision" in again.stderr
+
+
+READ_ONLY_SETTLE = """
+import json
+from django.contrib.auth import get_user_model
+from django.test import Client
+from django.urls import reverse
+from evidence.models import Call
+call = Call.objects.get(run__run_id={run!r})
+client = Client(HTTP_HOST="localhost")
+client.force_login(get_user_model().objects.get(username="carol"))
+response = client.post(reverse("confirm", args=[{run!r}, call.call_id]), {form!r})
+print(json.dumps([response.status_code, response.content.decode()]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_run_directory_on_a_read_only_filesystem_is_a_503_and_nothing_is_recorded(confirmer, demo, settings):
+    """The dashboard owns the run (one machine) but its filesystem refuses the write: a real
+    read-only bind mount over the run directory, in the web process's own mount namespace."""
+    from tests.subprocess_db import child_env, manage_command, this_database_url
+
+    call = first_call_of(RUN)
+    run_dir = demo / RUN
+    script = READ_ONLY_SETTLE.format(run=RUN, form=form_for(call))
+    web = (
+        f"mount --bind {run_dir} {run_dir} && mount -o remount,ro,bind {run_dir} {run_dir} && "
+        f'touch {run_dir}/probe 2>/dev/null && exit 99; exec "$@"'
+    )
+    environment = child_env(this_database_url()) | {"EVIDENCE_HOST_NAME": settings.EVIDENCE_HOST_NAME}
+    completed = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", web, "web",
+         *manage_command("shell", "-v", "0", "-c", script)],
+        env=environment, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    status, page = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert status == HTTPStatus.SERVICE_UNAVAILABLE
+    assert "The run directory cannot be written" in page and "Read-only file system" in page
+    assert "nothing was recorded" in page and "Traceback" not in page
+    nothing_recorded(run_dir, call)
+    assert Call.objects.get(pk=call.pk).in_doubt, "the call still waits for a person"
