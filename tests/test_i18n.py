@@ -204,6 +204,12 @@ def test_the_browser_chooses_the_language_and_the_switcher_overrides_it(client, 
     # Remembered over the browser's own choice, on every later page.
     assert client.get("/findings/", HTTP_ACCEPT_LANGUAGE="zh-CN")["Content-Language"] == "en"
     # Somewhere else the switcher does not send anyone.
-    away = client.post(reverse("set_language"), {"language": "zh-hans", "next": "https://evil.example/"})
-    assert away["Location"] == "/"
+    for elsewhere in ("https://evil.example/", "//evil.example/", "/\\evil.example/", "javascript:alert(1)",
+                      "http:/\\evil.example", "\thttps://evil.example/"):  # fmt: skip
+        away = client.post(reverse("set_language"), {"language": "zh-hans", "next": elsewhere})
+        assert away["Location"] == "/", elsewhere
+    # A language the site does not offer changes nothing: not the cookie, not the page.
+    client.post(reverse("set_language"), {"language": "fr\r\nSet-Cookie: x=1", "next": "/"})
+    assert client.cookies[settings.LANGUAGE_COOKIE_NAME].value == "zh-hans"
+    assert client.get("/", HTTP_ACCEPT_LANGUAGE="fr")["Content-Language"] == "zh-hans"
     assert Run.objects.exists()
