@@ -12,9 +12,11 @@ from __future__ import annotations
 import datetime as dt
 import gettext
 import os
+import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from http import HTTPStatus
 from pathlib import Path
 
@@ -136,6 +138,28 @@ def test_the_committed_compiled_catalogue_is_its_source_compiled(tmp_path):
     compiled = tmp_path / "django.mo"
     subprocess.run(["msgfmt", "-o", str(compiled), str(CATALOGUE)], check=True)
     assert catalogue_entries(COMPILED) == catalogue_entries(compiled), "run make messages and commit the .mo"
+
+
+MARKUP = re.compile(r"<[^>]*>|&#?\w+;")
+PLACEHOLDERS = re.compile(r"%\(\w+\)[sd]|\{\w*\}")
+
+
+def test_a_translation_adds_no_markup_and_keeps_its_placeholders():
+    """A translated sentence is trusted as a template is (format_html and the retention page's
+    sentences escape only the values), so the catalogue may carry no tag, entity or bare ``<`` /
+    ``&`` that its English lacks, and a sentence keeps every value it names."""
+    checked = 0
+    for key, translated in catalogue_entries(COMPILED).items():
+        plural = isinstance(key[1], int)  # (msgid, n): Chinese's one form answers the English plural
+        english = key[0] if plural else key[1].split("\x04")[-1]
+        added = Counter(MARKUP.findall(translated)) - Counter(MARKUP.findall(english))
+        assert not added, f"{english!r} gains {sorted(added)} in Chinese"
+        for bare in "<&":
+            assert translated.count(bare) <= english.count(bare), f"{english!r} gains a bare {bare} in Chinese"
+        if not plural:
+            assert sorted(PLACEHOLDERS.findall(translated)) == sorted(PLACEHOLDERS.findall(english)), english
+        checked += 1
+    assert checked > 500
 
 
 @pytest.fixture
