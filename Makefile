@@ -8,7 +8,7 @@ ADDR ?= 127.0.0.1:8000
 PIP_VERSION := 26.3
 UV_VERSION := 0.13.9
 
-.PHONY: install lock demo browser nginx gettext messages test test-postgres lint format bench bench-import bench-export bench-pages torture clean
+.PHONY: install lock demo test-packages messages test check lint format bench bench-import bench-export bench-pages torture clean
 
 # Everything comes from the lock file, each package by its hash (the test and deploy extras,
 # so the suite, the proxy tests and the benchmarks run on the same versions everywhere);
@@ -64,38 +64,38 @@ demo: install var/secret_key
 	printf '%s\n' "$$login"; \
 	wait $$server
 
-# Browser tests drive Debian's Chromium; install it when it is missing (never a downloaded browser).
-# Chromium, and a font for Chinese: without one a page in 简体中文 shows boxes, and its
-# screenshots and width checks mean nothing.
-browser:
-	@{ test -x /usr/bin/chromium && fc-list :lang=zh | grep -q .; } || { command -v apt-get >/dev/null && \
-	  { [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; $$SUDO apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium fonts-noto-cjk; }; }
-
-# The proxy tests serve the dashboard through Debian's nginx (tests/test_proxy.py).
-# GNU gettext: makemessages and compilemessages need it, and so do the catalogue's tests.
-gettext:
-	@command -v msgfmt >/dev/null || { command -v apt-get >/dev/null && \
-	  { [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; $$SUDO apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq gettext; }; }
+# What the suite needs from Debian, installed when missing and said before: Chromium and a font
+# for Chinese (the browser tests; without the font a page in 简体中文 shows boxes, and its width
+# checks mean nothing), nginx (the proxy tests), GNU gettext (the catalogue's tests and
+# `make messages`). Never a downloaded browser, and no recommended packages.
+TEST_PACKAGES = chromium:/usr/bin/chromium nginx:/usr/sbin/nginx gettext:/usr/bin/msgfmt fonts-noto-cjk:/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc
+test-packages:
+	@missing=; for entry in $(TEST_PACKAGES); do test -e "$${entry#*:}" || missing="$$missing $${entry%%:*}"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing for the browser, proxy and translation tests (apt-get, --no-install-recommends)"; \
+	  command -v apt-get >/dev/null || { echo "no apt-get here: install$$missing by hand" >&2; exit 1; }; \
+	  [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
 
 # After marking a string or translating one: the catalogue (evidence/locale/) made current with
 # the code, then compiled. Both files are committed, so an installed wheel needs no gettext.
-messages: install gettext
+messages: install test-packages
 	DJANGO_DEBUG=1 $(BIN)/python manage.py makemessages --locale zh_Hans --no-obsolete --no-location \
 	  --ignore '.venv/*' --ignore 'tests/*' --ignore 'receipts/*.py' --ignore 'var/*' --ignore 'build/*'
 	DJANGO_DEBUG=1 $(BIN)/python manage.py compilemessages --locale zh_Hans --ignore '.venv/*'
 
-nginx:
-	@test -x /usr/sbin/nginx || { command -v apt-get >/dev/null && \
-	  { [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; $$SUDO apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nginx; }; }
+# The whole suite, as CI runs it (tests/suite.sh, docs/testing.md): on both cores; every test on
+# PostgreSQL when 127.0.0.1:5432 answers, and the tests that use the database again on SQLite;
+# every test on SQLite when it does not. A part of it: make test ARGS='tests/test_pages_truth.py -k settled'.
+ARGS ?=
+test: install test-packages
+	@tests/suite.sh $(ARGS)
 
-test: install browser nginx gettext
-	$(BIN)/python -m pytest
-
-test-postgres: install browser nginx gettext
-	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test $(BIN)/python -m pytest
+# The inner loop: lint, then every test that needs no browser, nginx or PostgreSQL, on SQLite,
+# but the slow ones (real processes in numbers: the kill harness, the wheel, the MCP SDK; make test runs them).
+check: lint
+	env -u DATABASE_URL $(BIN)/python -m pytest -n $${WORKERS:-2} -m "not browser and not nginx and not slow" $(ARGS)
 
 # ruff, then mypy with django-stubs (its files and settings: [tool.mypy] in pyproject.toml).
 lint: install

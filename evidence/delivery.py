@@ -22,6 +22,7 @@ import logging
 from pathlib import Path
 
 from django.db import transaction
+from django.db.models.functions import Now
 
 from evidence import importer, stats
 from evidence.models import Call, Host, HumanDecision
@@ -60,6 +61,7 @@ def deliver_pending(*, host: Host, now: dt.datetime | None = None) -> DeliveryRe
 def deliver(decision: HumanDecision, *, host_name: str, now: dt.datetime | None = None) -> str:
     """Write one decision into its run directory: ``delivered``, ``refused`` (never will be) or
     ``failed`` (the directory could not be written now: tried again at the next pass)."""
+    delivered_at = now or Now()  # the database's clock: the page judges it beside the web's, not this host's
     now = now or protocol.utc_now()
     run = decision.run
     with importer.run_import_lock(run.run_id):
@@ -86,7 +88,7 @@ def deliver(decision: HumanDecision, *, host_name: str, now: dt.datetime | None 
             log.warning("decision not delivered yet", extra={"event": "delivery_failed", "detail": problem, **where})
             return FAILED
         with transaction.atomic():
-            delivered = {"delivered_at": now, "delivered_by": host_name, "delivery_error": ""}
+            delivered = {"delivered_at": delivered_at, "delivered_by": host_name, "delivery_error": ""}
             HumanDecision.objects.filter(pk=decision.pk).update(**delivered)
             call = Call.objects.get(run=run, call_id=decision.call_id)
             importer.record_confirmation(run=run, call=call, document=document, now=now)

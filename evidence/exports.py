@@ -4,6 +4,11 @@ The request only writes an ``Export`` row and queues ``tasks.make_export``; the 
 the zip (evidence/export.py, telling the row how far it is) under ``EVIDENCE_EXPORT_ROOT``, as a
 temp file renamed into place once whole, so a failed export leaves no file; the maintenance
 task removes what finished more than ``EVIDENCE_EXPORT_KEEP_HOURS`` ago.
+
+A running export holds a lease: the worker beats ``heartbeat_at`` from a thread while it makes
+it. One whose heartbeat is older than ``EVIDENCE_EXPORT_LEASE_SECONDS`` lost its worker (killed,
+restarted: django-tasks never reclaims a running task): the page shows it failed at once, and
+the maintenance task marks it so, never "running" for ever.
 """
 
 from __future__ import annotations
@@ -13,12 +18,14 @@ import datetime as dt
 import logging
 import os
 import tempfile
+import threading
 import zipfile
 from pathlib import Path
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Q
+from django.db import DatabaseError, connection, transaction
+from django.db.models import BooleanField, Case, DateTimeField, ExpressionWrapper, Q, Value, When
+from django.db.models.functions import Now
 from django.utils import translation
 
 from evidence.export import export_run
@@ -57,14 +64,67 @@ class Panel:
         return any(not export.finished for export in self.rows)
 
 
-def recent(run: Run) -> Panel:
-    return Panel(
-        list(
-            Export.objects.filter(run=run)
-            .select_related("requested_by")
-            .order_by("-created_at", "-pk")[:SHOWN_ON_THE_PAGE]
-        )
+def worker_lost() -> Q:
+    """Running exports whose worker stopped beating their heartbeat (on the database's clock)."""
+    before = ExpressionWrapper(
+        Now() - dt.timedelta(seconds=settings.EVIDENCE_EXPORT_LEASE_SECONDS), output_field=DateTimeField()
     )
+    quiet = Q(heartbeat_at__lt=before) | Q(heartbeat_at__isnull=True, started_at__lt=before)
+    return Q(state=Export.RUNNING) & quiet
+
+
+def recent(run: Run) -> Panel:
+    rows: list[Export] = list(
+        Export.objects.filter(run=run)
+        .select_related("requested_by")
+        .annotate(lost=Case(When(worker_lost(), then=Value(True)), default=Value(False), output_field=BooleanField()))
+        .order_by("-created_at", "-pk")[:SHOWN_ON_THE_PAGE]
+    )
+    for export in rows:
+        if export.lost:  # type: ignore[attr-defined]  # the annotation above; shown as what it is now; the maintenance task records it (mark_lost)
+            export.state, export.error = Export.FAILED, Export.WORKER_LOST
+    return Panel(rows)
+
+
+def mark_lost() -> int:
+    """Record every export whose worker was lost as failed (the maintenance task): how many."""
+    lost = Export.objects.filter(worker_lost()).update(state=Export.FAILED, error=Export.WORKER_LOST, finished_at=Now())
+    if lost:
+        log.warning("evidence exports lost their worker", extra={"event": "evidence_export_lost", "count": lost})
+    return lost
+
+
+class Heartbeat:
+    """Beats a running export's ``heartbeat_at`` from a thread of its own (with its own database
+    connection) every quarter lease, however long one step of the export takes.
+
+    On PostgreSQL only. On SQLite a write from another connection while the export reads would
+    make the export's own progress write fail ("database is locked": its read snapshot can no
+    longer become a write), so there each progress report beats instead (``make``)."""
+
+    def __init__(self, export_pk: int) -> None:
+        self.export_pk = export_pk
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.beat, name=f"export-{export_pk}-heartbeat", daemon=True)
+
+    def beat(self) -> None:
+        try:
+            while not self.stopping.wait(settings.EVIDENCE_EXPORT_LEASE_SECONDS / 4):
+                Export.objects.filter(pk=self.export_pk, state=Export.RUNNING).update(heartbeat_at=Now())
+        except DatabaseError as error:  # the export goes on; the page may call it lost, and says so
+            log.warning("export heartbeat stopped", extra={"event": "evidence_export_heartbeat", "detail": str(error)})
+        finally:
+            connection.close()  # this thread's own connection
+
+    def __enter__(self) -> Heartbeat:
+        if connection.vendor == "postgresql":
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stopping.set()
+        if self.thread.is_alive():
+            self.thread.join()
 
 
 def stem_of(run: Run) -> str:
@@ -76,26 +136,27 @@ def make(export_id: int) -> Export:
     """Write the export's zip (the worker's part). A failure is kept on the row, with no file left."""
     export = Export.objects.select_related("run", "requested_by").get(pk=export_id)
     started = protocol.utc_now()
-    Export.objects.filter(pk=export.pk).update(state=Export.RUNNING, started_at=started)
+    Export.objects.filter(pk=export.pk).update(state=Export.RUNNING, started_at=started, heartbeat_at=Now())
     root = Path(settings.EVIDENCE_EXPORT_ROOT)
     target = root / f"{export.pk}-{stem_of(export.run)}.zip"
     temp = target.with_name(durable.temp_name_for(target.name))
 
     def progress(done: int, total: int) -> None:
-        Export.objects.filter(pk=export.pk).update(done=done, total=total)
+        Export.objects.filter(pk=export.pk).update(done=done, total=total, heartbeat_at=Now())
 
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        user = export.requested_by
-        with tempfile.TemporaryDirectory(dir=root, prefix=".export-") as folder:
-            # The page in the language of the person who asked; evidence.json is the same in every one.
-            with translation.override(export.language or settings.LANGUAGE_CODE):
-                export_run(run=export.run, out=Path(folder), policy=Policy(), progress=progress, user=user,
-                           actor=user.get_username() if user else "export task")  # fmt: skip
-            with zipfile.ZipFile(temp, "x", zipfile.ZIP_DEFLATED) as bundle:
-                for name in ("evidence.json", "index.html"):
-                    bundle.write(Path(folder) / name, f"{stem_of(export.run)}/{name}")
-        os.replace(temp, target)
+        with Heartbeat(export.pk):
+            root.mkdir(parents=True, exist_ok=True)
+            user = export.requested_by
+            with tempfile.TemporaryDirectory(dir=root, prefix=".export-") as folder:
+                # The page in the language of the person who asked; evidence.json is the same in every one.
+                with translation.override(export.language or settings.LANGUAGE_CODE):
+                    export_run(run=export.run, out=Path(folder), policy=Policy(), progress=progress, user=user,
+                               actor=user.get_username() if user else "export task")  # fmt: skip
+                with zipfile.ZipFile(temp, "x", zipfile.ZIP_DEFLATED) as bundle:
+                    for name in ("evidence.json", "index.html"):
+                        bundle.write(Path(folder) / name, f"{stem_of(export.run)}/{name}")
+            os.replace(temp, target)
     except (OSError, ValueError) as error:
         temp.unlink(missing_ok=True)
         reason = (error.strerror if isinstance(error, OSError) else None) or str(error)
@@ -127,9 +188,11 @@ def newest_file(run: Run) -> Path | None:
 
 
 def remove_expired(*, now: dt.datetime) -> int:
-    """Remove the zips of exports finished more than ``EVIDENCE_EXPORT_KEEP_HOURS`` ago, and their
-    rows; the rows of exports asked for that long ago and never finished (a worker killed under
-    them: the page would wait for ever); and the temp files such a worker left (an hour old)."""
+    """Mark the exports whose worker was lost as failed; remove the zips of exports finished more
+    than ``EVIDENCE_EXPORT_KEEP_HOURS`` ago, and their rows; the rows of exports asked for that
+    long ago and never started (no worker ran them); and the temp files a killed worker left (an
+    hour old)."""
+    mark_lost()  # kept, as failed, as long as any finished export
     limit = now - dt.timedelta(hours=settings.EVIDENCE_EXPORT_KEEP_HOURS)
     removed = 0
     expired = Q(finished_at__lte=limit) | Q(finished_at__isnull=True, created_at__lte=limit)

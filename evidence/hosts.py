@@ -13,10 +13,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+import secrets
+import socket
 from pathlib import Path
 
 from django.conf import settings
-from django.db.models import Count, Q, QuerySet
+from django.db import transaction
+from django.db.models import Count, DateTimeField, ExpressionWrapper, Q, QuerySet
+from django.db.models.functions import Now
 
 from evidence.models import Host, HumanDecision, Run
 from receipts import __version__, protocol
@@ -26,38 +30,130 @@ def this_host_name() -> str:
     return settings.EVIDENCE_HOST_NAME
 
 
-def register(*, runs_root: Path, watching: bool, now: dt.datetime | None = None) -> Host:
-    """This process's host, as an importer that starts (``watching``: ``--watch``)."""
-    now = now or protocol.utc_now()
-    host, _ = Host.objects.update_or_create(
-        name=this_host_name(),
-        defaults={
-            "runs_root": str(Path(runs_root).absolute()), "version": __version__, "pid": os.getpid(),
-            "started_at": now, "last_seen_at": now, "stopped_at": None, "watching": watching,
-        },
-    )  # fmt: skip
-    return host
+class HostTakenError(Exception):
+    """Another watching importer holds this host's name and reports: two must not share one."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        super().__init__(
+            f"host {host.name!r} is already shipping (pid {host.pid}, runs root {host.runs_root}, "
+            f"started {protocol.format_time(host.started_at)}): two importers must not share a name. "
+            f"Give this one its own EVIDENCE_HOST_NAME, or stop the other first"
+        )
+
+
+class LeaseLostError(Exception):
+    """This watch was silent past the limit and another importer took the host's name."""
+
+
+def _silent_before() -> ExpressionWrapper:
+    """The database's now less the silence limit: every host time is the database's clock, so a
+    host whose own clock is off is judged by the same clock that stamped it."""
+    return ExpressionWrapper(
+        Now() - dt.timedelta(seconds=settings.EVIDENCE_HOST_SILENT_AFTER_SECONDS), output_field=DateTimeField()
+    )
+
+
+def this_machine() -> str:
+    """This machine: its host name and, on Linux, the id of this boot."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()} {boot}".strip()[:300]
+
+
+def _is_gone(holder: Host) -> bool:
+    """Whether the watch holding a host's name is known dead: it ran on this machine, and the
+    machine has booted since or its pid is gone. On another machine only its silence frees the
+    name (a pid here says nothing of a process there)."""
+    here = this_machine()
+    if holder.machine.split(" ")[0] != here.split(" ")[0] or holder.pid is None:
+        return False
+    if holder.machine != here:
+        return True
+    try:
+        os.kill(holder.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return holder.pid == os.getpid()  # only this very process could have left its own pid
+
+
+def register(*, runs_root: Path, watching: bool) -> Host:
+    """This process's host, as an importer that starts (``watching``: ``--watch``).
+
+    A watch takes the host's lease: refused (``HostTakenError``, and the refusal recorded on the host)
+    while another watch under the same name holds it and reports. A one-off import under the
+    name of a host that ships changes nothing on its row."""
+    root = str(Path(runs_root).absolute())
+    with transaction.atomic():
+        Host.objects.get_or_create(
+            name=this_host_name(),
+            defaults={"runs_root": root, "version": __version__, "started_at": Now(), "last_seen_at": Now()},
+        )
+        held = Host.objects.select_for_update().filter(
+            name=this_host_name(), watching=True, stopped_at__isnull=True, last_seen_at__gte=_silent_before()
+        )
+        holder = held.first()
+        if holder is not None and watching and _is_gone(holder):
+            holder = None  # restarted after a crash on the same machine: its predecessor is dead
+        if holder is not None:
+            if not watching:
+                return holder
+            Host.objects.filter(pk=holder.pk).update(refused_at=Now(), refused_from=root)
+            refused = HostTakenError(holder)
+        else:
+            lease = secrets.token_hex(16) if watching else ""
+            Host.objects.filter(name=this_host_name()).update(
+                runs_root=root, version=__version__, pid=os.getpid(), started_at=Now(), last_seen_at=Now(),
+                stopped_at=None, watching=watching, lease=lease, machine=this_machine(),
+            )  # fmt: skip
+            return Host.objects.get(name=this_host_name())
+    raise refused  # outside the transaction, so that the refusal is recorded
 
 
 def current() -> Host:
     """This process's host, registered by the first import that needs it (a one-off import
     that never watches is never silent)."""
-    now = protocol.utc_now()
-    host, _ = Host.objects.get_or_create(
+    host, created = Host.objects.get_or_create(
         name=this_host_name(),
-        defaults={"runs_root": "", "version": __version__, "started_at": now, "last_seen_at": now, "watching": False},
+        defaults={
+            "runs_root": "",
+            "version": __version__,
+            "started_at": Now(),
+            "last_seen_at": Now(),
+            "watching": False,
+        },
     )
+    if created:
+        host.refresh_from_db()  # the database's times, not the expressions that made them
     return host
 
 
-def beat(host: Host, *, pass_seconds: float, now: dt.datetime | None = None) -> None:
-    """A pass is done: the heartbeat."""
-    now = now or protocol.utc_now()
-    Host.objects.filter(pk=host.pk).update(last_seen_at=now, last_pass_seconds=pass_seconds, stopped_at=None)
+def beat(host: Host, *, pass_seconds: float) -> None:
+    """A pass is done: the heartbeat, on the database's clock. A watch whose lease another took
+    (it was silent past the limit) is told so (``LeaseLostError``): it must stop, not ship beside it."""
+    if not host.lease:
+        Host.objects.filter(pk=host.pk).update(last_seen_at=Now(), last_pass_seconds=pass_seconds)
+        return
+    beaten = Host.objects.filter(pk=host.pk, lease=host.lease).update(
+        last_seen_at=Now(), last_pass_seconds=pass_seconds, stopped_at=None
+    )
+    if not beaten:
+        check_lease(host)
 
 
-def stopped(host: Host, now: dt.datetime | None = None) -> None:
-    Host.objects.filter(pk=host.pk).update(stopped_at=now or protocol.utc_now())
+def check_lease(host: Host) -> None:
+    """``LeaseLostError`` when another importer holds the host this watch registered."""
+    if host.lease and not Host.objects.filter(pk=host.pk, lease=host.lease).exists():
+        raise LeaseLostError(f"another importer took host {host.name!r} while this one was silent; this one stops")
+
+
+def stopped(host: Host) -> None:
+    """This watch stops: the host says so, unless another importer holds it now."""
+    Host.objects.filter(pk=host.pk, lease=host.lease).update(stopped_at=Now())
 
 
 def silent(now: dt.datetime | None = None) -> QuerySet[Host]:

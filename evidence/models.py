@@ -64,6 +64,15 @@ class Host(models.Model):
     last_pass_seconds = models.FloatField(null=True)  # longer than its interval: it falls behind
     stopped_at = models.DateTimeField(null=True)  # it said it stopped (SIGTERM, Ctrl-C)
     watching = models.BooleanField(default=False)  # ships continuously: its silence is a problem
+    # The watching importer that holds the name: a random token per process. Another importer
+    # under the same name is refused while this one reports, and only the holder beats the
+    # heart or says the host stopped (hosts.register).
+    lease = models.CharField(max_length=64, default="", blank=True)
+    # The machine the holder runs on (its host name and boot id): a watch restarted there after
+    # a crash takes the name at once from its dead predecessor (hosts.register).
+    machine = models.CharField(max_length=300, default="", blank=True)
+    refused_at = models.DateTimeField(null=True)  # a second importer under this name was refused then
+    refused_from = models.TextField(default="", blank=True)  # ... the runs root it said it ships
 
     class Meta:
         ordering = ["name"]
@@ -579,6 +588,12 @@ class Export(models.Model):
     # The language of the person who asked (a code of settings.LANGUAGES): the worker writes the
     # export's page in it. Empty (an export asked for before languages were kept): the default.
     language = models.CharField(max_length=16, blank=True, default="")
+    # The worker making it beats this while it runs, on the database's clock (exports.make): a
+    # running export whose heartbeat is older than EVIDENCE_EXPORT_LEASE_SECONDS lost its worker.
+    heartbeat_at = models.DateTimeField(null=True)
+
+    # What ``error`` says of an export whose worker stopped under it: the page words it.
+    WORKER_LOST = "worker lost: the worker making it stopped before it finished (killed or restarted)"
 
     class Meta:
         indexes = [
@@ -593,6 +608,10 @@ class Export(models.Model):
     @property
     def finished(self) -> bool:
         return self.state in (self.DONE, self.FAILED)
+
+    @property
+    def worker_lost(self) -> bool:
+        return self.state == self.FAILED and self.error == self.WORKER_LOST
 
     @property
     def percent(self) -> int:

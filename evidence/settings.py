@@ -6,8 +6,8 @@ EVIDENCE_RUNS_ROOT, EVIDENCE_ARCHIVE_ROOT, EVIDENCE_READ_ONLY, EVIDENCE_STRIP_AF
 EVIDENCE_ARCHIVE_AFTER_DAYS, EVIDENCE_PROXY_COUNT,
 EVIDENCE_METRICS_TOKEN, EVIDENCE_SIGNING_KEY_FILES, EVIDENCE_SIGNED_RUNS_ONLY, EVIDENCE_ADAPTERS, EVIDENCE_HOST_NAME,
 EVIDENCE_HOST_SILENT_AFTER_SECONDS, EVIDENCE_ABANDONED_AFTER_SECONDS, EVIDENCE_COLD_SWEEP_SECONDS, EVIDENCE_EXPORT_ROOT,
-EVIDENCE_EXPORT_KEEP_HOURS, EVIDENCE_IMPORT_READ_AHEAD. Parsers are strict: a malformed value stops start-up. What
-is unset is what a deployment needs: debugging off, HTTPS on.
+EVIDENCE_EXPORT_KEEP_HOURS, EVIDENCE_EXPORT_LEASE_SECONDS, EVIDENCE_IMPORT_READ_AHEAD. Parsers are strict: a
+malformed value stops start-up. What is unset is what a deployment needs: debugging off, HTTPS on.
 """
 
 from __future__ import annotations
@@ -141,6 +141,10 @@ def env_seconds(name: str, default: int) -> int:
     return int(value)
 
 
+# A running export's worker beats its heart a quarter of this often: a running export with no
+# heartbeat for this long lost its worker (killed, restarted) and is shown, then marked, failed.
+EVIDENCE_EXPORT_LEASE_SECONDS = env_seconds("EVIDENCE_EXPORT_LEASE_SECONDS", 120)
+
 # The watch's hot set (docs/operations.md, "How a pass chooses what to check"). A run not finished
 # with no event for a day is abandoned: an agent's run lasts minutes to hours, a runtime that
 # resumes after a crash does so within hours, and a day still lets a run paused overnight go on
@@ -216,6 +220,9 @@ DATABASES = {
     "default": dj_database_url.config(
         default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}",
         conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "0")),
+        # A kept connection that PostgreSQL ended (a restart, a failover, pg_terminate_backend)
+        # is found before it is used and opened again: no 500, no worker or watch left dead.
+        conn_health_checks=True,
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from receipts.decorator import CallInDoubt, NoRunBound, receipted, use_run
+    from receipts.decorator import CallInDoubt, NoRunBound, SettledWithoutAnswer, receipted, use_run
 
 # The decorator loads the writer; it is loaded on first use, so that importing the reader alone stays light.
-_DECORATOR_NAMES = ("CallInDoubt", "NoRunBound", "receipted", "use_run")
-__all__ = ["CallInDoubt", "NoRunBound", "__version__", "receipted", "use_run"]
+_DECORATOR_NAMES = ("CallInDoubt", "NoRunBound", "SettledWithoutAnswer", "receipted", "use_run")
+__all__ = ["CallInDoubt", "NoRunBound", "SettledWithoutAnswer", "__version__", "receipted", "use_run"]
 
 
 def __getattr__(name: str) -> object:

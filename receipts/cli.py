@@ -169,9 +169,17 @@ def cmd_conformance(options: argparse.Namespace) -> int:
         args = protocol.load_json_strict(options.args.encode("utf-8"))
         if not isinstance(args, dict):
             raise ValueError("--args must be a JSON object")
+    failing_args = None
+    if options.failing_args is not None:
+        failing_args = protocol.load_json_strict(options.failing_args.encode("utf-8"))
+        if not isinstance(failing_args, dict):
+            raise ValueError("--failing-args must be a JSON object")
     report = run_kit(
         options.adapter,
         args=args,
+        failing_args=failing_args,
+        generated=options.generated,
+        key_wait=options.key_wait,
         counter=options.counter,
         trials=options.trials,
         concurrency=options.concurrency,
@@ -296,6 +304,15 @@ def build_parser() -> argparse.ArgumentParser:
         "evidence, else its query)",
     )  # fmt: skip
     kit.add_argument("--args", default=None, help="one call's args as JSON (default: the adapter's example_args)")
+    kit.add_argument(
+        "--failing-args", default=None, metavar="JSON",
+        help="args the target itself refuses or fails on (default: the adapter's failing_args; none: not tried)",
+    )  # fmt: skip
+    kit.add_argument("--generated", type=int, default=8,
+                     help="arg sets generated besides the example's (default 8; the adapter's args_strategy, a "
+                     "hypothesis strategy, draws them where it has one)")  # fmt: skip
+    kit.add_argument("--key-wait", type=float, default=5.0, metavar="SECONDS",
+                     help="how long the target must keep a call_id as its key (default 5; 0 skips it)")  # fmt: skip
     kit.add_argument("--concurrency", type=int, default=8, help="processes calling at once (default 8)")
     kit.add_argument("--seed", type=int, default=None, help="trial i draws its kills from seed S + i")
     kit.add_argument("--keep", action="store_true", help="keep the scratch run directories (kept on a failure)")

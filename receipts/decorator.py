@@ -13,10 +13,17 @@ never run again: calling it again returns what was recorded.
 The run is bound by ``use_run(run_dir)`` (a context variable: each thread, and
 each asyncio task, sees its own binding) or given per call with
 ``tool.call_in(run_dir, ...)``.
+
+An ``async def`` function makes an ``async def`` tool: awaiting it runs the
+writer in a worker thread (its files and locks block) and the function's
+coroutine on the caller's event loop, awaited inside the receipt: the receipt
+says prepared before the coroutine starts and committed only once it returned.
+``query`` and ``evidence`` may be coroutines too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import dataclasses
@@ -30,7 +37,15 @@ from typing import Any, Protocol, cast
 from receipts.runtime import CallOutcome, Executor
 from receipts.tools import NOT_DONE, Evidence, OutcomeUnknown, Rejected
 
-__all__ = ["CallInDoubt", "FunctionAdapter", "NoRunBound", "ReceiptedTool", "receipted", "use_run"]
+__all__ = [
+    "CallInDoubt",
+    "FunctionAdapter",
+    "NoRunBound",
+    "ReceiptedTool",
+    "SettledWithoutAnswer",
+    "receipted",
+    "use_run",
+]
 
 CALL_ID = "call_id"
 
@@ -47,6 +62,16 @@ class CallInDoubt(OutcomeUnknown):
         self.outcome = outcome
 
 
+class SettledWithoutAnswer(RuntimeError):  # noqa: N818 - an outcome, said to the caller
+    """A person settled the call as done, and no answer of the function's was recorded: it is not
+    in doubt (nobody need decide again, and it never runs again), and there is nothing to return.
+    ``outcome`` carries the call_id and the confirmation."""
+
+    def __init__(self, message: str, outcome: CallOutcome) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
+
 @dataclasses.dataclass(frozen=True)
 class _Binding:
     run_dir: Path
@@ -55,6 +80,24 @@ class _Binding:
 
 
 _BOUND: contextvars.ContextVar[_Binding] = contextvars.ContextVar("receipts_bound_run")
+# The event loop of the task awaiting an async tool: its coroutine runs there (it may hold clients
+# bound to that loop), while the writer works in a thread beside it.
+_CALLER_LOOP: contextvars.ContextVar[asyncio.AbstractEventLoop] = contextvars.ContextVar("receipts_caller_loop")
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _settled(value: Any) -> Any:
+    """``value``, or what it gives once awaited: on the caller's loop from the writer's thread, or
+    on a loop of its own for a call with no loop awaiting it (``call_in`` from plain code)."""
+    if not inspect.isawaitable(value):
+        return value
+    loop = _CALLER_LOOP.get(None)
+    if loop is None:
+        return asyncio.run(_awaited(value))
+    return asyncio.run_coroutine_threadsafe(_awaited(value), loop).result()
 
 
 @contextlib.contextmanager
@@ -123,7 +166,7 @@ class FunctionAdapter:
         return self._normalise(values) if self._normalise is not None else values
 
     def execute(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> dict[str, Any]:
-        returned = self.function(**args, call_id=call_id)
+        returned = _settled(self.function(**args, call_id=call_id))
         try:
             return {"returned": _json_copy(returned, f"what {self.name} returned")}
         except ValueError as error:
@@ -132,7 +175,7 @@ class FunctionAdapter:
 
     def _run_query(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> Any:
         assert self._query is not None
-        answer = self._query(**args, call_id=call_id)
+        answer = _settled(self._query(**args, call_id=call_id))
         if answer is NOT_DONE:
             return NOT_DONE
         try:
@@ -147,8 +190,8 @@ class FunctionAdapter:
         if result is not None:
             if not isinstance(result, Mapping) or "returned" not in result:
                 return Evidence("unclear", ("the receipt's result is not what a receipted function returns",))
-            return self._evidence(**args, call_id=call_id, result=result["returned"])
-        return self._evidence(**args, call_id=call_id)
+            return cast(Evidence, _settled(self._evidence(**args, call_id=call_id, result=result["returned"])))
+        return cast(Evidence, _settled(self._evidence(**args, call_id=call_id)))
 
 
 class ReceiptedTool(Protocol):
@@ -212,7 +255,10 @@ def _answer(name: str, outcome: CallOutcome) -> Any:
         if "returned" in result:
             return result["returned"]
         # A person settled it as done: there is their decision, and no answer to give back.
-        raise CallInDoubt(f"{name} ({outcome.call_id}): done by a person's decision, with no recorded answer", outcome)
+        raise SettledWithoutAnswer(
+            f"{name} ({outcome.call_id}): settled as done by a person; the function's answer was never recorded",
+            outcome,
+        )
     error = outcome.error or {}
     message = f"{name} ({outcome.call_id}): {error.get('message') or outcome.status}"
     if outcome.status == "rejected" and not outcome.needs:
@@ -240,6 +286,23 @@ def _make_tool(function: Callable[..., Any], adapter: FunctionAdapter) -> Receip
         if binding is None:
             raise NoRunBound(f"{adapter.name}: no run directory bound; call it inside `with use_run(run_dir):`")
         return _answer(adapter.name, call(binding, args, kwargs))
+
+    if inspect.iscoroutinefunction(function):
+
+        @functools.wraps(function)
+        async def awaited_tool(*args: Any, **kwargs: Any) -> Any:
+            binding = _BOUND.get(None)
+            if binding is None:
+                raise NoRunBound(f"{adapter.name}: no run directory bound; call it inside `with use_run(run_dir):`")
+            token = _CALLER_LOOP.set(asyncio.get_running_loop())
+            try:
+                # The writer blocks (files, locks): a thread, carrying this context (the binding, the loop).
+                outcome = await asyncio.to_thread(call, binding, args, kwargs)
+            finally:
+                _CALLER_LOOP.reset(token)
+            return _answer(adapter.name, outcome)
+
+        tool = awaited_tool
 
     def call_in(run_dir: Path | str, *args: Any, **kwargs: Any) -> CallOutcome:
         return call(_Binding(Path(run_dir), None, None), args, kwargs)
@@ -274,6 +337,9 @@ def receipted(
     """
 
     def decorate(function: Callable[..., Any]) -> ReceiptedTool:
+        if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+            # Its body runs as the caller iterates, after the receipt would say committed (or never).
+            raise TypeError(f"{function.__name__} is a generator: a receipted tool returns its answer")
         adapter = FunctionAdapter(
             function,
             name=name or function.__name__,

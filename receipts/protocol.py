@@ -104,6 +104,10 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 RUN_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
 HEX64_RE = re.compile(r"[0-9a-f]{64}")
 MAX_JSON_DEPTH = 256
+# A receipt holds its arguments and its result, and the reader reads a record file of up to
+# 16 MiB (reader.safe_open.MAX_JSON_BYTES): each has a share of it, as canonical JSON.
+MAX_ARGS_BYTES = 4 * 1024 * 1024
+MAX_RESULT_BYTES = 8 * 1024 * 1024
 # The largest integer the format gives a meaning to (seq, attempt, attempts): what a
 # 64-bit signed column holds. Larger numbers are a schema error, never a crash.
 MAX_INT = 2**63 - 1
@@ -122,6 +126,28 @@ def run_is_finished(state: str) -> bool:
 def canonical_json(value: Any) -> bytes:
     """The one byte form every digest is taken over."""
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def record_value_problem(value: Any, max_bytes: int) -> str | None:
+    """Why ``value`` cannot be a call's arguments or result, or ``None``: it must be a JSON object
+    whose canonical form is at most ``max_bytes`` and reads back under ``load_json_strict``'s rules
+    (no NaN or infinity, no lone surrogate, no set or datetime, at most 256 deep). A value the
+    writer recorded and could not read back would stop every later call of the run."""
+    if not isinstance(value, dict):
+        return f"not a JSON object but {type(value).__name__}"
+    try:
+        data = canonical_json(value)
+    except UnicodeEncodeError:
+        return "a lone surrogate in a string"
+    except (TypeError, ValueError, RecursionError) as error:
+        return f"not JSON: {str(error)[:200]}"
+    if len(data) > max_bytes:
+        return f"larger than {max_bytes // (1024 * 1024)} MiB as JSON ({len(data):,} bytes)"
+    try:
+        load_json_strict(data)
+    except ValueError as error:
+        return str(error)
+    return None
 
 
 def valid_run_id(name: str) -> bool:
@@ -384,6 +410,18 @@ class SigningKey:
 
     def for_run(self, run_id: str) -> SigningKey:
         return dataclasses.replace(self, run_id=run_id)
+
+
+RUN_UID_RE = re.compile(r"[0-9a-f]{32}")
+
+
+def signing_subject(steer: Any, run_id: str) -> str:
+    """What a signed run's signatures are bound to: the random ``run_uid`` its steer.json records
+    (made at init, so that two runs of one name, on two hosts or one after the other, never accept
+    each other's records), or the run's name for a run signed before runs had one. A NUL byte
+    keeps the two apart: no run name holds one."""
+    uid = steer.get("run_uid") if isinstance(steer, dict) else None
+    return f"run_uid\x00{uid}" if isinstance(uid, str) and RUN_UID_RE.fullmatch(uid) else run_id
 
 
 def signature_of(document: Mapping[str, Any], key: SigningKey) -> str:

@@ -66,5 +66,14 @@ def replay_run(run_dir: Path, adapters: Mapping[str, Any] | None = None) -> dict
                 "reason": call.decision_reason,
             }
             for call in files.calls
+        ]
+        + [
+            {
+                "call_id": call_id,
+                "status": None,
+                "decision": "confirm",
+                "reason": f"its receipt file cannot be read ({code}: see the reader's findings): a person decides",
+            }
+            for call_id, code in sorted(files.unreadable_receipts.items())
         ],
     }

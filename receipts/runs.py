@@ -17,8 +17,8 @@ from typing import Any
 
 from receipts import protocol
 from receipts.durable import append_event, json_file, read_json_file, write_durable
-from receipts.protocol import CALLABLE_STATES, IDENTITY_V2, format_time, utc_now
-from receipts.signing import key_for_new_run, key_for_run, run_keys
+from receipts.protocol import CALLABLE_STATES, IDENTITY_V1, IDENTITY_V2, format_time, utc_now
+from receipts.signing import key_for_new_run, key_for_run, new_run_uid, run_keys, writer_key
 
 # The highest attempt the writer acts at. Before it runs a call it looks for the same intent
 # in doubt at every earlier attempt (one digest and one stat each), so the count is bounded.
@@ -53,14 +53,16 @@ def run_init(
         raise FileExistsError(f"{run_dir} is not empty: a run is made in a new directory")
     for folder in protocol.RUN_FOLDERS:
         (run_dir / folder).mkdir(parents=True, exist_ok=True)
-    key = key_for_new_run(run_dir)
     now = format_time(utc_now())
     steer = {"contract_sha256": contract_sha256, "created_at": now, "identity": identity}
+    if writer_key() is not None:
+        steer["run_uid"] = new_run_uid()  # what its signatures are bound to: this run, not its name
+    key = key_for_new_run(run_dir, steer)
     if key is not None:
         steer["signing_key_id"] = key.key_id  # a signed run: every record the writer makes is signed
     write_durable(run_dir / "steer.json", json_file(protocol.signed(steer, key)), root=run_dir)
     (run_dir / protocol.LEDGER_NAME).touch()
-    _write_state(run_dir, state, attempts)
+    _write_state(run_dir, state, attempts, attempt_of(state, attempts) or 0)
 
 
 def run_set_state(run_dir: Path, *, state: str, attempts: int, override_unsettled: str | None = None) -> None:
@@ -70,20 +72,30 @@ def run_set_state(run_dir: Path, *, state: str, attempts: int, override_unsettle
     _check_state(state, attempts)
     key_for_run(Path(run_dir))  # a signed run's state changes only with its key (the event is signed)
     try:
-        _, current_attempts = run_state(run_dir)
+        _, current_attempts, reached = _read_state(run_dir)
     except ValueError:
-        current_attempts = 0  # a state the writer cannot read is replaced; the calls are checked below
-    if attempts < current_attempts:
-        # Attempts only grow: going back would reach calls of an attempt left behind under their old ids.
-        raise ValueError(f"attempts only grow: the run is at {current_attempts}, not going back to {attempts}")
+        current_attempts = reached = 0  # a state the writer cannot read is replaced; the calls are checked below
     new_attempt = attempt_of(state, attempts)
+    # Attempts only grow, for the number in the file and for the attempt a call runs at (retrying/1
+    # runs calls at attempt 2, running/1 at attempt 1): going back would reach calls of an attempt
+    # left behind, in doubt, under other call_ids, and make their effects again.
+    if attempts < current_attempts:
+        raise ValueError(
+            f"attempts only grow: the run is at {current_attempts} (calls at attempt {reached}), "
+            f"not going back to {attempts}"
+        )
+    if new_attempt is not None and new_attempt < reached:
+        raise ValueError(
+            f"attempts only grow: calls have run at attempt {reached}, and {state} with attempts {attempts} "
+            f"would run them at attempt {new_attempt}"
+        )
     if new_attempt is not None:
         unsettled = [call_id for call_id, at in unsettled_calls(run_dir) if at is None or at < new_attempt]
         if unsettled:
             require_override(
                 run_dir, unsettled, override_unsettled, f"state {state}, attempts {attempts}", f"attempt {new_attempt}"
             )
-    _write_state(Path(run_dir), state, attempts)
+    _write_state(Path(run_dir), state, attempts, max(reached, new_attempt or 0))
 
 
 def _check_state(state: Any, attempts: Any) -> None:
@@ -93,10 +105,12 @@ def _check_state(state: Any, attempts: Any) -> None:
         raise ValueError(f"attempts must be a whole number from 1 to {MAX_ATTEMPTS}")
 
 
-def _write_state(run_dir: Path, state: str, attempts: int) -> None:
+def _write_state(run_dir: Path, state: str, attempts: int, reached: int) -> None:
     now = format_time(utc_now())
     write_durable(
-        run_dir / "state.json", json_file({"name": state, "attempts": attempts, "updated_at": now}), root=run_dir
+        run_dir / "state.json",
+        json_file({"name": state, "attempts": attempts, "attempt_reached": reached, "updated_at": now}),
+        root=run_dir,
     )
     append_event(run_dir, "state", {"state": state, "attempts": attempts})
 
@@ -134,10 +148,23 @@ def run_contract(run_dir: Path) -> str:
 
 
 def run_identity(run_dir: Path) -> str:
-    """The run's call_id formula, fixed at init (a run made before it was recorded: call-id-v2,
-    the writer's formula since then)."""
-    identity = _steer(run_dir).get("identity", IDENTITY_V2)
-    if identity not in protocol.IDENTITIES:
+    """The run's call_id formula for new calls, fixed at init. A run whose steer.json records none
+    was written to the seed article (its steer.json holds the contract alone): call-id-v1, the
+    article's formula. ``recorded_identity`` tells the two apart."""
+    return formula_for_new_calls(recorded_identity(run_dir))
+
+
+def formula_for_new_calls(recorded: str | None) -> str:
+    """The formula of a run's new calls, from what its steer.json records (``recorded_identity``)."""
+    return recorded or IDENTITY_V1
+
+
+def recorded_identity(run_dir: Path) -> str | None:
+    """The formula steer.json records, or ``None`` for a run that records none: the seed
+    article's runs, and this project's before it recorded one (whose receipts are call-id-v2
+    and say so in their own ``identity``: ``Executor`` finds them under either formula)."""
+    identity = _steer(run_dir).get("identity")
+    if identity is not None and identity not in protocol.IDENTITIES:
         raise ValueError(f"{run_dir}/steer.json names an unknown identity formula: a person has to look")
     return identity
 
@@ -151,23 +178,40 @@ def _steer(run_dir: Path) -> dict[str, Any]:
 
 def run_state(run_dir: Path) -> tuple[str, int]:
     """The run's state name and attempt count from state.json; ``ValueError`` when unreadable."""
+    name, attempts, _ = _read_state(run_dir)
+    return name, attempts
+
+
+def _read_state(run_dir: Path) -> tuple[str, int, int]:
+    """state.json's name and attempts, and the highest attempt the run has allowed calls at: its
+    ``attempt_reached``, which the writer keeps through states that run nothing (retrying/1,
+    failed/1, then running/1 is a step back), and at least what the state now allows (a run
+    written before it was kept: the state's). ``ValueError`` when unreadable."""
     state = read_json_file(Path(run_dir) / "state.json", Path(run_dir))
     name = state.get("name") if isinstance(state, dict) else None
     attempts = state.get("attempts") if isinstance(state, dict) else None
     if not isinstance(name, str) or not protocol.is_whole_number(attempts):
         raise ValueError(f"{run_dir}/state.json needs a string name and a whole number of attempts")
-    return name, attempts
+    recorded = state.get("attempt_reached", 0)
+    if not protocol.is_whole_number(recorded):
+        raise ValueError(f"{run_dir}/state.json has an attempt_reached that is not a whole number")
+    return name, attempts, max(recorded, attempt_of(name, attempts) or 0)
 
 
 def next_attempt(run_dir: Path) -> int:
     """The attempt a tool call or a task belongs to now; ``ValueError`` when the state refuses them."""
-    name, attempts = run_state(run_dir)
+    name, attempts, reached = _read_state(run_dir)
     attempt = attempt_of(name, attempts)
     if attempt is None:
         allowed = " or ".join(CALLABLE_STATES)
         raise ValueError(f"the run is {name[:64]!r}: tool calls and tasks are refused (only {allowed} allow them)")
     if not 1 <= attempt <= MAX_ATTEMPTS:
         raise ValueError(f"state.json gives attempt {attempt}: the writer acts at attempts 1 to {MAX_ATTEMPTS}")
+    if attempt < reached:
+        raise ValueError(
+            f"state.json gives attempt {attempt}, but calls have run at attempt {reached}: attempts only grow "
+            "(the state was set back by hand); record a state at that attempt or later"
+        )
     return attempt
 
 

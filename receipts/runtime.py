@@ -13,6 +13,7 @@ re-exported here, as the interface docs name them.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import dataclasses
 import json
@@ -46,7 +47,9 @@ from receipts.protocol import WRITER_DIR, SigningKey, format_time, sha256_hex, u
 from receipts.recovery import Decision, decide
 from receipts.runs import (
     UnsettledCalls,
+    formula_for_new_calls,
     next_attempt,
+    recorded_identity,
     require_override,
     run_contract,
     run_identity,
@@ -88,6 +91,7 @@ __all__ = [
     "next_attempt",
     "read_confirmation",
     "read_receipt",
+    "recorded_identity",
     "run_contract",
     "run_identity",
     "run_init",
@@ -116,6 +120,18 @@ class CallOutcome:
         if self.needs:
             document["needs"] = self.needs
         return document
+
+
+# The calls this thread (or asyncio task) holds the lock of, by run and call_id.
+_CALLS_UNDER_WAY: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "receipts_calls_under_way", default=frozenset()
+)
+
+
+def _require_recordable_args(args: dict[str, Any]) -> None:
+    problem = protocol.record_value_problem(args, protocol.MAX_ARGS_BYTES)
+    if problem is not None:
+        raise ValueError(f"the arguments cannot be recorded: {problem}; nothing was done")
 
 
 def _new_receipt(adapter: Adapter, contract: str, attempt: int, args: dict[str, Any], identity: str) -> dict[str, Any]:
@@ -194,8 +210,11 @@ class Executor:
         adapter = self.adapters.get(tool)
         if adapter is None:
             raise ValueError(f"unknown tool {tool!r}; known: {', '.join(sorted(self.adapters))}")
-        formula = run_identity(self.run_dir)
-        if identity is not None and identity != formula:
+        recorded = recorded_identity(self.run_dir)
+        formula = formula_for_new_calls(recorded)
+        if recorded is None and identity in protocol.IDENTITIES:
+            formula = identity  # a run that records no formula takes the one its runtime names
+        elif identity is not None and identity != formula:
             raise ValueError(
                 f"the run's call_id formula is {formula}, fixed at init: a call under {identity!r} is refused"
             )
@@ -210,10 +229,21 @@ class Executor:
             normalised = adapter.normalise(copy.deepcopy(dict(args)))
         except Rejected as rejection:
             normalised = copy.deepcopy(dict(args))
+            _require_recordable_args(normalised)
             return self._reject_unnormalisable(adapter, normalised, attempt, contract, formula, rejection, key)
+        # Before anything is written: arguments recorded and not read back would stop every later
+        # call of the run (each reads the receipts), a person's confirmation included.
+        _require_recordable_args(normalised)
         # The id is fixed from a private copy before the adapter sees the args,
         # so an adapter that mutates its input cannot move the identity.
         receipt = _new_receipt(adapter, contract, attempt, copy.deepcopy(normalised), formula)
+        if recorded is None and identity is None:
+            # No formula recorded: new calls are the seed's (call-id-v1), and a receipt this
+            # project wrote before it recorded one is call-id-v2: the intent's receipt under
+            # that formula, when there is one, is this call's.
+            earlier = _new_receipt(adapter, contract, attempt, copy.deepcopy(normalised), protocol.IDENTITY_V2)
+            if self._receipt_or_mark(earlier["call_id"]) and not self._receipt_or_mark(receipt["call_id"]):
+                receipt = earlier
         with self._lock(receipt["call_id"], key) as held:
             existing = read_receipt(held.path, self.run_dir)
             if existing is not None:
@@ -231,20 +261,41 @@ class Executor:
                 return CallOutcome(receipt["call_id"], None, False, None, {"kind": "unknown", "message": message},
                                    "confirmation")  # fmt: skip
             try:
-                self._check_other_attempts(adapter, receipt, contract, current_attempt, override_unsettled, key)
+                self._check_other_attempts(
+                    adapter, receipt, contract, current_attempt, override_unsettled, key, recorded
+                )
             except UnsettledCalls as unsettled:
                 error = {"kind": "unsettled", "message": str(unsettled), "call_ids": unsettled.call_ids}
                 return CallOutcome(receipt["call_id"], None, False, None, error, "confirmation")
             return self._execute(adapter, receipt, held)
 
+    def _receipt_or_mark(self, call_id: str) -> bool:
+        """Whether the writer made a receipt for ``call_id``: one is there, or its lock says so."""
+        return os.path.lexists(self.run_dir / "receipts" / f"{call_id}.json") or receipt_was_installed(
+            self.run_dir, call_id
+        )
+
     @contextlib.contextmanager
     def _lock(self, call_id: str, key: SigningKey | None) -> Any:
         path = self.run_dir / "receipts" / f"{call_id}.json"
-        with exclusive_lock(self.run_dir / WRITER_DIR / f"call-{call_id}.lock", root=self.run_dir) as lock_fd:
-            held = _Held(lock_fd, path, key, interrupted="receipt" in _read_note(lock_fd))
-            self._recover_lost_event(held)
-            _recover_lost_confirmation_event(self.run_dir, call_id, lock_fd)
-            yield held
+        # A call made again from inside its own effect (a function that calls itself with the same
+        # arguments) would wait for ever on the lock its caller holds: refused, said plainly.
+        mine = f"{os.path.realpath(self.run_dir)}\x00{call_id}"
+        held_here = _CALLS_UNDER_WAY.get()
+        if mine in held_here:
+            raise RuntimeError(
+                f"call {call_id} ({self.run_dir.name}) calls itself with the same arguments from inside its own "
+                "effect: it would wait for ever on its own lock"
+            )
+        token = _CALLS_UNDER_WAY.set(held_here | {mine})
+        try:
+            with exclusive_lock(self.run_dir / WRITER_DIR / f"call-{call_id}.lock", root=self.run_dir) as lock_fd:
+                held = _Held(lock_fd, path, key, interrupted="receipt" in _read_note(lock_fd))
+                self._recover_lost_event(held)
+                _recover_lost_confirmation_event(self.run_dir, call_id, lock_fd, key)
+                yield held
+        finally:
+            _CALLS_UNDER_WAY.reset(token)
 
     # --- receipts and their events ----------------------------------------------
 
@@ -357,19 +408,23 @@ class Executor:
         current_attempt: int,
         override: str | None,
         key: SigningKey | None,
+        recorded_formula: str | None,
     ) -> None:
         """The same intent still in doubt at another attempt of the run: running it now could make it twice."""
         attempt = receipt["attempt"]
+        # A run that records no formula may hold the intent under either.
+        formulas = [receipt["identity"]] if recorded_formula else list(protocol.IDENTITIES)
         unsettled = []
         for other in range(1, current_attempt + 1):
-            if other == attempt:
-                continue
-            call_id = protocol.make_call_id(
-                contract, other, adapter.name, receipt["args"], adapter.version, receipt["identity"]
-            )
-            decision = self._decision_of(adapter, call_id, contract, key)
-            if decision is not None and protocol.in_doubt(decision.decision):
-                unsettled.append(call_id)
+            for formula in formulas:
+                if other == attempt and formula == receipt["identity"]:
+                    continue
+                call_id = protocol.make_call_id(
+                    contract, other, adapter.name, receipt["args"], adapter.version, formula
+                )
+                decision = self._decision_of(adapter, call_id, contract, key)
+                if decision is not None and protocol.in_doubt(decision.decision):
+                    unsettled.append(call_id)
         if unsettled:
             action = f"call {receipt['call_id']} ({adapter.name}) at attempt {attempt}"
             require_override(self.run_dir, unsettled, override, action, f"attempt {attempt}")
@@ -422,7 +477,15 @@ class Executor:
         return self._commit(receipt, held, result, reused=False)
 
     def _commit(self, receipt: dict[str, Any], held: _Held, result: dict[str, Any], *, reused: bool) -> CallOutcome:
-        """Record a done effect. ``reused``: nothing ran now (a query found the effect already there)."""
+        """Record a done effect. ``reused``: nothing ran now (a query found the effect already there).
+
+        A result the writer cannot record and read back proves nothing: the call is ``unknown``
+        (a person decides) and ``RecordingIncomplete`` says the effect is done (exit 5)."""
+        problem = protocol.record_value_problem(result, protocol.MAX_RESULT_BYTES)
+        if problem is not None:
+            message = f"the effect is done, and the adapter's result cannot be recorded ({problem}): a person decides"
+            outcome = self._finish_unknown(receipt, held, message)
+            raise RecordingIncomplete(outcome, ValueError(message))
         receipt.update(status="committed", result=result, output_sha256=protocol.input_sha256(result))
         receipt.pop("error", None)
         outcome = CallOutcome(receipt["call_id"], "committed", reused, result)
@@ -476,7 +539,13 @@ class Executor:
         confirmation = read_confirmation(self.run_dir, call_id, read_file(held.path, self.run_dir), held.key)
         if confirmation is not None:
             if confirmation["resolution"] == "committed":
-                return self._reused(call_id, {"confirmation_id": confirmation["confirmation_id"]})
+                # A commit a person stood by gives its recorded answer; a call settled as done
+                # with none on record (prepared, unknown) gives the decision that stands for it.
+                recorded = receipt.get("result") if status == "committed" else None
+                answer = (
+                    recorded if isinstance(recorded, dict) else {"confirmation_id": confirmation["confirmation_id"]}
+                )
+                return self._reused(call_id, answer)
             error = {"kind": "retryable", "message": f"confirmed not done: {confirmation['reason']}"}
             return CallOutcome(call_id, "rejected", False, None, error)
         check = held.check(receipt, contract)
@@ -527,16 +596,18 @@ class Executor:
 def commit_problem(run_dir: Path, adapter: Any, receipt: Mapping[str, Any]) -> str | None:
     """Why the target does not back a committed receipt (that passes its check), or ``None`` when it does.
 
-    Only an adapter with ``evidence`` can look; for one without, the receipt's
-    own check is all the evidence there is.
+    Only an adapter with ``evidence`` can look; for one without, or one whose ``checks_commits``
+    is false (its evidence can only say where a person would look), the receipt's own check is
+    all the evidence there is.
     """
     evidence = getattr(adapter, "evidence", None)
-    if evidence is None:
+    if evidence is None or getattr(adapter, "checks_commits", True) is False:
+        # An adapter that cannot look at its target (it says so): the receipt's own check is all.
         return None
     args, result = copy.deepcopy(receipt.get("args")), copy.deepcopy(receipt.get("result"))
     try:
         found = evidence(Path(run_dir), args, receipt["call_id"], result=result)
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except Exception as error:  # noqa: BLE001 - the adapter's code: whatever it raises, nobody has looked
         return f"the target could not be read to check the commit: {type(error).__name__}: {error}"
     if getattr(found, "verdict", None) == PRESENT:
         return None
@@ -582,9 +653,13 @@ def _read_note(fd: int) -> dict[str, Any]:
     return found
 
 
-def _recover_lost_confirmation_event(run_dir: Path, call_id: str, lock_fd: int) -> None:
+def _recover_lost_confirmation_event(run_dir: Path, call_id: str, lock_fd: int, key: SigningKey | None) -> None:
     """Append the ``confirmation`` event a kill kept out of the ledger after its file was written
-    (the lock file's note names the confirmation): a decision delivered again finds it recorded once."""
+    (the lock file's note names the confirmation): a decision delivered again finds it recorded once.
+
+    Only for a confirmation the writer can stand behind (signed with the run's key in a signed
+    run, whole and consistent): anyone who can write the run can plant a note and a file, and
+    the writer would sign its line for them."""
     note = _read_note(lock_fd)
     wanted = note.get("confirmation")
     if wanted is None:
@@ -597,7 +672,12 @@ def _recover_lost_confirmation_event(run_dir: Path, call_id: str, lock_fd: int) 
         event.get("type") == "confirmation" and event.get("confirmation_id") == wanted
         for event in read_events(run_dir, note["ledger_size"])
     )
-    if isinstance(document, dict) and document.get("confirmation_id") == wanted and not recorded:
+    verified = (
+        isinstance(document, dict)
+        and document.get("confirmation_id") == wanted
+        and protocol.confirmation_problem(document, call_id, document.get("receipt_sha256"), key) is None
+    )
+    if verified and not recorded:
         append_event(run_dir, "confirmation", _confirmation_event(document) | {"recovered": True})
     _write_note(lock_fd, {"installed": note["installed"]}, durable=False)
 
@@ -699,7 +779,7 @@ def confirm_call(
         raise ConfirmationRefused("a call_id and an actor are required")
     signing_key = key_for_run(run_dir)  # in a signed run, only a signed decision holds
     with exclusive_lock(run_dir / WRITER_DIR / f"call-{call_id}.lock", root=run_dir) as lock_fd:
-        _recover_lost_confirmation_event(run_dir, call_id, lock_fd)
+        _recover_lost_confirmation_event(run_dir, call_id, lock_fd, signing_key)
         receipt_path = run_dir / "receipts" / f"{call_id}.json"
         try:
             receipt_bytes = read_file(receipt_path, run_dir)

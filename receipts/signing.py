@@ -2,7 +2,8 @@
 
 Standard library only. Without a key nothing changes. With one (a file outside
 the run directory, named by ``RECEIPTS_SIGNING_KEY``), ``init`` records the
-key's id in steer.json (itself signed), and the writer signs every receipt,
+key's id and a random ``run_uid`` in steer.json (itself signed), and the writer
+signs every receipt,
 ledger line and confirmation of that run. In a signed run the writer refuses to
 reuse a receipt, or follow a confirmation, whose signature does not verify, and
 refuses to act at all without the run's key (or with another): signed and
@@ -21,7 +22,10 @@ not signed.
 from __future__ import annotations
 
 import os
+import secrets
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from receipts import protocol
 from receipts.durable import read_json_file
@@ -49,13 +53,18 @@ def writer_key() -> SigningKey | None:
     return load_key(path) if path else None
 
 
-def key_for_new_run(run_dir: Path) -> SigningKey | None:
-    """The key a run made now is signed with (bound to its run_id); ``ValueError`` when the key
-    file lies inside the run."""
+def key_for_new_run(run_dir: Path, steer: Mapping[str, Any]) -> SigningKey | None:
+    """The writer's key, bound to the run whose steer.json is ``steer`` (its ``run_uid``:
+    ``protocol.signing_subject``); ``ValueError`` when the key file lies inside the run."""
     key = writer_key()
     if key is not None and _inside(Path(os.environ[KEY_ENV]), Path(run_dir)):
         raise ValueError(f"the signing key file lies inside {run_dir}: anyone who can read the run could sign")
-    return None if key is None else key.for_run(Path(run_dir).name)
+    return None if key is None else key.for_run(protocol.signing_subject(steer, Path(run_dir).name))
+
+
+def new_run_uid() -> str:
+    """A signed run's own identity, recorded (and signed) in its steer.json at init."""
+    return secrets.token_hex(16)
 
 
 def key_for_run(run_dir: Path) -> SigningKey | None:
@@ -67,7 +76,7 @@ def key_for_run(run_dir: Path) -> SigningKey | None:
     run_dir = Path(run_dir)
     steer = read_json_file(run_dir / "steer.json", run_dir)
     key_id = steer.get("signing_key_id") if isinstance(steer, dict) else None
-    key = key_for_new_run(run_dir)
+    key = key_for_new_run(run_dir, steer if isinstance(steer, dict) else {})
     if key_id is None:
         if key is not None and steer is not None:
             raise ValueError(

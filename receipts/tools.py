@@ -80,7 +80,8 @@ class Adapter(Protocol):
     - ``evidence(run_dir, args, call_id, result=None) -> Evidence``: what the
       target shows, read-only, for a person; with ``result``, ``present`` only
       when the target shows that very result. The writer asks it before reusing a
-      committed receipt.
+      committed receipt, unless the adapter sets ``checks_commits = False`` (it
+      cannot look at its target: a commit is then reused on its receipt's check alone).
     """
 
     # Read-only: a class attribute (``name = "write_file"``), a ClassVar or a property all serve.

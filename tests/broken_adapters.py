@@ -1,27 +1,30 @@
 """Ticket trackers for the conformance kit: one that keeps the promises, others broken on purpose.
 
 The tracker is a file in the run directory, ``tickets.jsonl``, one ticket a line
-(``{"ticket", "key", "title"}``); ``count_tickets`` counts its lines, the kit's
-``--counter``. Each broken tracker breaks one promise a runtime's retries rely on,
-and tests/test_conformance.py checks that the kit names it.
+(``{"ticket", "key", "call_id", "title", "filed"}``: ``key`` is what the tracker
+deduplicates on, ``call_id`` the request that filed it); ``count_tickets`` counts
+a call's tickets, the kit's ``--counter``. It refuses a title that starts with
+``FAIL`` (``failing_args``). Each broken tracker breaks one promise a runtime's
+retries rely on, and tests/test_conformance.py checks that the kit names it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from receipts.tools import NOT_DONE, Rejected
+from receipts.tools import ABSENT, NOT_DONE, PRESENT, Evidence, Rejected
 
 TICKETS = "tickets.jsonl"
 
 
 def count_tickets(run_dir: Path, args: Mapping[str, Any], call_id: str) -> int:
-    """Every ticket in the run's tracker: the kit gives each check a run directory of its own."""
-    return len(_tickets(Path(run_dir)))
+    """The tickets the call ``call_id`` filed: the tracker records the request of each."""
+    return sum(ticket["call_id"] == call_id for ticket in _tickets(Path(run_dir)))
 
 
 def _tickets(run_dir: Path) -> list[dict[str, Any]]:
@@ -37,6 +40,7 @@ class Tickets:
     name = "file_ticket"
     version = "1.0.0"
     example_args: ClassVar[dict[str, str]] = {"title": "Fix login"}
+    failing_args: ClassVar[dict[str, str]] = {"title": "FAIL: the tracker refuses this title"}
 
     def normalise(self, args: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(args.get("title"), str) or set(args) != {"title"}:
@@ -45,19 +49,32 @@ class Tickets:
 
     def execute(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> dict[str, Any]:
         existing = self._by_key(run_dir, call_id)
-        return existing if existing is not None else self._file(run_dir, args, call_id)
+        return existing if existing is not None else self._file(run_dir, args, call_id, call_id)
+
+    def evidence(
+        self, run_dir: Path, args: Mapping[str, Any], call_id: str, result: Mapping[str, Any] | None = None
+    ) -> Evidence:
+        existing = self._by_key(run_dir, call_id)
+        if existing is None:
+            return Evidence(ABSENT, (f"no ticket keyed {call_id}",))
+        if result is not None and result != existing:
+            return Evidence(ABSENT, (f"the ticket keyed {call_id} is {existing['ticket']}, not {result}",))
+        return Evidence(PRESENT, (f"ticket {existing['ticket']} keyed {call_id}",))
 
     def query(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> Any:
         existing = self._by_key(run_dir, call_id)
         return existing if existing is not None else NOT_DONE
 
-    def _by_key(self, run_dir: Path, call_id: str) -> dict[str, Any] | None:
-        found = [ticket for ticket in _tickets(Path(run_dir)) if ticket["key"] == call_id]
+    def _by_key(self, run_dir: Path, key: str) -> dict[str, Any] | None:
+        found = [ticket for ticket in _tickets(Path(run_dir)) if ticket["key"] == key]
         return {"ticket": found[0]["ticket"]} if found else None
 
-    def _file(self, run_dir: Path, args: Mapping[str, Any], key: str | None) -> dict[str, Any]:
+    def _file(self, run_dir: Path, args: Mapping[str, Any], key: str | None, call_id: str) -> dict[str, Any]:
+        if args["title"].startswith("FAIL"):
+            raise TrackerDown(f"the tracker refuses the title {args['title']!r}")
         ticket = f"T-{os.urandom(4).hex()}"
-        line = json.dumps({"ticket": ticket, "key": key, "title": args["title"]}) + "\n"
+        line = json.dumps({"ticket": ticket, "key": key, "call_id": call_id, "title": args["title"],
+                           "filed": time.time()}) + "\n"  # fmt: skip
         fd = os.open(Path(run_dir) / TICKETS, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             os.write(fd, line.encode())
@@ -67,11 +84,15 @@ class Tickets:
         return {"ticket": ticket}
 
 
+class TrackerDown(Rejected):
+    """The tracker's own refusal: nothing was filed."""
+
+
 class ReExecutesOnResume(Tickets):
     """Broken: asked about a call in doubt, it files the ticket again and answers with the new one."""
 
     def query(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> Any:
-        return self._file(run_dir, args, call_id)
+        return self._file(run_dir, args, call_id, call_id)
 
 
 class IgnoresCallId(Tickets):
@@ -79,11 +100,19 @@ class IgnoresCallId(Tickets):
     finds a ticket by its title, which is enough for the writer's resumes."""
 
     def execute(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> dict[str, Any]:
-        return self._file(run_dir, args, None)
+        return self._file(run_dir, args, None, call_id)
 
     def query(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> Any:
         found = [ticket for ticket in _tickets(Path(run_dir)) if ticket["title"] == args["title"]]
         return {"ticket": found[0]["ticket"]} if found else NOT_DONE
+
+    def evidence(
+        self, run_dir: Path, args: Mapping[str, Any], call_id: str, result: Mapping[str, Any] | None = None
+    ) -> Evidence:
+        found = self.query(run_dir, args, call_id)
+        if found is NOT_DONE or (result is not None and result != found):
+            return Evidence(ABSENT, (f"no ticket titled {args['title']!r}" + (f" that is {result}" if result else ""),))
+        return Evidence(PRESENT, (f"ticket {found['ticket']} titled {args['title']!r}",))
 
 
 class NotDoneWithoutEvidence(Tickets):
@@ -110,9 +139,113 @@ class Blind:
         return dict(args)
 
     def execute(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> dict[str, Any]:
-        return Tickets()._file(run_dir, args, call_id)
+        return Tickets()._file(run_dir, args, call_id, call_id)
+
+
+class FoundIfAnyTicket(Tickets):
+    """Broken: its query says "done" when the tracker holds any ticket at all, not this call's."""
+
+    def query(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> Any:
+        tickets = _tickets(Path(run_dir))
+        return {"ticket": tickets[0]["ticket"]} if tickets else NOT_DONE
+
+
+class KeyedOnAPrefix(Tickets):
+    """Broken: the tracker keeps only the first 16 characters of a key (a short column), so two
+    calls whose call_ids begin alike are one ticket."""
+
+    def execute(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> dict[str, Any]:
+        existing = self._by_key(run_dir, call_id[:16])
+        return existing if existing is not None else self._file(run_dir, args, call_id[:16], call_id)
+
+    def query(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> Any:
+        existing = self._by_key(run_dir, call_id[:16])
+        return existing if existing is not None else NOT_DONE
+
+    def evidence(
+        self, run_dir: Path, args: Mapping[str, Any], call_id: str, result: Mapping[str, Any] | None = None
+    ) -> Evidence:
+        return super().evidence(run_dir, args, call_id[:16], result)
+
+
+class PresentWithoutLooking(Tickets):
+    """Broken: its evidence says "present" without looking at the tracker."""
+
+    def evidence(
+        self, run_dir: Path, args: Mapping[str, Any], call_id: str, result: Mapping[str, Any] | None = None
+    ) -> Evidence:
+        return Evidence(PRESENT, ("the tracker surely has it",))
+
+
+class SwallowsFailure(Tickets):
+    """Broken: when the tracker fails, execute returns a result anyway (no ticket behind it)."""
+
+    def execute(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> dict[str, Any]:
+        try:
+            return super().execute(run_dir, args, call_id)
+        except TrackerDown:
+            return {"ticket": None}
+
+
+FORGETS_AFTER = 1.0  # seconds
+
+
+class ForgetsKeys(Tickets):
+    """Broken: the tracker forgets an idempotency key a second after filing it, as a service that
+    keeps keys a day does, and the adapter declares no retention (it claims keys are kept for
+    ever). The ticket itself stays, found by its call_id: the query and the evidence still see
+    it, so only the kept key is at fault, however slowly the machine runs the other checks."""
+
+    def execute(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> dict[str, Any]:
+        fresh = [ticket for ticket in _tickets(Path(run_dir))
+                 if ticket["key"] == call_id and time.time() - ticket["filed"] < FORGETS_AFTER]  # fmt: skip
+        return {"ticket": fresh[0]["ticket"]} if fresh else self._file(run_dir, args, call_id, call_id)
+
+
+class IgnoresItsRetention(Tickets):
+    """Broken: it declares that the tracker forgets keys after an hour, and still answers
+    NOT_DONE for a call begun longer ago than that that it cannot find."""
+
+    key_retention = 3600.0
+
+
+class NormalisesTwiceDifferently(Tickets):
+    """Broken: normalising folds a run of spaces by one space each time, so "a   b" and its
+    normalised "a  b" are two calls. The example, "Fix login", is stable."""
+
+    def normalise(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        return {"title": super().normalise(args)["title"].replace("  ", " ")}
 
 
 def tickets_factory() -> Tickets:
     """A zero-argument factory, as an adapter with a client to build is named to the kit."""
     return Tickets()
+
+
+def unbuildable_factory() -> Tickets:
+    """A factory whose client cannot be built (a setting missing): the kit says so in a line."""
+    raise RuntimeError("TRACKER_URL is not set")
+
+
+def _titles() -> Any:
+    from hypothesis import strategies
+
+    # Titles of words and runs of spaces: what a normalise that folds spaces gets wrong.
+    words = strategies.lists(strategies.sampled_from(["fix", "login", " ", "  ", "é", "日本"]), min_size=1, max_size=8)
+    return strategies.fixed_dictionaries({"title": words.map("".join)})
+
+
+class DrawnTickets(Tickets):
+    """Keeps the promises; its arg sets for the kit are drawn from a hypothesis strategy."""
+
+    args_strategy = _titles()
+
+
+class DrawnNormalisesTwiceDifferently(NormalisesTwiceDifferently):
+    """Broken as its parent, caught on args drawn from its strategy."""
+
+    args_strategy = _titles()
+
+
+class NotAStrategy(Tickets):
+    args_strategy: ClassVar[list[str]] = ["Fix login"]

@@ -8,10 +8,28 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from django.utils import translation
 
 from receipts import runtime
 from receipts.demo import write_demo_runs
 from tests.helpers import CONTRACT, data_path, import_as_seen_later, join
+
+# Where each test runs (once, or on both databases) and the record each pass writes.
+pytest_plugins = ["tests.suite_plugin"]
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test database; on PostgreSQL it commits without waiting for the server's
+    log to reach the disk (``synchronous_commit = off``, for this database alone, every session
+    of it, children's included). Only a crash of the server itself could lose a commit, and no
+    test crashes the server: the writer's durability is on files, not here."""
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute(f'ALTER DATABASE "{connection.settings_dict["NAME"]}" SET synchronous_commit = off')
+            cursor.execute("SET synchronous_commit = off")
 
 
 @pytest.fixture
@@ -64,6 +82,17 @@ def export_root(tmp_path, settings) -> Path:
     """Each test's evidence exports in its own folder, never under the checkout's var/."""
     settings.EVIDENCE_EXPORT_ROOT = tmp_path / "exports"
     return settings.EVIDENCE_EXPORT_ROOT
+
+
+@pytest.fixture(autouse=True)
+def site_language():
+    """Each test starts in the site's language. A request leaves its reader's language active in
+    the thread (LocaleMiddleware activates it and nothing deactivates it), so a test that asked
+    in Chinese made the next test in that process read Chinese: which test that was depended on
+    how the suite was shared between workers."""
+    translation.deactivate()
+    yield
+    translation.deactivate()
 
 
 @pytest.fixture

@@ -7,7 +7,9 @@ saved; the same key with the same body is answered from it, with
 body is a 400 ``idempotency_error``; the same key while its first request is
 still running is a 409; a key is kept for 24 hours. A body that fails
 validation saves nothing (the key can be used again). Lookups:
-``GET /v1/charges/<id>`` and ``GET /v1/charges?idempotency_key=<key>``.
+``GET /v1/charges/<id>`` and ``GET /v1/charges?idempotency_key=<key>`` (a key it keeps, so
+for 24 hours: then a 404, as for a key never seen). ``GET /test/count?idempotency_key=<key>``
+counts the charges made under a key, for the conformance kit (``count_charges``).
 
 It can be told (``script``) to drop the connection after doing the effect
 (a lost response) or to answer a status (500, 429) before doing anything,
@@ -110,8 +112,16 @@ def _handler(service: Service) -> type[BaseHTTPRequestHandler]:
                 return
             key = urllib.parse.parse_qs(parts.query).get("idempotency_key", [None])[0]
             with service.lock:
+                if parts.path == "/test/count" and key:
+                    # Every charge made under the key, forgotten or not: the conformance kit's counter.
+                    made = sum(charge["idempotency_key"] == key for charge in service.charges)
+                    self.answer(200, {"charges": made})
+                    return
                 if parts.path == "/v1/charges" and key:
-                    found = [charge for charge in service.charges if charge["idempotency_key"] == key]
+                    # A key is found only while the service keeps it: past its lifetime it is forgotten.
+                    saved = service.keys.get(key)
+                    kept = saved is not None and service.clock() - saved.created <= KEY_LIFETIME
+                    found = [charge for charge in service.charges if kept and charge["idempotency_key"] == key]
                 elif parts.path.startswith("/v1/charges/"):
                     wanted = urllib.parse.unquote(parts.path.removeprefix("/v1/charges/"))
                     found = [charge for charge in service.charges if charge["id"] == wanted]
@@ -184,3 +194,14 @@ if __name__ == "__main__":
         print(running.url, flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()
+
+
+def count_charges(run_dir: Any, args: Any, call_id: str) -> int:
+    """The conformance kit's ``--counter``: the charges the service at ``CALLPROOF_HTTP_URL`` made under the call_id."""
+    import os
+    import urllib.request
+
+    parts = urllib.parse.urlsplit(os.environ["CALLPROOF_HTTP_URL"])
+    query = urllib.parse.urlencode({"idempotency_key": call_id})
+    with urllib.request.urlopen(f"{parts.scheme}://{parts.netloc}/test/count?{query}", timeout=10) as answer:  # noqa: S310 - loopback
+        return int(json.load(answer)["charges"])

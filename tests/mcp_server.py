@@ -7,7 +7,10 @@
   argument, and the pids of this server and of its parent (the proxy), so a test can kill the
   proxy once the effect is seen. With ``--idempotent`` a call_id already seen is answered with
   the first call's result and nothing is appended (the call_id is the idempotency key).
-  With ``--hang-after-effect`` the call never answers after its effect.
+  With ``--hang-after-effect`` the call never answers after its effect. With
+  ``--invalid-after-effect`` the tool raises pydantic's ValidationError after its effect, which the
+  SDK answers as JSON-RPC -32602 (invalid params), as it answers a refusal before any effect.
+  ``--unparseable-answer`` the tool answers, after its effect, with a result that is not a tool's result.
 - ``count_lines`` (read-only): how many lines FILE holds.
 - one resource, a resource template, one prompt and completions, for what a proxy passes through.
 - an empty line is the tool's own error: a result with ``isError``, recorded in FILE all the same.
@@ -58,7 +61,9 @@ def _lines(effects: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in effects.read_text().splitlines() if line]
 
 
-def build(effects: Path, *, idempotent: bool, hang: bool) -> Server[Any]:
+def build(
+    effects: Path, *, idempotent: bool, hang: bool, invalid_after: bool = False, unparseable: bool = False
+) -> Server[Any]:
     async def list_tools(ctx: ServerRequestContext[Any], params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=TOOLS)
 
@@ -88,6 +93,7 @@ def build(effects: Path, *, idempotent: bool, hang: bool) -> Server[Any]:
             "server_pid": os.getpid(),
             "proxy_pid": os.getppid(),
             "env_mark": os.environ.get("CALLPROOF_TEST_MARK"),
+            "signing_key": os.environ.get("RECEIPTS_SIGNING_KEY"),
         }
         with effects.open("a") as file:
             file.write(json.dumps(record) + "\n")
@@ -95,6 +101,11 @@ def build(effects: Path, *, idempotent: bool, hang: bool) -> Server[Any]:
             os.fsync(file.fileno())
         if hang:
             await anyio.sleep_forever()
+        if invalid_after:
+            types.TextContent.model_validate({"type": "text"})  # no text: pydantic's ValidationError
+        if unparseable:
+            # Built without validation: the answer goes out as JSON no client can read as a tool's result.
+            return types.CallToolResult.model_construct(content="not a list of content blocks", isError=False)
         return types.CallToolResult(content=[types.TextContent(text=answer)], is_error=not line)
 
     async def list_resources(ctx: ServerRequestContext[Any], params: Any) -> types.ListResourcesResult:
@@ -149,8 +160,16 @@ def main() -> None:
     parser.add_argument("--effects", required=True)
     parser.add_argument("--idempotent", action="store_true")
     parser.add_argument("--hang-after-effect", action="store_true")
+    parser.add_argument("--invalid-after-effect", action="store_true")
+    parser.add_argument("--unparseable-answer", action="store_true")
     options = parser.parse_args()
-    server = build(Path(options.effects), idempotent=options.idempotent, hang=options.hang_after_effect)
+    server = build(
+        Path(options.effects),
+        idempotent=options.idempotent,
+        hang=options.hang_after_effect,
+        invalid_after=options.invalid_after_effect,
+        unparseable=options.unparseable_answer,
+    )
     anyio.run(serve, server)
 
 

@@ -32,6 +32,7 @@ def adapter() -> SmtpAdapter:
     """The adapter for the server the test started (its port in CALLPROOF_TEST_SMTP_PORT)."""
     made = SmtpAdapter("127.0.0.1", int(os.environ["CALLPROOF_TEST_SMTP_PORT"]), sender="agent@example.com", timeout=10)
     made.example_args = dict(EXAMPLE)  # type: ignore[attr-defined]  # what the kit sends
+    made.failing_args = dict(EXAMPLE, to=["nobody@example.com"])  # type: ignore[attr-defined]  # the server refuses it
     return made
 
 
@@ -54,6 +55,7 @@ def main() -> None:
     parser.add_argument("maildir")
     parser.add_argument("port_file")
     parser.add_argument("--lose-answers", action="store_true")
+    parser.add_argument("--smtputf8", action="store_true", help="offer SMTPUTF8 (RFC 6531): non-ASCII addresses")
     options = parser.parse_args()
 
     class Store(Mailbox):
@@ -72,7 +74,7 @@ def main() -> None:
     with socket.socket() as probe:  # a free port, chosen by the kernel
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    controller = Controller(Store(options.maildir), hostname="127.0.0.1", port=port)
+    controller = Controller(Store(options.maildir), hostname="127.0.0.1", port=port, enable_SMTPUTF8=options.smtputf8)
     controller.start()
     Path(options.port_file).write_text(str(port))
     signal.sigwait({signal.SIGTERM, signal.SIGINT})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import socket
 import threading
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from receipts import runtime
+from receipts import protocol, runtime
 from receipts.adapters.http import HttpRequest, http_factory
 from receipts.tools import ABSENT, NOT_DONE, PRESENT, UNCLEAR, OutcomeUnknown, Rejected
 from tests.idempotent_service import KEY_LIFETIME, Service
@@ -85,6 +86,37 @@ def test_a_response_lost_past_the_retries_is_in_doubt_and_the_lookup_settles_it(
     resumed = executor.call(adapter.name, CHARGE)
     [charge] = service.charges
     assert resumed.status == "committed" and resumed.reused and (resumed.result or {})["resource_id"] == charge["id"]
+
+
+def test_once_the_service_may_have_forgotten_the_key_not_found_is_in_doubt_not_done(run_dir, service):
+    """A charge whose answer was lost, looked up a day later: the service keeps a key 24 hours, so
+    its 404 no longer says "never charged", and a resume that took it so charged the card twice."""
+    service.script = ["drop"]
+    adapter = by_key(service, retries=0)
+    executor = runtime.Executor(run_dir, {adapter.name: adapter})
+    lost = executor.call(adapter.name, CHARGE)
+    assert lost.status == "unknown" and len(service.charges) == 1
+    [saved] = service.keys.values()
+    service.clock = lambda: saved.created + KEY_LIFETIME + 60  # the service forgets the key
+    day_later = dt.timedelta(seconds=KEY_LIFETIME + 60)
+    later = by_key(service, retries=0, clock=lambda: protocol.utc_now() + day_later)
+    resumed = runtime.Executor(run_dir, {later.name: later}).call(later.name, CHARGE)
+    assert resumed.needs == "confirmation" and "keeps an idempotency key for 24 h" in (resumed.error or {})["message"]
+    evidence = later.evidence(run_dir, CHARGE, lost.call_id)
+    assert evidence.verdict == UNCLEAR and any("may have forgotten" in fact for fact in evidence.facts)
+    assert len(service.charges) == 1
+
+
+def test_a_receipt_written_in_the_future_of_the_clock_proves_nothing_by_not_found(run_dir, service):
+    """A clock set back (or a receipt from a host whose clock ran ahead): its age is unknown."""
+    service.script = ["drop"]
+    adapter = by_key(service, retries=0)
+    lost = runtime.Executor(run_dir, {adapter.name: adapter}).call(adapter.name, CHARGE)
+    service.charges.clear()  # as if the charge never happened: only the clock can still stop the resume
+    earlier = by_key(service, retries=0, clock=lambda: protocol.utc_now() - dt.timedelta(hours=2))
+    resumed = runtime.Executor(run_dir, {earlier.name: earlier}).call(earlier.name, CHARGE)
+    assert resumed.needs == "confirmation" and "in the future of this clock" in (resumed.error or {})["message"]
+    assert service.charges == [] and lost.status == "unknown"
 
 
 def test_without_a_lookup_a_lost_response_waits_for_a_person(run_dir, service):
@@ -222,3 +254,15 @@ def test_the_zero_argument_factory_reads_the_environment(run_dir, service, monke
     assert (
         outcome.status == "committed" and isinstance(found, dict) and found["resource_id"] == service.charges[0]["id"]
     )
+
+
+def test_without_a_lookup_a_commit_is_reused_from_its_receipt(run_dir, service):
+    """Nothing can look at the service, so its own commit was refused as "not shown by the target":
+    disputed, exit 4, and the next attempt refused. It is reused from the receipt, which the writer
+    checked (its identity and its result's digest): all the evidence there is without a lookup."""
+    adapter = charges(service)
+    executor = runtime.Executor(run_dir, {adapter.name: adapter})
+    first = executor.call(adapter.name, CHARGE)
+    again = executor.call(adapter.name, CHARGE)
+    assert first.status == "committed" and again.status == "committed" and again.reused and again.needs is None
+    assert again.result == first.result and len(service.charges) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 
 from receipts import CallInDoubt, NoRunBound, protocol, receipted, runtime, use_run
 from receipts.demo import writer_env
-from receipts.tools import OutcomeUnknown, Rejected
+from receipts.tools import NOT_DONE, OutcomeUnknown, Rejected
 from tests import adapter_children
 from tests.adapter_children import INVOICE, create_invoice, create_invoice_unqueried, effect_lines
 from tests.helpers import CONTRACT, PROJECT
@@ -118,6 +119,68 @@ def test_without_a_query_a_lost_answer_waits_for_a_person(run_dir):
                 charge(5)
             assert in_doubt.value.outcome.needs == "confirmation"
     assert len(effect_lines()) == 1
+
+
+def test_a_call_a_person_settled_as_done_is_never_in_doubt_again(run_dir):
+    """Settled committed, the call raised CallInDoubt for ever: an agent told "a person decides"
+    about a call a person had decided. With no answer on record it now says that, and is not
+    in doubt."""
+    from receipts import SettledWithoutAnswer
+
+    @receipted(version="1")
+    def charge(amount: int, *, call_id: str) -> dict:
+        adapter_children._bill("acme", amount, call_id)
+        raise OutcomeUnknown("timed out after sending")
+
+    with use_run(run_dir), pytest.raises(CallInDoubt) as in_doubt:
+        charge(5)
+    call_id = in_doubt.value.outcome.call_id
+    receipt_sha256 = protocol.sha256_hex((run_dir / "receipts" / f"{call_id}.json").read_bytes())
+    runtime.confirm_call(
+        run_dir, call_id, resolution="committed", reason="the ledger shows it", actor="dana",
+        receipt_sha256=receipt_sha256,
+    )  # fmt: skip
+    with use_run(run_dir):
+        for _ in range(2):
+            with pytest.raises(SettledWithoutAnswer) as settled:
+                charge(5)
+            assert not isinstance(settled.value, CallInDoubt)
+            assert "settled as done by a person" in str(settled.value)
+    assert len(effect_lines()) == 1
+
+
+def test_a_function_that_calls_itself_with_the_same_arguments_gets_a_clear_error(run_dir):
+    """It waited for ever on its own call's lock. The inner call is refused; the outer one's
+    function raised after it began, so what it did is a person's to decide, with the reason."""
+    calls = []
+
+    @receipted(version="1")
+    def again_and_again(amount: int, *, call_id: str) -> int:
+        calls.append(call_id)
+        return again_and_again(amount)
+
+    with use_run(run_dir), pytest.raises(CallInDoubt, match="calls itself with the same arguments"):
+        again_and_again(5)
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("kind", ["generator", "async generator"])
+def test_a_generator_is_refused_when_decorated(kind):
+    """Its body would run after the receipt said committed, or never."""
+    if kind == "generator":
+
+        def numbers(*, call_id: str) -> typing.Iterator[int]:
+            yield 1
+
+        function: Any = numbers
+    else:
+
+        async def anumbers(*, call_id: str) -> typing.AsyncIterator[int]:
+            yield 1
+
+        function = anumbers
+    with pytest.raises(TypeError, match="generator"):
+        receipted(version="1")(function)
 
 
 def test_rejected_keeps_its_meaning_and_its_kind(run_dir):
@@ -245,3 +308,111 @@ def test_killed_without_a_query_it_runs_at_most_once(run_dir, effects, failpoint
     assert json.loads(resumed.stdout).get("needs") == needs, resumed.stdout
     assert len(effect_lines()) == runs
     assert create_invoice_unqueried.adapter.query is None
+
+
+def test_an_async_function_is_awaited_inside_its_receipt_on_the_callers_loop(run_dir, tmp_path):
+    """What agent frameworks call: an ``async def`` tool. Its coroutine runs on the caller's loop,
+    after the prepared receipt and before the committed one; called again (at once, or later) it
+    is not run again."""
+    import asyncio
+
+    outbox = tmp_path / "outbox.jsonl"
+    seen: list[tuple[Any, str]] = []
+
+    @receipted(version="1.0.0")
+    async def send_note(to: str, body: str, *, call_id: str) -> dict[str, str]:
+        receipt = json.loads((run_dir / "receipts" / f"{call_id}.json").read_text())
+        seen.append((asyncio.get_running_loop(), receipt["status"]))
+        await asyncio.sleep(0.05)  # another task may run meanwhile: the receipt's lock holds the call
+        with outbox.open("a") as lines:
+            lines.write(json.dumps({"to": to, "call_id": call_id}) + "\n")
+        return {"sent_to": to, "call_id": call_id}
+
+    assert inspect.iscoroutinefunction(send_note) and "call_id" not in inspect.signature(send_note).parameters
+
+    async def agent() -> tuple[Any, list[Any]]:
+        together = await asyncio.gather(*(send_note("ops", "deploy") for _ in range(3)))
+        return asyncio.get_running_loop(), [*together, await send_note("ops", "deploy")]
+
+    with use_run(run_dir):
+        loop, answers = asyncio.run(agent())
+    [line] = [json.loads(text) for text in outbox.read_text().splitlines()]
+    assert all(answer == {"sent_to": "ops", "call_id": line["call_id"]} for answer in answers)
+    assert seen == [(loop, "prepared")], "run once, on the caller's loop, inside a prepared receipt"
+    receipt = json.loads((run_dir / "receipts" / f"{line['call_id']}.json").read_text())
+    assert receipt["status"] == "committed" and receipt["result"] == {"returned": answers[0]}
+
+
+def test_an_async_tool_keeps_rejections_and_asks_its_async_query_after_a_lost_answer(run_dir, tmp_path):
+    import asyncio
+
+    charges: dict[str, int] = {}
+    lose_the_answer = [True]
+
+    async def find_charge(amount: int, *, call_id: str) -> Any:
+        await asyncio.sleep(0)
+        return {"charged": charges[call_id]} if call_id in charges else NOT_DONE
+
+    @receipted(version="1.0.0", query=find_charge)
+    async def charge(amount: int, *, call_id: str) -> dict[str, int]:
+        await asyncio.sleep(0)
+        if amount < 1:
+            raise Rejected("the amount must be positive")
+        charges[call_id] = amount
+        if lose_the_answer.pop() if lose_the_answer else False:
+            raise OutcomeUnknown("the connection dropped after the charge")
+        return {"charged": amount}
+
+    async def agent() -> list[Any]:
+        answers: list[Any] = []
+        for amount in (0, 500, 500):
+            try:
+                answers.append(await charge(amount))
+            except (Rejected, CallInDoubt) as error:
+                answers.append(type(error).__name__)
+        return answers
+
+    with use_run(run_dir):
+        answers = asyncio.run(agent())
+    # Refused; then charged with its answer lost (in doubt); then the query finds the charge.
+    assert answers == ["Rejected", "CallInDoubt", {"charged": 500}]
+    assert list(charges.values()) == [500]
+
+
+def test_an_async_tool_called_by_call_in_from_plain_code_runs_on_a_loop_of_its_own(run_dir):
+    import asyncio
+
+    @receipted(version="1.0.0")
+    async def ping(host: str, *, call_id: str) -> str:
+        await asyncio.sleep(0)
+        return f"pong from {host}"
+
+    outcome = ping.call_in(run_dir, "db-1")
+    assert outcome.status == "committed" and outcome.result == {"returned": "pong from db-1"}
+
+
+def test_a_caller_cancelled_while_awaiting_does_not_stop_the_call(run_dir):
+    """The writer's thread cannot be cancelled: the call ends there, and its receipt says how."""
+    import asyncio
+
+    runs: list[str] = []
+
+    @receipted(version="1.0.0")
+    async def slow_send(body: str, *, call_id: str) -> str:
+        await asyncio.sleep(0.3)
+        runs.append(call_id)
+        return "sent"
+
+    async def agent() -> str:
+        waiting = asyncio.create_task(slow_send("hello"))
+        await asyncio.sleep(0.1)
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        await asyncio.sleep(0.6)  # the loop goes on: the call's coroutine ends on it
+        return await slow_send("hello")
+
+    with use_run(run_dir):
+        answer = asyncio.run(agent())
+    assert answer == "sent" and len(runs) == 1
+    assert json.loads((run_dir / "receipts" / f"{runs[0]}.json").read_text())["status"] == "committed"

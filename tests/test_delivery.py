@@ -4,6 +4,7 @@ directory by the run's own host, once, or refused there with a finding."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from evidence import delivery, hosts, importer, inbox, settle
 from evidence.models import Call, Confirmation, Finding, HumanDecision, Run
+from receipts import protocol
 from tests.helpers import content, first_call_of, join
 from tests.ledger import events_of
 from tests.subprocess_db import child_env, database_url_for_children, manage_command
@@ -73,6 +75,17 @@ def test_a_decision_made_away_from_the_runs_host_waits_and_its_host_writes_it_on
     resumed = cli_call(run_dir, "send_message", call.args, attempt=call.attempt)
     assert resumed.returncode == 0 and json.loads(resumed.stdout)["reused"] is True
     assert len(outbox_lines(run_dir)) == 1
+
+
+def test_a_delivery_is_dated_by_the_database_not_by_the_hosts_clock(demo, settings, confirmer, monkeypatch):
+    call = first_call_of("send-message-killed")
+    decision = settle_elsewhere(settings, call, confirmer)
+    real_now = dt.datetime.now(dt.UTC)
+    monkeypatch.setenv("RECEIPTS_CLOCK", protocol.format_time(real_now + dt.timedelta(hours=1)))  # the host's
+    assert delivery.deliver_pending(host=owner_of(call)) == delivery.DeliveryReport(delivered=1)
+    decision.refresh_from_db()
+    assert decision.delivered_at is not None
+    assert abs((decision.delivered_at - real_now).total_seconds()) < 60, decision.delivered_at
 
 
 def test_a_decision_the_run_directory_refuses_is_never_written_and_the_call_is_in_doubt_again(

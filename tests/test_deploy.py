@@ -3,6 +3,7 @@ importers and web workers run at once without losing or duplicating a row."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
@@ -92,10 +93,9 @@ def test_systemd_accepts_every_unit(tmp_path):
     assert {"callproof-worker.service", "callproof-retention.timer", "callproof-cleanup.timer"} <= set(names)
 
 
+@pytest.mark.postgresql(reason="the scale-out database is PostgreSQL")
 @pytest.mark.django_db(transaction=True)
 def test_two_importers_and_web_requests_at_once_lose_and_duplicate_nothing(demo_root, tmp_path, django_user_model):
-    if connection.vendor != "postgresql":
-        pytest.skip("the scale-out database is PostgreSQL; make test-postgres runs this")
     synthetic_ledger(demo_root / "clean-run", 40_000, start_seq=11)
     second_root = tmp_path / "second-root"
     for index in range(12):
@@ -140,7 +140,7 @@ def test_two_importers_and_web_requests_at_once_lose_and_duplicate_nothing(demo_
     assert [importer.returncode for importer in importers] == [0, 0], errors
     assert failures == [] and pages_served > 12
 
-    clean = f"test_clean_{tmp_path.name[-20:]}".replace("-", "_").lower()
+    clean = f"test_clean_{os.getpid()}"  # two runs at once (a developer's, CI's) never share it
     admin = psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True)
     admin.execute(f"DROP DATABASE IF EXISTS {clean}")
     admin.execute(f"CREATE DATABASE {clean}")

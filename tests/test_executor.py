@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 from pathlib import Path
@@ -462,3 +463,102 @@ def test_a_confirmation_killed_between_its_file_and_its_event_is_recorded_once(r
     assert event["call_id"] == call_id and event["recovered"] is True
     assert len(outbox_lines(run_dir)) == 1
     read_ledger(run_dir)  # the chain holds
+
+
+# --- what the writer can stand behind: results and arguments it can record and read back ----------
+
+
+def deep(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"leaf": 1}
+    for _ in range(levels):
+        value = {"inner": value}
+    return value
+
+
+class ReturningAdapter(CountingAdapter):
+    """Makes its effect (counted), then returns what it was given to return."""
+
+    def __init__(self, result: Any) -> None:
+        super().__init__()
+        self.result = result
+
+    def execute(self, run_dir: Path, args: Any, call_id: str) -> Any:
+        super().execute(run_dir, args, call_id)
+        return self.result
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        ["not", "an", "object"],
+        {"amount": float("nan")},
+        {"at": dt.datetime(2026, 12, 4, tzinfo=dt.UTC)},
+        {"text": "\ud800"},
+        {"tags": {"a", "b"}},
+        deep(300),
+        {"blob": "x" * (protocol.MAX_RESULT_BYTES + 1)},
+    ],
+    ids=["a-list", "nan", "a-datetime", "a-lone-surrogate", "a-set", "nested-300-deep", "over-the-size"],
+)
+def test_a_result_the_writer_cannot_record_leaves_the_call_unknown_never_committed(run_dir, result):
+    """The effect ran; a result that is not a JSON object the reader reads back as written is no proof
+    of anything: the call is unknown (done, recording incomplete: never run again), not committed,
+    and no exception of the adapter's making escapes after the effect."""
+    adapter = ReturningAdapter(result)
+    executor = runtime.Executor(run_dir, {"counting": adapter})
+    with pytest.raises(runtime.RecordingIncomplete) as raised:
+        executor.call("counting", {"x": 1}, attempt=1)
+    outcome = raised.value.outcome
+    assert outcome.status == "unknown" and outcome.needs == "confirmation"
+    assert "cannot be recorded" in outcome.error["message"]
+    receipt = receipt_of(run_dir, outcome.call_id)
+    assert receipt["status"] == "unknown" and "result" not in receipt
+    again = executor.call("counting", {"x": 1}, attempt=1)
+    assert again.needs == "confirmation" and adapter.executions == 1, "in doubt: a person decides, nothing runs twice"
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (deep(300), "nesting deeper than 256"),
+        ({"text": "\udfff"}, "lone surrogate"),
+        ({"amount": float("inf")}, "not JSON"),
+        ({"blob": "x" * (protocol.MAX_ARGS_BYTES + 1)}, "larger than"),
+    ],
+    ids=["nested-300-deep", "a-lone-surrogate", "infinity", "over-the-size"],
+)
+def test_arguments_the_writer_could_not_read_back_are_refused_before_anything_is_written(run_dir, args, problem):
+    """Nested 300 deep, a call was committed once, and then every call of the run raised ValueError
+    on reading its receipt, even after a person confirmed it."""
+    adapter = CountingAdapter()
+    executor = runtime.Executor(run_dir, {"counting": adapter})
+    with pytest.raises(ValueError, match=problem):
+        executor.call("counting", args, attempt=1)
+    assert adapter.executions == 0 and list((run_dir / "receipts").iterdir()) == []
+    assert executor.call("counting", {"x": 1}, attempt=1).status == "committed", "the run goes on"
+
+
+def test_a_set_in_a_built_in_tools_args_is_refused_with_a_clear_error(run_dir):
+    """It was a traceback from deep in the writer; nothing may be written for it."""
+    with pytest.raises(ValueError, match="the arguments cannot be recorded: not JSON: Object of type set"):
+        runtime.Executor(run_dir).call("write_file", {"path": "a.txt", "content": {1, 2}})
+    assert list((run_dir / "receipts").iterdir()) == [] and not (run_dir / "workspace").exists()
+
+
+def test_arguments_nested_too_deep_are_refused_through_the_command_line(run_dir):
+    completed = cli_call(run_dir, "write_file", FILE_ARGS | {"extra": deep(300)})
+    assert completed.returncode == 1 and b"nesting deeper than 256" in completed.stderr
+    assert b"Traceback" not in completed.stderr and list((run_dir / "receipts").iterdir()) == []
+
+
+def test_an_adapter_whose_evidence_raises_leaves_its_commit_to_a_person_and_reuse_does_not_crash(run_dir):
+    class Broken(CountingAdapter):
+        def evidence(self, run_dir: Path, args: Any, call_id: str, result: Any = None) -> Any:
+            raise RuntimeError("the tracker's API changed")
+
+    adapter = Broken()
+    executor = runtime.Executor(run_dir, {"counting": adapter})
+    assert executor.call("counting", {"x": 1}, attempt=1).status == "committed"
+    again = executor.call("counting", {"x": 1}, attempt=1)
+    assert again.needs == "confirmation" and "RuntimeError: the tracker's API changed" in (again.error or {})["message"]
+    assert adapter.executions == 1

@@ -15,7 +15,7 @@ from evidence import hosts, inbox
 from evidence.models import Host
 from receipts import protocol
 from tests.helpers import PROJECT, content
-from tests.subprocess_db import child_env, database_url_for_children, manage_command
+from tests.subprocess_db import child_env, database_url_for_children, manage_command, this_database_url
 from tests.test_operations import scrape
 
 pytestmark = pytest.mark.django_db
@@ -95,3 +95,144 @@ def test_a_watching_importer_registers_beats_and_says_it_stopped(demo_root, tmp_
                              "print(Host.objects.get(name='agent-7').stopped_at is not None)"),
                              env=env, capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     assert stopped == "True"
+
+
+def start_watch(root, url, name: str, *extra_env: tuple[str, str]) -> subprocess.Popen[str]:
+    env = child_env(url) | {"EVIDENCE_HOST_NAME": name} | dict(extra_env)
+    return subprocess.Popen(manage_command("import_runs", str(root), "--watch", "--interval", "0.2"), cwd=PROJECT,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def host_row(name: str) -> Host | None:
+    return Host.objects.filter(name=name).first()
+
+
+def passed_once(name: str) -> bool:
+    row = host_row(name)
+    return row is not None and row.last_pass_seconds is not None
+
+
+def wait_for_a_pass(name: str) -> Host:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if passed_once(name):
+            return Host.objects.get(name=name)
+        time.sleep(0.2)
+    raise AssertionError(f"host {name} never finished a pass")
+
+
+def end(watch: subprocess.Popen[str]) -> str:
+    if watch.poll() is None:
+        watch.send_signal(signal.SIGTERM)
+    return watch.communicate(timeout=30)[1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_second_watch_under_a_shipping_hosts_name_is_refused_and_shown(demo_root, tmp_path, user, client):
+    url = this_database_url()
+    other_root = tmp_path / "other-runs"
+    other_root.mkdir()
+    first = start_watch(demo_root, url, "twin")
+    try:
+        before = wait_for_a_pass("twin")
+        second = start_watch(other_root, url, "twin")
+        assert second.wait(60) == 1
+        said = second.communicate()[1]
+        assert "host 'twin' is already shipping" in said and f"pid {first.pid}" in said, said
+        # A one-off import under the name changes nothing of the shipping host either.
+        one_off = subprocess.run(manage_command("import_runs", str(other_root)), cwd=PROJECT, text=True,
+                                 env=child_env(url) | {"EVIDENCE_HOST_NAME": "twin"}, capture_output=True)  # fmt: skip
+        assert one_off.returncode == 0, one_off.stderr
+        after = Host.objects.get(name="twin")
+        assert (after.pid, after.runs_root, after.watching, after.stopped_at) == (first.pid, str(demo_root), True, None)
+        assert after.lease == before.lease and after.refused_from == str(other_root) and after.refused_at is not None
+        client.force_login(user)
+        page = content(client.get("/hosts/"))
+        assert "a second importer under this name was refused at" in page and f"<code>{other_root}</code>" in page
+        assert first.poll() is None, "the first watch ships on"
+    finally:
+        said = end(first)
+    assert first.returncode == 0, said
+    assert Host.objects.get(name="twin").stopped_at is not None, "the holder's SIGTERM says the host stopped"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_watch_silent_past_the_limit_loses_the_name_to_the_next_and_stops(demo_root, tmp_path):
+    url = this_database_url()
+    quick = ("EVIDENCE_HOST_SILENT_AFTER_SECONDS", "2")
+    first = start_watch(demo_root, url, "relay", quick)
+    try:
+        wait_for_a_pass("relay")
+        first.send_signal(signal.SIGSTOP)  # a machine that froze: it reports nothing
+        time.sleep(2.5)
+        second = start_watch(demo_root, url, "relay", quick)
+        try:
+            taken = Host.objects.get(name="relay")
+            deadline = time.monotonic() + 60
+            while taken.pid != second.pid and time.monotonic() < deadline:
+                time.sleep(0.2)
+                taken = Host.objects.get(name="relay")
+            assert taken.pid == second.pid, "the silent host's name went to the next importer"
+            first.send_signal(signal.SIGCONT)
+            assert first.wait(60) == 1, "the first stops, never ships beside the second"
+            said = first.communicate()[1]
+            assert "another importer took host 'relay'" in said, said
+            time.sleep(1)
+            row = Host.objects.get(name="relay")
+            assert (row.pid, row.lease, row.stopped_at) == (second.pid, taken.lease, None), "its exit changed nothing"
+        finally:
+            said = end(second)
+        assert second.returncode == 0, said
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("clock_off", [-300, 3600], ids=["behind", "ahead"])
+def test_a_hosts_clock_is_not_what_judges_it(demo_root, tmp_path, settings, clock_off):
+    """Every host time is the database's: a host 5 minutes behind ships, one an hour ahead and
+    killed goes silent."""
+    settings.EVIDENCE_HOST_SILENT_AFTER_SECONDS = 3
+    url = this_database_url()
+    its_clock = protocol.format_time(protocol.utc_now() + dt.timedelta(seconds=clock_off))
+    watch = start_watch(
+        demo_root, url, "skewed", ("RECEIPTS_CLOCK", its_clock), ("EVIDENCE_HOST_SILENT_AFTER_SECONDS", "3")
+    )
+    try:
+        host = wait_for_a_pass("skewed")
+        time.sleep(0.5)
+        assert hosts.state_of(Host.objects.get(name="skewed")) == hosts.SHIPPING
+        assert abs((host.last_seen_at - protocol.utc_now()).total_seconds()) < 60, "stamped on the server's clock"
+    finally:
+        watch.kill()
+        watch.communicate()
+    time.sleep(3.5)
+    assert hosts.state_of(Host.objects.get(name="skewed")) == hosts.SILENT
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_watch_restarted_after_a_crash_takes_its_name_back_at_once(demo_root):
+    """systemd restarts a killed importer within seconds: its dead predecessor on this machine
+    holds the name no longer (a live one elsewhere would, until silent)."""
+    url = this_database_url()
+    crashed = start_watch(demo_root, url, "phoenix")
+    wait_for_a_pass("phoenix")
+    crashed.kill()
+    crashed.communicate()
+    restarted = start_watch(demo_root, url, "phoenix")
+    try:
+        deadline = time.monotonic() + 60
+        while Host.objects.get(name="phoenix").pid != restarted.pid and restarted.poll() is None:
+            assert time.monotonic() < deadline, "the restarted watch never took the name"
+            time.sleep(0.2)
+        assert restarted.poll() is None, "refused: " + restarted.communicate()[1]
+        registered = Host.objects.get(name="phoenix")
+        assert registered.machine == hosts.this_machine()
+        while Host.objects.get(name="phoenix").last_seen_at == registered.last_seen_at:  # its first pass ends
+            assert time.monotonic() < deadline, "the restarted watch never finished a pass"
+            time.sleep(0.2)
+    finally:
+        said = end(restarted)
+    assert restarted.returncode == 0, said

@@ -188,7 +188,7 @@ def every_page_in_every_state(client) -> list[str]:
     triage.act(finding=findings[1], user=person, action=triage.SNOOZE, reason="later", until=until, now=now)
     triage.act(finding=findings[2], user=person, action=triage.SNOOZE, reason="next", on_change=True, now=now)
     # A host that ships, and one gone silent (its last report long ago).
-    hosts.register(runs_root=Path("/srv/runs"), watching=True, now=now)
+    hosts.register(runs_root=Path("/srv/runs"), watching=True)
     long_ago = now - dt.timedelta(days=2)
     Host.objects.create(name="old-host", runs_root="/srv/old", version="0", started_at=long_ago, last_seen_at=long_ago,
                         watching=True)  # fmt: skip

@@ -36,6 +36,7 @@ from receipts.adapters.mcp_proxy import (
     parse_config,
 )
 from receipts.cli import build_parser
+from receipts.demo import run_writer
 from receipts.replay import replay_run
 from receipts.runtime import CallOutcome
 from tests.helpers import PROJECT, content, first_call_of
@@ -239,9 +240,10 @@ def test_listings_resources_and_prompts_pass_through_unchanged(run_dir, tmp_path
     assert receipts_of(run_dir) == []
 
 
-def test_a_server_refusal_is_a_rejected_receipt_and_an_error_answer(run_dir, tmp_path):
-    # Marked in the configuration, but the server has no such tool: it refuses (INVALID_PARAMS).
-    config = write_config(tmp_path, {"archive_everything": {"version": "1"}})
+def test_an_error_the_configuration_says_comes_before_any_effect_is_a_rejected_receipt(run_dir, tmp_path):
+    # Marked in the configuration, but the server has no such tool: it refuses (INVALID_PARAMS),
+    # and the configuration says this server raises that code before any effect.
+    config = write_config(tmp_path, {"archive_everything": {"version": "1", "errors_before_effect": [-32602]}})
 
     async def scenario() -> types.CallToolResult:
         async with through_proxy(run_dir, config, tmp_path / "effects.jsonl") as session:
@@ -252,6 +254,78 @@ def test_a_server_refusal_is_a_rejected_receipt_and_an_error_answer(run_dir, tmp
     assert receipt["status"] == "rejected" and "no tool named archive_everything" in receipt["error"]["message"]
     assert answer.is_error and text(answer).startswith("not run: the server refused the call")
     assert answer.meta is not None and answer.meta["callproof/status"] == "rejected"
+
+
+def test_an_error_the_server_answers_after_the_effect_leaves_the_call_in_doubt(run_dir, tmp_path):
+    """The SDK answers -32602 for any pydantic ValidationError, one the tool raised after its
+    effect included: taken for "not run", the call was retried at the next attempt and the line
+    appended twice. What the server answered after the call went out is in doubt by default."""
+    counter = tmp_path / "effects.jsonl"
+    config = write_config(tmp_path, APPEND)
+
+    async def scenario() -> tuple[types.CallToolResult, types.CallToolResult]:
+        async with through_proxy(run_dir, config, counter, "--invalid-after-effect") as session:
+            first = await session.call_tool("append_line", {"line": "once"})
+            return first, await session.call_tool("append_line", {"line": "once"})
+
+    first, again = anyio.run(scenario)
+    assert [line["line"] for line in effects(counter)] == ["once"]
+    [receipt] = receipts_of(run_dir)
+    assert receipt["status"] == "unknown" and "(-32602)" in receipt["error"]["message"]
+    for answer in (first, again):
+        assert answer.is_error and text(answer).startswith("in doubt: a person must settle it")
+    moved_on = run_writer("state", str(run_dir), "retrying", "--attempts", "1")
+    assert moved_on.returncode == 4, "a new attempt waits for the call in doubt: nothing is sent again"
+
+
+def test_an_answer_that_is_no_tools_result_leaves_the_call_in_doubt_and_the_proxy_answering(run_dir, tmp_path):
+    """The server made the effect and its answer was no tool's result: the call is in doubt (never
+    run again), and the proxy goes on answering, the same call and others."""
+    counter = tmp_path / "effects.jsonl"
+    config = write_config(tmp_path, APPEND)
+
+    async def scenario() -> tuple[types.CallToolResult, types.CallToolResult, types.CallToolResult]:
+        async with through_proxy(run_dir, config, counter, "--unparseable-answer") as session:
+            with anyio.fail_after(60):
+                first = await session.call_tool("append_line", {"line": "once"})
+                again = await session.call_tool("append_line", {"line": "once"})
+                other = await session.call_tool("count_lines", {})
+            return first, again, other
+
+    first, again, other = anyio.run(scenario)
+    assert [line["line"] for line in effects(counter)] == ["once"]
+    [receipt] = receipts_of(run_dir)
+    assert receipt["status"] == "unknown", receipt
+    # The SDK's server does not send what fails its own schema: it answers -32603 instead.
+    assert "(-32603)" in receipt["error"]["message"]
+    for answer in (first, again):
+        assert answer.is_error and text(answer).startswith("in doubt: a person must settle it")
+    assert text(other) == "1 lines"
+
+
+@pytest.mark.parametrize("answer", ["not-a-result", "garbage"])
+def test_an_answer_no_client_can_read_leaves_the_call_in_doubt_and_the_lock_free(run_dir, tmp_path, answer):
+    """A server written by hand (tests/raw_mcp_server.py) makes the effect, then answers a result
+    that is no tool's result, or a line that is not JSON at all. The second waited for ever, its
+    call's lock held: now the call is in doubt at once, and the same call again says so."""
+    counter = tmp_path / "effects.jsonl"
+    config = write_config(tmp_path, {"append_line": {"version": "1.0"}})
+    command = [sys.executable, "-m", "receipts", "mcp-proxy", "--run", str(run_dir), "--config", str(config), "--",
+               sys.executable, str(PROJECT / "tests" / "raw_mcp_server.py"), "--effects", str(counter),
+               "--answer", answer]  # fmt: skip
+
+    async def scenario() -> tuple[types.CallToolResult, types.CallToolResult]:
+        async with connected(command) as session:
+            with anyio.fail_after(60):
+                first = await session.call_tool("append_line", {"line": "once"})
+                return first, await session.call_tool("append_line", {"line": "once"})
+
+    first, again = anyio.run(scenario)
+    assert [line["line"] for line in effects(counter)] == ["once"]
+    [receipt] = receipts_of(run_dir)
+    assert receipt["status"] == "unknown"
+    for said in (first, again):
+        assert said.is_error and text(said).startswith("in doubt: a person must settle it")
 
 
 def test_killed_after_the_effect_an_idempotent_server_gives_the_retry_the_first_result(run_dir, tmp_path):
@@ -278,7 +352,35 @@ def test_killed_after_the_effect_an_idempotent_server_gives_the_retry_the_first_
     assert not answer.is_error and text(answer) == line["answer"] == "appended line 1: pay invoice 7"
     assert len(effects(counter)) == 1, "the effect happened once"
     [receipt] = receipts_of(run_dir)
-    assert receipt["status"] == "committed" and answer.meta is not None and answer.meta["callproof/reused"] is True
+    assert receipt["status"] == "committed" and answer.meta is not None
+    # The call was sent again to learn its outcome: the proxy cannot tell the server's replay from
+    # an effect made now, so it never calls that a reuse.
+    assert answer.meta["callproof/reused"] is False
+
+
+def test_an_idempotent_call_killed_before_its_effect_is_made_by_the_retry_and_not_called_reused(run_dir, tmp_path):
+    counter = tmp_path / "effects.jsonl"
+    config = write_config(tmp_path, {"append_line": {"version": "1.0", "idempotent": True}})
+
+    async def call() -> types.CallToolResult:
+        async with through_proxy(run_dir, config, counter, "--idempotent") as session:
+            return await session.call_tool("append_line", {"line": "pay invoice 8"})
+
+    async def killed() -> None:
+        # The proxy ends once the prepared receipt is written, before anything is sent.
+        async with through_proxy(
+            run_dir, config, counter, "--idempotent", RECEIPTS_FAILPOINT="after_prepared"
+        ) as session:
+            with pytest.raises(MCPError):
+                await session.call_tool("append_line", {"line": "pay invoice 8"})
+
+    anyio.run(killed)
+    assert effects(counter) == [] and receipts_of(run_dir)[0]["status"] == "prepared"
+    answer = anyio.run(call)  # the writer's query sends it again: the server makes the effect now
+    assert len(effects(counter)) == 1 and not answer.is_error
+    assert answer.meta is not None and answer.meta["callproof/reused"] is False
+    again = anyio.run(call)  # now it is answered from the receipt
+    assert again.meta is not None and again.meta["callproof/reused"] is True and len(effects(counter)) == 1
 
 
 def test_a_proxy_whose_server_dies_ends_and_says_so(run_dir, tmp_path):
@@ -362,6 +464,30 @@ def test_killed_between_the_effect_and_the_answer_the_call_waits_for_a_person(ru
     assert len(effects(counter)) == 1
 
 
+def test_the_server_never_gets_the_signing_key(tmp_path, monkeypatch):
+    """A signed run's key signs what the writer records; the server the proxy starts is the agent's
+    side, and with the key it could sign receipts of its own. It got the proxy's whole environment."""
+    key_file = tmp_path / "keys" / "callproof.key"
+    key_file.parent.mkdir()
+    key_file.write_bytes(os.urandom(32).hex().encode())
+    monkeypatch.setenv("RECEIPTS_SIGNING_KEY", str(key_file))
+    run_dir = tmp_path / "signed-run"
+    runtime.run_init(run_dir, contract_sha256=protocol.sha256_hex(b"contract"))
+    counter, config = tmp_path / "effects.jsonl", write_config(tmp_path, APPEND)
+
+    async def scenario() -> types.CallToolResult:
+        marks = {"CALLPROOF_TEST_MARK": "for the server", "RECEIPTS_SIGNING_KEY": str(key_file)}
+        async with through_proxy(run_dir, config, counter, **marks) as session:
+            return await session.call_tool("append_line", {"line": "signed"})
+
+    answer = anyio.run(scenario)
+    assert not answer.is_error, text(answer)
+    [line] = effects(counter)
+    assert line["env_mark"] == "for the server" and line["signing_key"] is None
+    [receipt] = receipts_of(run_dir)
+    assert receipt["status"] == "committed" and receipt["signature"].startswith("hmac-sha256:")
+
+
 # --- the configuration, and the command line's refusals ---------------------------------------
 
 
@@ -374,6 +500,10 @@ def test_killed_between_the_effect_and_the_answer_the_call_waits_for_a_person(ru
         ({"tools": {"t": {"version": "1", "identity_arguments": ["a", "a"]}}}, "distinct argument names"),
         ({"tools": {"t": {"version": "1", "identity_arguments": ["k"], "call_id_argument": "k"}}}, "cannot also"),
         ({"tools": {"t": {"version": "1", "idempotent": "yes"}}}, "'idempotent' must be true or false"),
+        ({"tools": {"t": {"version": "1", "identity_arguments": []}}}, "at least one argument"),
+        ({"tools": {"t": {"version": "1", "errors_before_effect": -32602}}}, "list of JSON-RPC error codes"),
+        ({"tools": {"t": {"version": "1", "errors_before_effect": ["-32602"]}}}, "list of JSON-RPC error codes"),
+        ({"tools": {"t": {"version": "1", "errors_before_effect": [True]}}}, "list of JSON-RPC error codes"),
     ],
 )
 def test_a_wrong_configuration_is_refused_with_its_reason(document, says):

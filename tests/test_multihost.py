@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from evidence.models import Call, Host, HumanDecision, Run
 from receipts import runtime
@@ -31,7 +30,11 @@ from tests.writer import outbox_lines
 
 PASSWORD = "a-long-password-for-carol-1"
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.postgresql(reason="the multi-host deployment is one PostgreSQL"),
+]
 
 
 def killed_send(root: Path, run_id: str, body: str) -> dict:
@@ -61,8 +64,6 @@ class Shipper:
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[dict]:
-    if connection.vendor != "postgresql":
-        pytest.skip("the multi-host deployment is one PostgreSQL (make test-postgres; CI runs it)")
     url = database_url_for_children(tmp_path)
     agents = tmp_path / "agents"  # what the web process must not see
     roots = {"host-a": agents / "a", "host-b": agents / "b"}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -31,8 +32,14 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist")
+    # Built from a copy: setuptools writes build/ and callproof.egg-info into the tree it builds,
+    # and two builds of one tree at once (two xdist workers) broke each other.
+    source = Path(shutil.copytree(
+        PROJECT, tmp_path_factory.mktemp("source") / "callproof",
+        ignore=shutil.ignore_patterns(".venv", "var", "build", "*.egg-info", "__pycache__", ".git", "tests"),
+    ))  # fmt: skip
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(PROJECT), "--no-deps", "-q", "-w", str(out)],
+        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-q", "-w", str(out)],
         check=True, capture_output=True,
     )  # fmt: skip
     [built] = out.glob("callproof-*.whl")

@@ -31,7 +31,8 @@ METRICS_TOKEN = "metrics-token-for-the-proxy-test"
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(not os.path.exists(NGINX), reason="nginx is installed by `make test` (make nginx)"),
+    pytest.mark.nginx,
+    pytest.mark.skipif(not os.path.exists(NGINX), reason="nginx is installed by `make test` (make test-packages)"),
 ]
 
 

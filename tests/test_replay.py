@@ -70,3 +70,22 @@ def test_replay_names_a_call_whose_receipt_is_missing(tmp_path):
     report = json.loads(run_writer("replay", str(run), "--json").stdout)
     missing = [row for row in report["decisions"] if row["call_id"] == victim.stem]
     assert missing == [{"call_id": victim.stem, "status": None, "decision": "confirm", "reason": missing[0]["reason"]}]
+
+
+@pytest.mark.parametrize("damage", ["oversize", "invalid_json", "schema_error"])
+def test_replay_names_a_call_whose_receipt_cannot_be_read(tmp_path, damage):
+    """A receipt over the reader's 16 MiB, or not JSON, or not a receipt, gave no decision at all:
+    replay said nothing of the call. It is a person's to decide, as a missing receipt is."""
+    run_writer("demo", str(tmp_path))
+    run = tmp_path / "clean-run"
+    victim = sorted((run / "receipts").iterdir())[0]
+    if damage == "oversize":
+        receipt = json.loads(victim.read_bytes())
+        victim.write_text(json.dumps(receipt | {"padding": "x" * (16 * 1024 * 1024)}))
+    else:
+        victim.write_text("{not json" if damage == "invalid_json" else "[1, 2]")
+    report = json.loads(run_writer("replay", str(run), "--json").stdout)
+    [row] = [row for row in report["decisions"] if row["call_id"] == victim.stem]
+    assert row["status"] is None and row["decision"] == "confirm"
+    assert f"its receipt file cannot be read ({damage}" in row["reason"]
+    assert len(report["decisions"]) == len(list((run / "receipts").iterdir())), "the other calls are decided too"

@@ -375,6 +375,10 @@ def lock_wait_of(backend_pid: list[int], seconds: float = 30) -> tuple[str, str,
     return None
 
 
+@pytest.mark.postgresql(
+    reason="SQLite takes its write lock at BEGIN (IMMEDIATE): settle_call waits before its check, then sees "
+    "the other decision there; no connection can insert between its check and its insert"
+)
 @pytest.mark.django_db(transaction=True)
 def test_a_decision_inserted_after_the_check_loses_the_other_settle_on_the_unique_constraint(demo, django_user_model):
     """The row lock queues two settle_calls on PostgreSQL, so the second finds the first decision in its
@@ -382,11 +386,6 @@ def test_a_decision_inserted_after_the_check_loses_the_other_settle_on_the_uniqu
     a second real connection inserts one and holds its transaction open; dana's settle_call, past its
     check (an uncommitted row is invisible to it), waits on the unique index at its own insert, and gets
     the IntegrityError when erin's transaction commits, with her confirmation written by the writer."""
-    if connection.vendor != "postgresql":
-        pytest.skip(
-            "SQLite takes its write lock at BEGIN (IMMEDIATE): settle_call waits before its check, then sees "
-            "the other decision there; no connection can insert between its check and its insert"
-        )
     call = first_call_of(RUN)
     run_dir = demo / RUN
     dana, erin = (django_user_model.objects.create_user(name) for name in ("dana", "erin"))

@@ -56,6 +56,12 @@ def reader_keys(key_file: Path) -> dict:
     return signing.load_keys([str(key_file)])
 
 
+def run_key(run: Path, key_file: Path) -> protocol.SigningKey:
+    """The key as the run's records are signed with it: bound to the run's own identity."""
+    steer = json.loads((run / "steer.json").read_bytes())
+    return signing.load_key(key_file).for_run(protocol.signing_subject(steer, run.name))
+
+
 def signature_codes(run: Path, key_file: Path) -> set[str]:
     from receipts.reader import read_run
 
@@ -92,7 +98,7 @@ def test_a_signed_run_signs_every_record_and_reads_clean(signed_run, key_file):
     )
     runtime.write_task(signed_run, {"subject": "signed"}, "sub-1")
 
-    key = signing.load_key(key_file).for_run(signed_run.name)
+    key = run_key(signed_run, key_file)
     steer = json.loads((signed_run / "steer.json").read_bytes())
     assert steer["signing_key_id"] == key.key_id and protocol.signature_problem(steer, key) is None
     documents = [*read_ledger(signed_run)]
@@ -277,7 +283,7 @@ def test_settling_in_a_signed_run_signs_the_decision(
     monkeypatch.setenv(signing.KEY_ENV, str(key_file))
     assert client.post(url, form).status_code == 303
     confirmation = json.loads((signed_run / "confirmations" / f"{call_id}.json").read_bytes())
-    assert protocol.signature_problem(confirmation, signing.load_key(key_file).for_run(signed_run.name)) is None
+    assert protocol.signature_problem(confirmation, run_key(signed_run, key_file)) is None
     resumed = cli_call(signed_run, "send_message", MESSAGE)
     assert resumed.returncode == 0 and output(resumed)["reused"] is True and len(outbox_lines(signed_run)) == 1
 
@@ -335,3 +341,63 @@ def test_a_seq_at_the_end_of_its_range_stops_the_writer(signed_run):
     completed = cli_call(signed_run, "write_file", FILE_ARGS)
     assert completed.returncode == 1 and b"end of its range" in completed.stderr
     assert not (signed_run / "workspace" / FILE_ARGS["path"]).exists(), "nothing was done"
+
+
+def test_a_signed_receipt_copied_into_another_run_of_the_same_name_does_not_verify(tmp_path, key_file, monkeypatch):
+    """Signatures were bound to the run directory's name: a commit copied from one host's run into
+    another host's run of that name verified, and the writer reused it there without sending the
+    message. Each signed run has an identity of its own, made at init and signed in steer.json."""
+    monkeypatch.setenv(signing.KEY_ENV, str(key_file))
+    one, other = tmp_path / "host-a" / "nightly", tmp_path / "host-b" / "nightly"
+    for run in (one, other):
+        runtime.run_init(run, contract_sha256=CONTRACT)
+    uids = {json.loads((run / "steer.json").read_bytes())["run_uid"] for run in (one, other)}
+    assert len(uids) == 2 and all(len(uid) == 32 for uid in uids)
+
+    assert cli_call(one, "send_message", MESSAGE).returncode == 0
+    call_id = only_receipt(one)
+    (other / "receipts" / f"{call_id}.json").write_bytes(receipt_path(one, call_id).read_bytes())
+    assert "signature_invalid" in signature_codes(other, key_file)
+    again = cli_call(other, "send_message", MESSAGE)
+    assert again.returncode == 4, "the copy is not the other run's record: a person decides, nothing is reused"
+    assert outbox_lines(other) == [] and len(outbox_lines(one)) == 1
+
+
+def test_a_run_signed_before_runs_had_an_identity_still_verifies_under_its_name(tmp_path, key_file, monkeypatch):
+    """Made as the writer made signed runs before ``run_uid``: every record bound to the name."""
+    monkeypatch.setenv(signing.KEY_ENV, str(key_file))
+    monkeypatch.setattr("receipts.runs.new_run_uid", lambda: "none-yet")  # not a uid: the name binds
+    run = tmp_path / "older-run"
+    runtime.run_init(run, contract_sha256=CONTRACT)
+    steer = json.loads((run / "steer.json").read_bytes())
+    del steer["run_uid"]
+    by_name = signing.load_key(key_file).for_run(run.name)
+    (run / "steer.json").write_bytes(protocol.canonical_json(protocol.signed(steer, by_name)))
+    assert cli_call(run, "write_file", FILE_ARGS).returncode == 0
+    assert protocol.signature_problem(receipt_of(run, only_receipt(run)), by_name) is None
+    assert signature_codes(run, key_file) == set()
+
+
+def test_a_forged_confirmation_and_a_planted_lock_note_get_no_signed_ledger_line(signed_run):
+    """The lock file's note tells the writer to append the event a kill kept out of the ledger for a
+    confirmation it wrote. An agent that planted the note beside a confirmation of its own made the
+    writer sign that line: the writer now appends only a confirmation it can verify."""
+    assert cli_call(signed_run, "send_message", MESSAGE, RECEIPTS_FAILPOINT="after_effect").returncode == 137
+    call_id = only_receipt(signed_run)
+    receipt_sha256 = protocol.sha256_hex(receipt_path(signed_run, call_id).read_bytes())
+    wanted = protocol.confirmation_id(call_id, "rejected", receipt_sha256)
+    forged = {
+        "schema": protocol.CONFIRMATION_SCHEMA, "call_id": call_id, "resolution": "rejected", "actor": "agent",
+        "reason": "it never happened", "confirmation_id": wanted, "receipt_sha256": receipt_sha256,
+        "confirmed_at": "2026-12-04T00:00:00Z",
+    }  # fmt: skip
+    (signed_run / "confirmations").mkdir(exist_ok=True)
+    (signed_run / "confirmations" / f"{call_id}.json").write_text(json.dumps(forged))
+    ledger_size = (signed_run / "events.jsonl").stat().st_size
+    note = json.dumps({"installed": True, "confirmation": wanted, "ledger_size": ledger_size})
+    (signed_run / ".writer" / f"call-{call_id}.lock").write_text(note)
+
+    again = cli_call(signed_run, "send_message", MESSAGE)
+    assert again.returncode == 4, "the forged decision is not followed: a person decides"
+    assert [event for event in read_ledger(signed_run) if event["type"] == "confirmation"] == []
+    assert len(outbox_lines(signed_run)) == 1

@@ -148,6 +148,42 @@ def test_who_may_ask_for_an_export_and_download_one(demo_root, exporter, django_
     assert panel.strip().startswith('<div id="exports"') and 'hx-trigger="every 1s"' in panel and "waiting" in panel
 
 
+def test_an_export_whose_worker_was_killed_is_shown_failed_and_marked_so_not_running_for_ever(
+    tmp_path, export_root, exporter, client, settings
+):
+    settings.EVIDENCE_EXPORT_LEASE_SECONDS = 2
+    run_dir = tmp_path / "runs" / "big-run"
+    synthetic_run(run_dir, events=100_000, receipts=500, contract=CONTRACT)
+    importer.run_import(path=run_dir)
+    client.force_login(exporter)
+    assert client.post("/runs/big-run/export/").status_code == HTTPStatus.SEE_OTHER
+    [export] = Export.objects.all()
+    worker = start_worker(this_database_url(), tmp_path / "worker.log", EVIDENCE_EXPORT_ROOT=str(export_root),
+                          EVIDENCE_EXPORT_LEASE_SECONDS="2")  # fmt: skip
+    try:
+        # Alive, it beats the lease however long a step takes: past a lease, still running.
+        until(lambda: Export.objects.get(pk=export.pk).state == Export.RUNNING, "the worker to start the export")
+        first_beat = Export.objects.get(pk=export.pk).heartbeat_at
+        assert first_beat is not None
+        beats_after = first_beat + dt.timedelta(seconds=1)
+        until(lambda: Export.objects.filter(pk=export.pk, heartbeat_at__gt=beats_after).exists(),
+              "a heartbeat a second after the first")  # fmt: skip
+        assert Export.objects.get(pk=export.pk).state == Export.RUNNING, "made within a second: nothing to kill"
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+    finally:
+        stop(worker)
+    assert Export.objects.get(pk=export.pk).state == Export.RUNNING, "django-tasks leaves it running"
+    time.sleep(2.5)
+    page = content(client.get("/runs/big-run/"))
+    assert "the worker making it stopped before it finished (killed or restarted)" in page
+    assert 'hx-trigger="every 1s"' not in page, "the page stops waiting for it"
+    assert exports.remove_expired(now=protocol.utc_now()) == 0, "kept, as failed, as long as any export"
+    export.refresh_from_db()
+    assert export.state == Export.FAILED and export.worker_lost and export.finished_at is not None
+    assert list(export_root.glob("*.zip")) == [], "no zip from a killed worker"
+
+
 def test_an_export_that_fails_shows_its_error_and_leaves_no_file(tmp_path, small_disk, exporter, client):
     run_dir = tmp_path / "runs" / "mid-run"
     synthetic_run(run_dir, events=5_000, receipts=50, contract=CONTRACT)  # far more than 64 KiB of evidence

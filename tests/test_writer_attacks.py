@@ -452,6 +452,34 @@ def test_an_effect_in_doubt_at_a_later_attempt_is_not_made_again_at_an_earlier_o
     assert len(outbox_lines(run_dir)) == 1
 
 
+@pytest.mark.parametrize(
+    "between",
+    [[], [("failed", "1")], [("paused", "2"), ("failed", "2")]],
+    ids=["straight-back", "through-a-state-that-runs-nothing", "through-two"],
+)
+def test_a_retry_stepped_back_to_the_attempt_it_retried_sends_nothing_twice(run_dir, between):
+    """retrying/1 runs calls at attempt 2 and running/1 at attempt 1: the number in state.json did
+    not go down, the attempt a call runs at did, and the message went out again under attempt 1's
+    call_id. A state that runs no call in between must not launder the step back either."""
+    assert run_writer("state", str(run_dir), "retrying", "--attempts", "1").returncode == 0
+    assert cli_call(run_dir, "send_message", MESSAGE, None, RECEIPTS_FAILPOINT="after_effect").returncode == 137
+    for state, attempts in between:
+        assert run_writer("state", str(run_dir), state, "--attempts", attempts).returncode == 0
+    back = run_writer("state", str(run_dir), "running", "--attempts", "1")
+    assert back.returncode == 1 and b"attempts only grow" in back.stderr and b"attempt 2" in back.stderr
+    assert cli_call(run_dir, "send_message", MESSAGE, None).returncode != 0
+    # state.json set back by hand, the mark of the attempt reached left: the call is refused.
+    state_file = run_dir / "state.json"
+    state_file.write_text(json.dumps(json.loads(state_file.read_text()) | {"name": "running", "attempts": 1}))
+    by_hand = cli_call(run_dir, "send_message", MESSAGE, None)
+    assert by_hand.returncode == 1 and b"calls have run at attempt 2" in by_hand.stderr
+    assert len(outbox_lines(run_dir)) == 1
+    # Forward is still open, and waits for the call in doubt as any new attempt does.
+    assert run_writer("state", str(run_dir), "retrying", "--attempts", "1").returncode == 0
+    ahead = run_writer("state", str(run_dir), "retrying", "--attempts", "2")
+    assert ahead.returncode == 4 and b"in doubt" in ahead.stderr
+
+
 @pytest.mark.parametrize("tool", ["send_message", "write_file"])
 def test_a_kill_before_the_first_receipt_lands_leaves_a_call_that_runs(run_dir, tool):
     """Found by the kill harness: the mark that a receipt was put in place went down before the

@@ -66,6 +66,8 @@ STEP_TIMEOUT = 60.0
 # so that some fall past the end of the write (the last event, the exit) and all of it is covered.
 SPAN_MARGIN = 1.5
 CALIBRATION_RUNS = 6
+# Trials per mode between two calibrations.
+CALIBRATE_EVERY = 25
 SHOWN_VIOLATIONS = 5
 # The writers wait on fsync and on the kill thread's sleeps: one trial more than cores keeps them busy.
 DEFAULT_WORKERS = (os.cpu_count() or 2) + 1
@@ -609,6 +611,7 @@ class TrialResult:
     mode: str  # the tool, or "4x <tool>" for the concurrent mode
     seed: int
     run_dir: Path
+    spans: tuple[float, float] = (0.0, 0.0)  # the spans its kills were drawn over (one writer, four)
     kills_sent: int = 0
     kills_landed: int = 0
     windows: Counter = dataclasses.field(default_factory=Counter)
@@ -671,7 +674,7 @@ def run_trial(
     rng = random.Random(seed)
     runtime.run_init(run_dir, contract_sha256=CONTRACT)
     intent = make_intent(tool, run_dir)
-    result = TrialResult(mode_name(tool, together), seed, run_dir)
+    result = TrialResult(mode_name(tool, together), seed, run_dir, spans)
     writers = WRITERS_AT_ONCE if together else 1
     try:
         for _ in range(rng.randint(1, MAX_KILLS)):
@@ -775,44 +778,64 @@ def run_torture(
     calibrating: to draw the very delays of a reported trial again. ``replay_cli``: after the clean run,
     ask ``python -m receipts replay`` itself rather than the function it prints (a Python start a trial)."""
     started = time.monotonic()
-    spans: dict[str, float] = {}
+    spans: dict[str, list[float]] = {}
     calibrations: dict[str, list[tuple[float, float]]] = {}
-    with prompt_thread_switches():
+    counts = {False: trials, True: concurrent_trials}
+
+    def calibrate_spans(first: int) -> dict[str, float]:
+        """The span of each mode with trials from ``first`` on, from writes made just before them."""
+        now: dict[str, float] = {}
         for tool in tools:
-            for together, count in ((False, trials), (True, concurrent_trials)):
+            for together in (False, True):
                 mode = mode_name(tool, together)
+                # The four-writer rounds draw half their kills over one write: they need its span too.
+                if first >= counts[together] and (together or first >= counts[True]):
+                    continue
                 if spans_ms is not None:
-                    spans[mode] = spans_ms[together] / 1000
-                elif count or not together:  # the four-writer rounds draw half their kills over one write
-                    calibrations[mode] = calibrate(tool, root, together, workers)
-                    spans[mode] = statistics.median(write for write, _ in calibrations[mode]) * SPAN_MARGIN
-        jobs = [
-            (tool, seed + index, together)
-            for together, count in ((False, trials), (True, concurrent_trials))
-            for tool in tools
-            for index in range(count)
-        ]
+                    now[mode] = spans_ms[together] / 1000
+                elif counts[together] or not together:
+                    measured = calibrate(tool, root, together, workers)
+                    calibrations.setdefault(mode, []).extend(measured)
+                    now[mode] = statistics.median(write for write, _ in measured) * SPAN_MARGIN
+                else:
+                    continue
+                spans.setdefault(mode, []).append(now[mode])
+        return now
 
-        def one(job: tuple[str, int, bool]) -> TrialResult:
-            tool, trial_seed, together = job
-            run_dir = root / f"{'4x-' if together else ''}{tool}-{trial_seed}"
-            mode_spans = (spans[tool], spans.get(mode_name(tool, True), 0.0))
-            try:
-                result = run_trial(tool, trial_seed, run_dir, mode_spans, together, replay_cli=replay_cli)
-            except Exception as error:  # noqa: BLE001 - a harness that stops at one surprise hides the rest
-                result = TrialResult(mode_name(tool, together), trial_seed, run_dir)
-                result.violations.append(f"the trial raised {type(error).__name__}: {error}")
-            if not result.violations and not keep:
-                shutil.rmtree(run_dir, ignore_errors=True)
-            return result
+    def one(job: tuple[str, int, bool, dict[str, float]]) -> TrialResult:
+        tool, trial_seed, together, chunk_spans = job
+        run_dir = root / f"{'4x-' if together else ''}{tool}-{trial_seed}"
+        mode_spans = (chunk_spans[tool], chunk_spans.get(mode_name(tool, True), 0.0))
+        try:
+            result = run_trial(tool, trial_seed, run_dir, mode_spans, together, replay_cli=replay_cli)
+        except Exception as error:  # noqa: BLE001 - a harness that stops at one surprise hides the rest
+            result = TrialResult(mode_name(tool, together), trial_seed, run_dir)
+            result.violations.append(f"the trial raised {type(error).__name__}: {error}")
+        if not result.violations and not keep:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        return result
 
-        results = []
-        with ThreadPoolExecutor(workers) as pool:
-            for done, result in enumerate(pool.map(one, jobs), start=1):
-                results.append(result)
-                if progress is not None:
-                    progress(done, len(jobs))
-    return Report(seed, workers, spans, calibrations, results, time.monotonic() - started)
+    results: list[TrialResult] = []
+    total = trials * len(tools) + concurrent_trials * len(tools)
+    with prompt_thread_switches():
+        # The machine's load changes while the trials run (a test suite beside them, a browser
+        # starting): spans calibrated once at the start go stale, and a span made in a burst of load
+        # sends most kills after the write has ended. Each chunk of trials has spans of its own.
+        for first in range(0, max(trials, concurrent_trials), CALIBRATE_EVERY):
+            chunk_spans = calibrate_spans(first)
+            jobs = [
+                (tool, seed + index, together, chunk_spans)
+                for together, count in ((False, trials), (True, concurrent_trials))
+                for tool in tools
+                for index in range(first, min(count, first + CALIBRATE_EVERY))
+            ]
+            with ThreadPoolExecutor(workers) as pool:
+                for result in pool.map(one, jobs):
+                    results.append(result)
+                    if progress is not None:
+                        progress(len(results), total)
+    shown_spans = {mode: statistics.median(values) for mode, values in spans.items()}
+    return Report(seed, workers, shown_spans, calibrations, results, time.monotonic() - started)
 
 
 # --- the table ------------------------------------------------------------------------------
@@ -824,7 +847,8 @@ def format_report(report: Report) -> str:
         "",
         "write ms / exit ms: medians of the calibration writes, from the writer's first touch of the run",
         "directory to its last change there / to the last exit. Kill delays are drawn from 0 to span ms after",
-        f"the first touch: {SPAN_MARGIN} x the median write time.",
+        f"the first touch: {SPAN_MARGIN} x the median write time, calibrated again every {CALIBRATE_EVERY} trials",
+        "(span ms: the median of those spans).",
         "",
         f"{'mode':<16} {'trials':>6} {'kills sent':>10} {'landed':>7} {'landed %':>8} "
         f"{'write ms':>8} {'exit ms':>7} {'span ms':>7} {'violations':>10}",
@@ -865,7 +889,7 @@ def format_report(report: Report) -> str:
     for trial in broken[:SHOWN_VIOLATIONS]:
         tool = trial.mode.split()[-1]
         again = "--trials 1 --concurrent-trials 0" if trial.mode == tool else "--trials 0 --concurrent-trials 1"
-        spans = " ".join(f"{report.spans.get(mode_name(tool, together), 0) * 1000:.1f}" for together in (False, True))
+        spans = " ".join(f"{span * 1000:.1f}" for span in trial.spans)
         lines += [
             f"  {trial.mode}, seed {trial.seed}, run dir {trial.run_dir}",
             f"    again: python -m tests.torture --tools {tool} {again} --seed {trial.seed} --spans-ms {spans}",

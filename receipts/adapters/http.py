@@ -15,10 +15,16 @@ request ran. 5xx, a timeout or a dropped connection after sending: the effect
 may have happened: retried with the same key, then ``OutcomeUnknown``. Once
 one try may have reached the service, no later answer can say "nothing
 happened": it is ``OutcomeUnknown`` unless a 2xx says done.
+
+A lookup's 404 says "never done" only while the service still keeps the key
+(``key_retention``, 24 hours by default, as Stripe; ``None`` for a service that
+keeps keys for ever): past it, or when the call's receipt is dated in the
+future of this clock, a 404 may be a key forgotten, and a person decides.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import http.client
 import json
 import os
@@ -27,10 +33,12 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from receipts import protocol
+from receipts.durable import read_json_file
 from receipts.tools import ABSENT, NOT_DONE, PRESENT, UNCLEAR, Evidence, OutcomeUnknown, Rejected, short_text
 
 __all__ = ["HttpRequest", "http_factory"]
@@ -38,6 +46,11 @@ __all__ = ["HttpRequest", "http_factory"]
 IDEMPOTENCY_KEY = "Idempotency-Key"
 REPLAYED = "Idempotent-Replayed"  # the header with which a Stripe-like service says "answered from the key"
 _LOOKUP_FIELDS = ("call_id", "resource_id")
+# How long a Stripe-like service keeps an idempotency key.
+KEY_RETENTION = 24 * 3600.0
+# A receipt dated this far in the future of the clock comes from a clock that ran ahead, or this
+# one was set back: the call's age is unknown.
+CLOCK_SLACK = dt.timedelta(minutes=5)
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -98,6 +111,8 @@ class HttpRequest:
         timeout: float = 10.0,
         retries: int = 2,
         retry_wait: float = 0.5,
+        key_retention: float | None = KEY_RETENTION,
+        clock: Callable[[], dt.datetime] = protocol.utc_now,
     ) -> None:
         for address in (url, lookup_url or url):
             if urllib.parse.urlsplit(address).scheme not in ("http", "https"):
@@ -112,9 +127,16 @@ class HttpRequest:
         self.resource_pointer, self.lookup_url = resource_id, lookup_url
         self.headers = dict(headers or {})
         self.timeout, self.retries, self.retry_wait = timeout, retries, retry_wait
+        if key_retention is not None and not key_retention > 0:
+            raise ValueError("key_retention must be a positive number of seconds, or None for keys kept for ever")
+        self.key_retention, self.clock = key_retention, clock
         if self.lookup_by != "call_id":
             # Queryable only when the service can find a request by its key (``adapter_can_query``).
             self.query = None  # type: ignore[assignment]
+        # Without a lookup nothing can look at the service: a commit is reused from its receipt
+        # (checked: its identity and its result's digest), and ``evidence`` says where a person
+        # would look, for the panel. With one, the writer asks the service before every reuse.
+        self.checks_commits = lookup_url is not None
 
     # --- sending ----------------------------------------------------------------
 
@@ -209,6 +231,9 @@ class HttpRequest:
         except _Lost as lost:
             raise OutcomeUnknown(f"the lookup got no answer: {lost}") from None
         if status == 404:
+            forgotten = self._may_have_forgotten(run_dir, call_id)
+            if forgotten is not None:
+                raise OutcomeUnknown(f"the lookup found nothing, and {forgotten}")
             return NOT_DONE
         if status != 200:
             raise OutcomeUnknown(f"the lookup answered HTTP {status}")
@@ -233,8 +258,12 @@ class HttpRequest:
             return Evidence(UNCLEAR, (f"the lookup got no answer: {lost}", look))
         where = self._where(self.lookup_url or "")
         if status == 404:
+            not_found = f"GET {where} ({self.lookup_by} {short_text(value, 80)}): 404, not found"
+            forgotten = self._may_have_forgotten(run_dir, call_id) if self.lookup_by == "call_id" else None
+            if forgotten is not None:
+                return Evidence(UNCLEAR, (not_found, f"{forgotten}: not found may mean forgotten", look))
             verdict = ABSENT if self.lookup_by == "call_id" else UNCLEAR
-            return Evidence(verdict, (f"GET {where} ({self.lookup_by} {short_text(value, 80)}): 404, not found", look))
+            return Evidence(verdict, (not_found, look))
         if status != 200:
             return Evidence(UNCLEAR, (f"GET {where}: HTTP {status}", look))
         found = _resource_id(document, self.resource_pointer)
@@ -243,10 +272,40 @@ class HttpRequest:
             return Evidence(UNCLEAR, (fact, f"the receipt records resource id {short_text(recorded, 80)}"))
         return Evidence(PRESENT, (fact,))
 
+    def _may_have_forgotten(self, run_dir: Path, call_id: str) -> str | None:
+        """Why the service's "not found" for this key may be a key it forgot, or ``None`` while it
+        keeps it. The call was sent after its receipt was first written (``created_at``): a key
+        is as old as that at most."""
+        if self.key_retention is None:
+            return None
+        kept = _hours(self.key_retention)
+        try:
+            receipt = read_json_file(Path(run_dir) / "receipts" / f"{call_id}.json", Path(run_dir))
+            if receipt is None:
+                return None  # no receipt: the writer never sent this call (it writes one first)
+            first_written = protocol.parse_time(receipt.get("created_at") if isinstance(receipt, dict) else None)
+        except ValueError:
+            return f"the call's receipt gives no time it was first written, and the service keeps a key for {kept}"
+        age = self.clock() - first_written
+        if age < -CLOCK_SLACK:
+            return f"the call's receipt is dated {_hours(-age.total_seconds())} in the future of this clock"
+        # A tenth of the retention, an hour at most, for the service's own clock.
+        margin = min(self.key_retention / 10, 3600.0)
+        if age.total_seconds() > self.key_retention - margin:
+            return (
+                f"the service keeps an idempotency key for {kept}, and this call was first sent "
+                f"{_hours(age.total_seconds())} ago: it may have forgotten it"
+            )
+        return None
+
     def describe(self, args: Any) -> str:
         return (
             f"{self.method} {self._where(self.url)} with {IDEMPOTENCY_KEY} = the call_id, body {short_text(args, 300)}"
         )
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.3g} h" if seconds >= 3600 else f"{seconds / 60:.3g} min"
 
 
 def http_factory() -> HttpRequest:

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from receipts import protocol
+from receipts import protocol, signing
 from receipts.runtime import CallOutcome, Executor, OutcomeUnknown, RecordingIncomplete, Rejected
 
 if TYPE_CHECKING:  # the SDK (and anyio, which it brings) is imported where the proxy runs, never at import
@@ -49,10 +49,7 @@ STATUS_META_KEY = "callproof/status"
 REUSED_META_KEY = "callproof/reused"
 NEEDS_META_KEY = "callproof/needs"
 
-# JSON-RPC errors by which a server refuses a request before running it (parse error, invalid
-# request, method not found, invalid params): nothing was executed.
-_REFUSALS = (-32700, -32600, -32601, -32602)
-_CONFIG_KEYS = {"version", "identity_arguments", "call_id_argument", "idempotent"}
+_CONFIG_KEYS = {"version", "identity_arguments", "call_id_argument", "idempotent", "errors_before_effect"}
 
 
 class ConfigError(ValueError):
@@ -72,6 +69,10 @@ class ToolRule:
     # The server answers a call_id it has seen with its first result and no second effect:
     # the proxy may then send a call in doubt again to learn its outcome.
     idempotent: bool = False
+    # JSON-RPC error codes this tool's server answers only before any effect: such an answer is
+    # "not run". Any other error comes after the call went out, and the official SDK answers
+    # -32602 (invalid params) for a pydantic error the tool raised after its effect too: in doubt.
+    errors_before_effect: frozenset[int] = frozenset()
 
 
 def load_config(path: Path | None) -> dict[str, ToolRule]:
@@ -112,6 +113,9 @@ def parse_config(document: Any, source: str = "the configuration") -> dict[str, 
             or len(set(identity)) != len(identity)
         ):
             raise ConfigError(f"{where}: 'identity_arguments' must be a list of distinct argument names")
+        if identity == []:
+            # No argument identifying the call would make every call of the tool one call.
+            raise ConfigError(f"{where}: 'identity_arguments' must name at least one argument (or be left out)")
         call_id_argument = entry.get("call_id_argument")
         if call_id_argument is not None and (not isinstance(call_id_argument, str) or not call_id_argument):
             raise ConfigError(f"{where}: 'call_id_argument' must be an argument name")
@@ -120,10 +124,24 @@ def parse_config(document: Any, source: str = "the configuration") -> dict[str, 
         idempotent = entry.get("idempotent", False)
         if not isinstance(idempotent, bool):
             raise ConfigError(f"{where}: 'idempotent' must be true or false")
+        before_effect = entry.get("errors_before_effect", [])
+        if not isinstance(before_effect, list) or not all(
+            isinstance(code, int) and not isinstance(code, bool) and -(2**31) <= code < 2**31 for code in before_effect
+        ):
+            raise ConfigError(f"{where}: 'errors_before_effect' must be a list of JSON-RPC error codes (integers)")
         rules[name] = ToolRule(
-            name, version, tuple(identity) if identity is not None else None, call_id_argument, idempotent
+            name,
+            version,
+            tuple(identity) if identity is not None else None,
+            call_id_argument,
+            idempotent,
+            frozenset(before_effect),
         )
     return rules
+
+
+class UnreadableAnswer(Exception):  # noqa: N818 - an answer, not our failure
+    """The server sent what no MCP message could be read from while a request waited for its answer."""
 
 
 # Sends one call to the real server: (arguments, call_id) -> the server's result as JSON, or raises.
@@ -141,6 +159,7 @@ class McpTool:
         self.rule = rule
         self.arguments = copy.deepcopy(dict(arguments))
         self.forward = forward
+        self.sent = False  # whether this call went to the server now (not only answered from a receipt)
 
     @property
     def name(self) -> str:
@@ -169,6 +188,7 @@ class McpTool:
         arguments = copy.deepcopy(self.arguments)
         if self.rule.call_id_argument is not None:
             arguments[self.rule.call_id_argument] = call_id
+        self.sent = True
         return self.forward(arguments, call_id)
 
 
@@ -197,9 +217,11 @@ def _text_answer(text: str, meta: dict[str, Any], *, is_error: bool) -> dict[str
     return {"content": [{"type": "text", "text": text}], "isError": is_error, "_meta": meta}
 
 
-def answer_for(tool: str, outcome: CallOutcome, run_dir: Path) -> dict[str, Any]:
+def answer_for(tool: str, outcome: CallOutcome, run_dir: Path, *, sent: bool = False) -> dict[str, Any]:
     """What the client is told (a tools/call result, as JSON) of a call the writer ran, reused,
-    refused, or left to a person. ``_meta`` says which, with the call_id."""
+    refused, or left to a person. ``_meta`` says which, with the call_id. ``sent``: the call went
+    to the server in this request, so its answer is not a reuse (an idempotent tool's call in
+    doubt is sent again, and the server may make the effect only now)."""
     meta: dict[str, Any] = {CALL_ID_META_KEY: outcome.call_id, STATUS_META_KEY: outcome.status}
     error = outcome.error or {}
     if outcome.needs:
@@ -216,7 +238,7 @@ def answer_for(tool: str, outcome: CallOutcome, run_dir: Path) -> dict[str, Any]
             is_error=True,
         )
     if outcome.status == "committed":
-        meta[REUSED_META_KEY] = outcome.reused
+        meta[REUSED_META_KEY] = outcome.reused and not sent
         result = outcome.result or {}
         if not isinstance(result.get("content"), list):
             # A person's decision ("it happened") carries no server answer to give back.
@@ -249,6 +271,30 @@ class Proxy:
         self.rules = dict(rules)
         self.session = session
         self.calls_under_way = 0  # marked calls in the writer's hands
+        # Requests sent to the server and not yet answered: a line from it that cannot be read
+        # may have been the answer to any of them, so each is ended (see ``unreadable_answer``).
+        self.awaiting_answers: dict[Any, str | None] = {}  # CancelScope -> why it was ended
+
+    def unreadable_answer(self, error: Exception) -> None:
+        """The server sent a line no MCP message could be read from: it may have been the answer
+        to any request under way, which would otherwise wait for ever (a marked call holding its
+        lock). Each ends: a marked call is in doubt, a passed-through request an error."""
+        for scope in list(self.awaiting_answers):
+            self.awaiting_answers[scope] = f"{type(error).__name__}: {str(error)[:200]}"
+            scope.cancel()
+
+    async def _request(self, request: Any, result_type: type[Any]) -> Any:
+        """``send_request``, ended with ``UnreadableAnswer`` when the server answers what cannot be read."""
+        import anyio
+
+        reason = None
+        with anyio.CancelScope() as scope:
+            self.awaiting_answers[scope] = None
+            try:
+                return await self.session.send_request(request, result_type)
+            finally:
+                reason = self.awaiting_answers.pop(scope, None)
+        raise UnreadableAnswer(reason or "the request was cancelled")
 
     async def _send(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
         """One call of a marked tool, its answer as JSON. ``send_request``, not ``call_tool``: the
@@ -257,7 +303,7 @@ class Proxy:
 
         wire_meta = cast("types.RequestParamsMeta", meta) if meta else None
         params = types.CallToolRequestParams(name=name, arguments=arguments, _meta=wire_meta)
-        result = await self.session.send_request(types.CallToolRequest(params=params), types.CallToolResult)
+        result = await self._request(types.CallToolRequest(params=params), types.CallToolResult)
         return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     async def call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
@@ -275,8 +321,13 @@ class Proxy:
             # In the writer's worker thread: the call goes out on the event loop's session.
             try:
                 return anyio.from_thread.run(self._send, rule.name, arguments, meta | {CALL_ID_META_KEY: call_id})
+            except UnreadableAnswer as unreadable:
+                raise OutcomeUnknown(f"the server answered a line that could not be read ({unreadable}): the "
+                                     "call may have taken effect") from None  # fmt: skip
             except MCPError as error:
-                if error.code in _REFUSALS:
+                # Sent is sent: only what the configuration says this server raises before any
+                # effect is "not run"; any other error may have come after the effect.
+                if error.code in rule.errors_before_effect:
                     raise Rejected(f"the server refused the call: {error.message}") from None
                 raise OutcomeUnknown(f"the server's answer was an error ({error.code}): {error.message}") from None
 
@@ -287,11 +338,11 @@ class Proxy:
 
         self.calls_under_way += 1
         try:
-            answer = answer_for(params.name, await anyio.to_thread.run_sync(run), self.run_dir)
+            answer = answer_for(params.name, await anyio.to_thread.run_sync(run), self.run_dir, sent=adapter.sent)
         except RecordingIncomplete as incomplete:
             # The effect is done: the client gets its answer; the same call again completes the record.
             sys.stderr.write(f"callproof mcp-proxy: {params.name}: {incomplete}\n")
-            answer = answer_for(params.name, incomplete.outcome, self.run_dir)
+            answer = answer_for(params.name, incomplete.outcome, self.run_dir, sent=adapter.sent)
         except (ValueError, OSError) as error:
             # Refused before anything was sent (a run that takes no call, a record the writer cannot read).
             answer = _text_answer(f"not run: the writer refused the call: {error}", {}, is_error=True)
@@ -303,7 +354,14 @@ class Proxy:
         """One request passed through as it came (less the client's session _meta), the answer as it went."""
         if params is not None:
             params = params.model_copy(update={"meta": _forwarded_meta(params.meta) or None})
-        return await self.session.send_request(request(params=params), result)
+        try:
+            return await self._request(request(params=params), result)
+        except UnreadableAnswer as unreadable:
+            from mcp import types
+            from mcp.shared.exceptions import MCPError
+
+            message = f"the server's answer could not be read: {unreadable}"
+            raise MCPError(code=types.INTERNAL_ERROR, message=message) from None
 
     def _passing(self, request: type[Any], result: type[Any]) -> Callable[..., Awaitable[Any]]:
         """A handler that passes ``request`` through to the real server."""
@@ -352,9 +410,11 @@ async def serve(run_dir: Path, rules: Mapping[str, ToolRule], command: Sequence[
     from mcp.shared.exceptions import MCPError
     from mcp.shared.message import SessionMessage
 
-    # The server gets the proxy's whole environment: what a client sets for the server (keys,
-    # paths) is set on the proxy's command.
-    parameters = StdioServerParameters(command=command[0], args=list(command[1:]), env=dict(os.environ))
+    # The server gets the proxy's environment: what a client sets for the server (keys, paths) is
+    # set on the proxy's command. All but the writer's signing key: the server is the agent's side,
+    # and a key it held could sign receipts the writer never made.
+    server_env = {name: value for name, value in os.environ.items() if name != signing.KEY_ENV}
+    parameters = StdioServerParameters(command=command[0], args=list(command[1:]), env=server_env)
     try:
         async with stdio_client(parameters) as (read, write), anyio.create_task_group() as relaying:
             # The server's messages go through a relay that notices when they end.
@@ -364,6 +424,8 @@ async def serve(run_dir: Path, rules: Mapping[str, ToolRule], command: Sequence[
             async def relay() -> None:
                 async with read, relay_send:
                     async for item in read:
+                        if isinstance(item, Exception) and serving:
+                            proxy.unreadable_answer(item)
                         await relay_send.send(item)
                 if serving:
                     await _end_with_the_server(proxy)

@@ -44,6 +44,11 @@ def _address(value: Any, what: str) -> str:
     return value.strip()
 
 
+def _needs_smtputf8(args: Mapping[str, Any]) -> bool:
+    """An address with a non-ASCII character (``josé@example.com``) goes out only with SMTPUTF8 (RFC 6531)."""
+    return not all(address.isascii() for address in [args["from"], *args["to"]])
+
+
 def _kind(code: int) -> str:
     """A 4xx reply is the server's "not now"; anything else is its "no"."""
     return "retryable" if 400 <= code < 500 else "permanent"
@@ -109,7 +114,8 @@ class SmtpAdapter:
     def message(self, args: Mapping[str, Any], call_id: str) -> EmailMessage:
         """The e-mail the call sends."""
         # Headers unfolded (up to RFC 5322's 998): the ids stay whole on one line, to be searched for.
-        message = EmailMessage(policy=email.policy.SMTP.clone(max_line_length=998))
+        policy = email.policy.SMTPUTF8 if _needs_smtputf8(args) else email.policy.SMTP
+        message = EmailMessage(policy=policy.clone(max_line_length=998))
         message["From"] = args["from"]
         message["To"] = ", ".join(args["to"])
         message["Subject"] = args["subject"]
@@ -144,7 +150,15 @@ class SmtpAdapter:
                 client.ehlo()
             if self.username is not None:
                 client.login(self.username, self.password or "")
-            code, reply = client.mail(args["from"])
+            options: list[str] = []
+            if _needs_smtputf8(args):
+                if not client.has_extn("smtputf8"):
+                    raise Rejected(
+                        "an address has non-ASCII characters, and the server does not offer SMTPUTF8: nothing was sent",
+                        kind="permanent",
+                    )
+                options = ["SMTPUTF8"]
+            code, reply = client.mail(args["from"], options)
             if code != 250:
                 said = reply.decode(errors="replace")
                 raise Rejected(f"the server refused the sender: {code} {said}", kind=_kind(code))

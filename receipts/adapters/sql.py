@@ -55,9 +55,21 @@ def _refusal(error: BaseException) -> str | None:
 
 
 def _same(stored: Any, wanted: Any) -> bool:
-    """Whether a value read back is the one written (SQLite gives 1 for True, PostgreSQL Decimal for NUMERIC)."""
+    """Whether a value read back is the one written, under the column's type: SQLite gives 1 for
+    True, the text "5" for 5 written to a TEXT column and the number 5 for "5" written to an
+    INTEGER one (its type affinity); PostgreSQL gives a Decimal for NUMERIC."""
     if isinstance(stored, Decimal) and isinstance(wanted, float):
         return stored == Decimal(repr(wanted))
+    if isinstance(stored, str) and isinstance(wanted, (bool, int)):
+        return stored == str(int(wanted))
+    if isinstance(stored, str) and isinstance(wanted, float):
+        # SQLite writes a REAL as text with 15 significant digits: equal to that precision.
+        try:
+            return math.isclose(float(stored), wanted, rel_tol=1e-14, abs_tol=0.0)
+        except ValueError:
+            return False
+    if isinstance(wanted, str) and isinstance(stored, (int, float)) and not isinstance(stored, bool):
+        return _same(wanted, stored)
     return bool(stored == wanted) and (stored is None) == (wanted is None)
 
 

@@ -213,7 +213,7 @@ def signing_key_of(steer: Any, keys: Mapping[str, protocol.SigningKey], run_id: 
     """The key among ``keys`` whose id steer.json names (a signed run), bound to the run, or ``None``."""
     key_id = steer.get("signing_key_id") if isinstance(steer, dict) else None
     key = keys.get(key_id) if isinstance(key_id, str) else None
-    return None if key is None else key.for_run(run_id)
+    return None if key is None else key.for_run(protocol.signing_subject(steer, run_id))
 
 
 def run_signing_key(run_dir: Path, keys: Mapping[str, protocol.SigningKey] | None) -> protocol.SigningKey | None:

@@ -53,15 +53,18 @@ class ReceiptReader:
                 self.run.out.calls.append(known)
                 self.run.out.reused_calls.add(stem)
                 continue
+            found_before = len(self.run.out.findings)
             parsed = self.run.read_json(name, dir_fd, subject)
-            if parsed is None:
-                continue
-            receipt, file_sha = parsed
-            self.shas[stem] = file_sha
-            call = self.record(receipt, stem, file_sha, subject)
+            call = None
+            if parsed is not None:
+                receipt, file_sha = parsed
+                self.shas[stem] = file_sha
+                call = self.record(receipt, stem, file_sha, subject)
             if call is not None:
                 call.file_signature = signature
                 self.run.out.calls.append(call)
+            elif len(self.run.out.findings) > found_before:  # not a file removed since it was listed
+                self.run.out.unreadable_receipts[stem] = self.run.out.findings[found_before].code
 
     def record(self, receipt: Any, stem: str, file_sha: str, subject: str) -> CallRecord | None:
         if not isinstance(receipt, dict):

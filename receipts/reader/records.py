@@ -94,6 +94,9 @@ class RunFiles:
     reused_calls: set[str] = dataclasses.field(default_factory=set)
     # Asked to read some receipts only, it found the contract changed: read it again whole.
     contract_changed: bool = False
+    # Call ids whose receipt file is there but gave no record (too large, not JSON, not a
+    # receipt): each has a finding; replay names them, since no decision can come from them.
+    unreadable_receipts: dict[str, str] = dataclasses.field(default_factory=dict)  # call id -> finding code
 
 
 def time_field(document: dict[str, Any], name: str) -> dt.datetime | None:

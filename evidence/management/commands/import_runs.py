@@ -21,7 +21,8 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
+from django.db import Error as DatabaseFailure
+from django.db import close_old_connections, connections
 
 from evidence import delivery, hosts
 from evidence.importer import ImportReport, Watch, root_import
@@ -81,39 +82,51 @@ class Command(BaseCommand):
             stale_after=dt.timedelta(minutes=options["stale_minutes"]),
         )
         progress = ProgressBar(sys.stderr)
-        host = hosts.register(runs_root=root, watching=options["watch"])
-        started = time.monotonic()
-        self.deliver(host)
-        watch = Watch.from_settings() if options["watch"] else None
-        first = None if options["force"] else watch
-        report = root_import(
-            root=root, limits=limits, force=options["force"], progress=progress, host=host, watch=first
-        )
-        hosts.beat(host, pass_seconds=time.monotonic() - started)
-        self.emit(report, options["json"], only_changed=False)
+        try:
+            host = hosts.register(runs_root=root, watching=options["watch"])
+        except hosts.HostTakenError as taken:
+            raise CommandError(str(taken)) from None
         if not options["watch"]:
+            started = time.monotonic()
+            self.deliver(host)
+            report = root_import(root=root, limits=limits, force=options["force"], progress=progress, host=host)
+            hosts.beat(host, pass_seconds=time.monotonic() - started)
+            self.emit(report, options["json"], only_changed=False)
             return
+        watch = Watch.from_settings()
         # systemd (and a shell that ignores SIGINT, as a non-interactive one does) stops a watch
         # with SIGTERM: end as Ctrl-C does, between or inside a pass (its transaction rolls back).
         previous = signal.signal(signal.SIGTERM, _stop_as_interrupt)
+        first_pass = True  # until one pass has gone through: --force applies, and it reports every run
         try:
             while True:
-                time.sleep(options["interval"])
                 started = time.monotonic()
+                # A connection PostgreSQL ended since the last pass is found here (conn_health_checks)
+                # and opened again, instead of failing every pass on "the connection is closed".
+                close_old_connections()
                 try:
+                    hosts.check_lease(host)  # never deliver into this root for a host another holds
                     self.deliver(host)
                     report = root_import(
-                        root=root, limits=limits, progress=progress, report_unchanged=False, host=host, watch=watch
-                    )
+                        root=root, limits=limits, progress=progress, host=host,
+                        force=first_pass and options["force"], report_unchanged=first_pass,
+                        watch=None if first_pass and options["force"] else watch,
+                    )  # fmt: skip
                     hosts.beat(host, pass_seconds=time.monotonic() - started)
-                except DatabaseError as error:
-                    # The database went away (a restart, a full disk): the watch goes on and tries again.
+                except DatabaseFailure as error:
+                    # The database went away (a restart, a full disk, an ended connection), in the
+                    # first pass or any other: the watch goes on with a new connection and tries again.
                     self.stderr.write(f"import pass failed, trying again in {options['interval']} s: {error}")
-                    continue
-                self.emit(report, options["json"], only_changed=True)
+                    connections.close_all()
+                else:
+                    self.emit(report, options["json"], only_changed=not first_pass)
+                    first_pass = False
+                time.sleep(options["interval"])
+        except hosts.LeaseLostError as lost:
+            raise CommandError(str(lost)) from None
         except KeyboardInterrupt:
             self.stderr.write("stopped watching")
-            with contextlib.suppress(DatabaseError):
+            with contextlib.suppress(DatabaseFailure):
                 hosts.stopped(host)
         finally:
             signal.signal(signal.SIGTERM, previous)
