@@ -18,6 +18,7 @@ TITLES: dict[str, Promise] = {
     "oversize": _("Over the size limit"),
     "not_a_run": _("Not a run directory"),
     "duplicate_run_id": _("Run id imported from another runs root"),
+    "archived_run_id_reused": _("A new run under an archived run's id"),
     "receipt_name_mismatch": _("Receipt file name is not its call_id"),
     "identity_mismatch": _("Recomputed call_id differs"),
     "identity_unverifiable": _("call_id cannot be recomputed"),

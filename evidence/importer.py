@@ -44,6 +44,7 @@ from receipts.reader import (
     LedgerCursor,
     Limits,
     RunFiles,
+    birth_digest,
     discover_runs,
     looks_like_run,
     read_ledger,
@@ -653,10 +654,19 @@ def run_import(
     run_id = path.name
     host = host or hosts.current()
     with run_import_lock(run_id):
-        run, _ = Run.objects.get_or_create(run_id=run_id, defaults={"path": str(path), "host": host})
+        # Who owns the run is decided here, under the run's lock: the first host to import it.
+        # The pass's own check (``_claimed_elsewhere``) read the owners before taking it, and
+        # another host may have created the run since.
+        run, _ = Run.objects.select_related("host").get_or_create(
+            run_id=run_id, defaults={"path": str(path), "host": host}
+        )
         if run.host_id is None:  # imported before hosts were recorded: this host's
             Run.objects.filter(pk=run.pk).update(host=host)
             run.host = host
+        elif run.host_id != host.pk:
+            raise ClaimedElsewhereError(f"{run.path} on host {run.host}")
+        if run.archived:
+            raise ClaimedElsewhereError(f"the run archived as {run.archive_path or run.path}")
         try:
             listing = listing or Listing.of(path)
             report = _import_run_locked(run, path, limits, now, force, progress, batch_size, listing)
@@ -678,6 +688,10 @@ def run_import(
                        "open_findings": len(report.findings)},
             )  # fmt: skip
         return report
+
+
+class ClaimedElsewhereError(Exception):
+    """The run_id is another host's run, or an archived run's: this directory is not imported."""
 
 
 def signing_keys() -> dict[str, protocol.SigningKey]:
@@ -761,6 +775,7 @@ def _import_run_locked(
             finished=protocol.run_is_finished(files.state),
             attempts=files.attempts,
             contract_sha256=files.contract_sha256,
+            steer_sha256=birth_digest(path),
             fingerprint=listing.fingerprint,
             receipt_buckets=buckets,
             next_stale_at=files.next_stale_at,
@@ -804,6 +819,18 @@ def refresh_planner_statistics(stored: dict[type[Model], int]) -> None:
             (estimate,) = cursor.fetchone()
             if estimate < 0 or rows > STATISTICS_GROWTH * estimate:  # -1: never analysed
                 cursor.execute(f"ANALYZE {connection.ops.quote_name(table)}")
+
+
+def _reuses_archived_id(path: Path, archived_birth: str, archived_at: dt.datetime | None) -> str:
+    """Why the directory at ``path`` is not what is left of the archived run of its name, or ""
+    when it may be (its steer.json is the archived run's, or the archived run's is not known)."""
+    if not archived_birth or birth_digest(path) == archived_birth:
+        return ""
+    return (
+        f"run_id {path.name} was archived at {protocol.format_time(archived_at) if archived_at else 'some time'}; "
+        "this directory holds another run under its id (its steer.json is not the archived run's): it is "
+        "not imported, and retention leaves it where it is. Give it a run_id of its own to import it"
+    )
 
 
 def _claimed_elsewhere(path: Path, recorded: str | None, owner: str | None, host: Host) -> str | None:
@@ -1013,7 +1040,8 @@ def root_import(
     if watch is not None:
         chosen = watch.to_check(base, names, host, now)
         names = [name for name in names if name in chosen]
-    fields = ("run_id", "path", "fingerprint", "next_stale_at", "archived", "summary", "host__name", *ACTIVITY)
+    fields = ("run_id", "path", "fingerprint", "next_stale_at", "archived", "summary", "host__name", "steer_sha256",
+              "archived_at", *ACTIVITY)  # fmt: skip
     rows = [
         row
         for start in range(0, len(names), 500)
@@ -1021,14 +1049,20 @@ def root_import(
     ]
     known = {row[0]: _Known(row[1], row[2], row[3], row[4], row[5] is not None) for row in rows}
     owners = {row[0]: row[6] for row in rows}
-    activity = {row[0]: row[7:] for row in rows}
+    births = {row[0]: (row[7], row[8]) for row in rows}
+    activity = {row[0]: row[9:] for row in rows}
     changed: list[tuple[Path, Listing | None]] = []
     unchanged: list[str] = []
     root_problems = list(discovery.findings)
     for path in (base / name for name in names):
         recorded = known.get(path.name)
         if recorded is not None and recorded.archived:
-            continue  # an archived run is never brought back; retention removes what is left of it
+            # An archived run is never brought back; retention removes what is left of it. A
+            # directory holding another run under its id is said, and nothing removes it.
+            reused = _reuses_archived_id(path, *births[path.name])
+            if reused:
+                root_problems.append(FindingRecord("archived_run_id_reused", path.name, reused))
+            continue
         other = _claimed_elsewhere(path, recorded.path if recorded else None, owners.get(path.name), host)
         if other is not None:
             detail = f"run_id {path.name} is already imported from {other}: this copy is not imported"
@@ -1039,13 +1073,17 @@ def root_import(
             unchanged.append(path.name)
         else:
             changed.append((path, listing))
-    with transaction.atomic():
+    reports = []
+    for path, listed in changed:
+        try:
+            reports.append(run_import(path=path, limits=limits, now=now, force=force, progress=progress,
+                                      listing=listed, host=host))  # fmt: skip
+        except ClaimedElsewhereError as claimed:
+            detail = f"run_id {path.name} is already imported from {claimed}: this copy is not imported"
+            root_problems.append(FindingRecord("duplicate_run_id", path.name, detail))
+    with transaction.atomic():  # after the imports: some are found under the runs' own locks
         seen = _store_findings(None, root_problems, now, root=root_key)
         _close_findings_not_seen(Finding.objects.filter(run__isnull=True, root=root_key), seen, now)
-    reports = [
-        run_import(path=path, limits=limits, now=now, force=force, progress=progress, listing=listing, host=host)
-        for path, listing in changed
-    ]
     _stamp_checked(reports, unchanged, known, activity, now)
     if report_unchanged:
         reports += [_report(run, changed=False) for run in Run.objects.filter(run_id__in=unchanged)]

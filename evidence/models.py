@@ -112,6 +112,10 @@ class Run(models.Model):
     finished = models.BooleanField(default=False)
     attempts = models.BigIntegerField(null=True)
     contract_sha256 = models.CharField(max_length=64, blank=True)
+    # Its steer.json's SHA-256 when imported (``reader.birth_digest``): which run a directory holds.
+    # Retention removes a directory only when it still holds this run, never another run that
+    # took its name (a new run under an archived id, another host's copy).
+    steer_sha256 = models.CharField(max_length=64, blank=True, default="")
     # How far the ledger was read, and a digest of that prefix: the next
     # import parses only what was appended, and notices a rewrite.
     ledger_offset = models.BigIntegerField(default=0)

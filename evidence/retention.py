@@ -33,11 +33,12 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext, gettext_lazy, ngettext_lazy, override
 
-from evidence import i18n, stats
-from evidence.models import AuditEntry, Call, Run
+from evidence import hosts, i18n, stats
+from evidence.models import AuditEntry, Call, Host, Run
 from evidence.pagination import Segment, every_row
 from receipts import durable, protocol
 from receipts.findings import DIGEST_CODES
+from receipts.reader import birth_digest
 
 log = logging.getLogger("callproof.retention")
 
@@ -135,11 +136,13 @@ PLAN_FIELDS = ("run_id", "state", "last_event_at", "archived", "bodies_stripped_
                "legal_hold_by", "legal_hold_reason", "legal_hold_since")  # fmt: skip
 
 
-def plan_segment(*, policy: RetentionPolicy, now: dt.datetime, action: str = "", blocked: bool = False) -> Segment:
-    """Every run's plan, by run_id, or only those ``action`` takes, or only the ``blocked``: the
-    filters are conditions on the facts kept with each run's summary (``retention_facts``), so
-    a page of plans reads one page of runs."""
-    runs = Run.objects.all()
+def plan_segment(
+    *, policy: RetentionPolicy, now: dt.datetime, action: str = "", blocked: bool = False, host: Host | None = None
+) -> Segment:
+    """Every run's plan, by run_id, or only those ``action`` takes, or only the ``blocked``, or only
+    ``host``'s: the filters are conditions on the facts kept with each run's summary
+    (``retention_facts``), so a page of plans reads one page of runs."""
+    runs = Run.objects.all() if host is None else Run.objects.filter(host=host)
     if blocked:
         runs = runs.filter(retention_blocked=True)
     if action:
@@ -151,9 +154,9 @@ def plan_segment(*, policy: RetentionPolicy, now: dt.datetime, action: str = "",
     )
 
 
-def plan_runs(*, policy: RetentionPolicy, now: dt.datetime) -> Iterator[RunPlan]:
-    """Every run's plan, by run_id (what ``apply_retention`` acts on)."""
-    return every_row(plan_segment(policy=policy, now=now))
+def plan_runs(*, policy: RetentionPolicy, now: dt.datetime, host: Host | None = None) -> Iterator[RunPlan]:
+    """Every run's plan, by run_id, or ``host``'s runs' (what ``apply_retention`` acts on)."""
+    return every_row(plan_segment(policy=policy, now=now, host=host))
 
 
 def plan_totals(*, policy: RetentionPolicy, now: dt.datetime) -> dict[str, object]:
@@ -289,7 +292,9 @@ def set_legal_hold(*, run: Run, user, hold: bool, reason: str, now: dt.datetime)
     if not reason.strip():
         raise ValueError("a legal hold is set or lifted with a reason")
     with transaction.atomic():
-        Run.objects.filter(pk=run.pk).update(
+        # The run's row is locked first, as retention locks it to re-check its plan before it
+        # strips or marks the run archived: a hold set meanwhile waits, or stops it.
+        Run.objects.select_for_update().filter(pk=run.pk).update(
             legal_hold=hold,
             legal_hold_reason=reason.strip() if hold else "",
             legal_hold_by=user.get_username() if hold else "",
@@ -327,9 +332,15 @@ def sweep_writer_locks(run: Run) -> int:
 # --- applying the plan -------------------------------------------------------
 
 
-def apply_due(*, now: dt.datetime, apply: bool) -> list[dict[str, object]]:
-    """Each run's plan (run_id, action, blockers, reason), and with ``apply`` what was done to it."""
-    plans = list(plan_runs(policy=RetentionPolicy.from_settings(), now=now))
+def apply_due(*, now: dt.datetime, apply: bool, host: Host | None = None) -> list[dict[str, object]]:
+    """Each run's plan (run_id, action, blockers, reason), and with ``apply`` what was done to it;
+    only ``host``'s runs when given.
+
+    Only the run's own host touches its files (``hosts.owns``): elsewhere the bodies are
+    stripped (that is the database's) and the archive is left to the host, whose watch applies
+    retention to its own runs (``import_runs --watch``)."""
+    policy = RetentionPolicy.from_settings()
+    plans = list(plan_runs(policy=policy, now=now, host=host))
     if apply:
         sweep_temp_archives(Path(settings.EVIDENCE_ARCHIVE_ROOT))  # what killed applies left
     results = []
@@ -341,31 +352,54 @@ def apply_due(*, now: dt.datetime, apply: bool) -> list[dict[str, object]]:
             "reason": plan.reason,
         }
         if apply:
-            result.update(_apply_plan(plan, now))
+            result.update(_apply_plan(plan, policy, now))
         results.append(result)
     if apply:
         # Runs marked archived whose directory (or its renamed copy) a killed apply left behind.
-        for run in unfinished_removals(Run.objects.filter(archived=True)):
+        archived = Run.objects.filter(archived=True).select_related("host")
+        for run in unfinished_removals(run for run in archived if hosts.owns(run)):
             remove_run_directory(run)
     return results
 
 
-def _apply_plan(plan: RunPlan, now: dt.datetime) -> dict[str, object]:
+def replanned(run_id: str, policy: RetentionPolicy, now: dt.datetime) -> tuple[Run, RunPlan]:
+    """The run and its plan as they are now, its row locked until the caller's transaction
+    ends: what retention acts on is re-checked at the moment it acts (a legal hold set, a call
+    found in doubt since the plan was made)."""
+    run = Run.objects.select_for_update(of=("self",)).select_related("host").get(run_id=run_id)
+    return run, _plan(run, policy, now, stats.RunSummary.of(run))
+
+
+def holds_the_run(run: Run) -> bool:
+    """Whether the directory at the run's path still holds the run imported from it: its
+    steer.json is the one the import read (a run imported before that was recorded: yes)."""
+    return not run.steer_sha256 or birth_digest(Path(run.path)) == run.steer_sha256
+
+
+def _apply_plan(plan: RunPlan, policy: RetentionPolicy, now: dt.datetime) -> dict[str, object]:
     from django.db import transaction
 
-    run = Run.objects.get(run_id=plan.run_id)
-    if not plan.blockers and not run.archived and Path(run.path).is_dir():
+    run = Run.objects.select_related("host").get(run_id=plan.run_id)
+    own = hosts.owns(run)
+    if own and not plan.blockers and not run.archived and Path(run.path).is_dir() and holds_the_run(run):
         sweep_writer_locks(run)  # a finished run writes nothing more
     if plan.action == KEEP:
         return {"applied": "nothing"}
     with transaction.atomic():  # the bodies stripped and its audit entry, or neither
+        run, now_planned = replanned(plan.run_id, policy, now)
+        if now_planned.action == KEEP:
+            return {"applied": "nothing", "error": f"kept since the plan was made: {now_planned.reason}"}
         strip_bodies(run=run, now=now)
         audit(run=run, action=AuditEntry.BODIES_STRIPPED, now=now, reason=plan.reason)
     durable.failpoint("retention_after_strip")
     if plan.action == STRIP_BODIES:
         return {"applied": "stripped"}
+    if not own:
+        return {"applied": "stripped", "error": f"archived by its own host, {run.host.name if run.host else '?'}"}
     try:
-        archive = archive_run(run=run, archive_root=Path(settings.EVIDENCE_ARCHIVE_ROOT), now=now, reason=plan.reason)
+        archive = archive_run(
+            run=run, archive_root=Path(settings.EVIDENCE_ARCHIVE_ROOT), now=now, reason=plan.reason, policy=policy
+        )
     except (ArchiveError, OSError) as error:
         return {"applied": "nothing archived", "error": str(error)}
     return {"applied": "archived", "archive": str(archive)}
@@ -420,10 +454,16 @@ def strip_bodies(*, run: Run, now: dt.datetime) -> None:
         stats.refresh_run_summary(run)  # what the bodies weigh now
 
 
-def archive_run(*, run: Run, archive_root: Path, now: dt.datetime, reason: str) -> Path:
+def archive_run(
+    *, run: Run, archive_root: Path, now: dt.datetime, reason: str, policy: RetentionPolicy | None = None
+) -> Path:
     """Pack the run directory into ``<archive_root>/<run_id>.tar.gz`` (with its SHA-256 beside it),
     read it back and compare every file, mark the run archived (with its audit entry, ``reason``,
     in one transaction), and only then remove the directory.
+
+    Refused (``ArchiveError``, nothing removed) when the directory holds another run than the
+    one imported (``holds_the_run``), or when, at the moment of marking it, the run's plan no
+    longer archives it (a legal hold set while it was packed): the archive made is removed.
 
     A kill at any moment leaves the run either untouched (no archive yet, or an
     archive not yet marked) or archived in the database with its directory, or
@@ -438,6 +478,9 @@ def archive_run(*, run: Run, archive_root: Path, now: dt.datetime, reason: str) 
         Path(archive_root).mkdir(parents=True, exist_ok=True)
         if not run_dir.is_dir():
             raise ArchiveError(f"{run_dir} is not there to archive")
+        if not holds_the_run(run):
+            raise ArchiveError(f"{run_dir} holds another run than the one imported (its steer.json differs): "
+                               "nothing archived or removed")  # fmt: skip
         _pack(run_dir, target)
         durable.failpoint("retention_after_archive_written")
         problems = _compare(run_dir, target)
@@ -446,6 +489,11 @@ def archive_run(*, run: Run, archive_root: Path, now: dt.datetime, reason: str) 
             raise ArchiveError("the archive does not hold the run: " + "; ".join(problems[:5]))
         durable.failpoint("retention_after_read_back")
         with transaction.atomic():  # archived and its audit entry, or neither
+            _, now_planned = replanned(run.run_id, policy or RetentionPolicy.from_settings(), now)
+            if now_planned.action != ARCHIVE:
+                target.unlink(missing_ok=True)
+                target.with_name(target.name + ".sha256").unlink(missing_ok=True)
+                raise ArchiveError(f"kept since the plan was made: {now_planned.reason}; nothing removed")
             Run.objects.filter(pk=run.pk).update(archived=True, archived_at=now, archive_path=str(target))
             audit(run=run, action=AuditEntry.RUN_ARCHIVED, now=now, reason=f"{reason}: {target}")
         durable.failpoint("retention_after_marked_archived")
@@ -464,7 +512,7 @@ def remove_run_directory(run: Run) -> None:
     import shutil
 
     run_dir = Path(run.path)
-    if run_dir.is_dir():
+    if run_dir.is_dir() and holds_the_run(run):  # another run under its id stays (a finding says so)
         # Renamed first (a dot name, which no reader lists), so the run is never seen half removed.
         doomed = run_dir.with_name(f".{run_dir.name}.archived-{os.getpid()}")
         os.replace(run_dir, doomed)

@@ -6,7 +6,8 @@ EVIDENCE_RUNS_ROOT, EVIDENCE_ARCHIVE_ROOT, EVIDENCE_READ_ONLY, EVIDENCE_STRIP_AF
 EVIDENCE_ARCHIVE_AFTER_DAYS, EVIDENCE_PROXY_COUNT,
 EVIDENCE_METRICS_TOKEN, EVIDENCE_SIGNING_KEY_FILES, EVIDENCE_SIGNED_RUNS_ONLY, EVIDENCE_ADAPTERS, EVIDENCE_HOST_NAME,
 EVIDENCE_HOST_SILENT_AFTER_SECONDS, EVIDENCE_ABANDONED_AFTER_SECONDS, EVIDENCE_COLD_SWEEP_SECONDS, EVIDENCE_EXPORT_ROOT,
-EVIDENCE_EXPORT_KEEP_HOURS, EVIDENCE_EXPORT_LEASE_SECONDS, EVIDENCE_IMPORT_READ_AHEAD. Parsers are strict: a
+EVIDENCE_EXPORT_KEEP_HOURS, EVIDENCE_EXPORT_LEASE_SECONDS,
+EVIDENCE_WATCH_RETENTION_SECONDS, EVIDENCE_IMPORT_READ_AHEAD. Parsers are strict: a
 malformed value stops start-up. What is unset is what a deployment needs: debugging off, HTTPS on.
 """
 
@@ -144,6 +145,9 @@ def env_seconds(name: str, default: int) -> int:
 # A running export's worker beats its heart a quarter of this often: a running export with no
 # heartbeat for this long lost its worker (killed, restarted) and is shown, then marked, failed.
 EVIDENCE_EXPORT_LEASE_SECONDS = env_seconds("EVIDENCE_EXPORT_LEASE_SECONDS", 120)
+# A host's watch applies retention to its own runs this often (0: never; the worker's retention
+# task then archives only the runs of the host it runs on). Only a run's own host touches its files.
+EVIDENCE_WATCH_RETENTION_SECONDS = env_count("EVIDENCE_WATCH_RETENTION_SECONDS", 3600)
 
 # The watch's hot set (docs/operations.md, "How a pass chooses what to check"). A run not finished
 # with no event for a day is abandoned: an agent's run lasts minutes to hours, a runtime that

@@ -66,6 +66,8 @@ def failpoint(name: str) -> None:
 
     ``NAME:stop`` stops the process there instead (SIGSTOP), for a harness to SIGKILL it:
     a real kill, at a window somebody chose (``receipts.crashes.kill_at_failpoint``).
+    ``NAME:pause`` stops it there and, once continued (SIGCONT), goes on: for a test to change
+    the world between two steps (a legal hold set while retention archives).
     """
     wanted = os.environ.get("RECEIPTS_FAILPOINT")
     if wanted == name:
@@ -73,6 +75,8 @@ def failpoint(name: str) -> None:
     if wanted == f"{name}:stop":
         os.kill(os.getpid(), signal.SIGSTOP)
         os._exit(137)  # continued rather than killed: end as the kill would have
+    if wanted == f"{name}:pause":
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def json_file(value: Any) -> bytes:

@@ -23,6 +23,7 @@ CODES: dict[str, tuple[str, str]] = {
     "oversize": (ERROR, "file or ledger line over the size limit"),
     "not_a_run": (WARNING, "an entry of the runs root that is not a run directory"),
     "duplicate_run_id": (ERROR, "a run_id already imported from another runs root: refused"),
+    "archived_run_id_reused": (ERROR, "another run under an archived run's id: not imported, never removed"),
     "receipt_name_mismatch": (ERROR, "file stem differs from call_id"),
     "identity_mismatch": (ERROR, "recomputed call_id differs from call_id"),
     "identity_unverifiable": (WARNING, "not enough fields to recompute the call_id"),

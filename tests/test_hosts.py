@@ -76,7 +76,8 @@ def test_a_watching_importer_registers_beats_and_says_it_stopped(demo_root, tmp_
     url = database_url_for_children(tmp_path)
     env = child_env(url) | {"EVIDENCE_HOST_NAME": "agent-7"}
     watch = subprocess.Popen(manage_command("import_runs", str(demo_root), "--watch", "--interval", "0.2"),
-                             cwd=PROJECT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                             cwd=PROJECT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)  # fmt: skip
     try:
         query = (
             "from evidence.models import Host; h = Host.objects.get(name='agent-7');"
@@ -90,11 +91,12 @@ def test_a_watching_importer_registers_beats_and_says_it_stopped(demo_root, tmp_
         assert seen == f"True True True {len(list(demo_root.iterdir()))}"
     finally:
         watch.send_signal(signal.SIGTERM)
-        assert watch.wait(30) == 0
+        _, said = watch.communicate(timeout=30)
+        assert watch.returncode == 0, said
     stopped = subprocess.run(manage_command("shell", "-v", "0", "-c", "from evidence.models import Host; "
                              "print(Host.objects.get(name='agent-7').stopped_at is not None)"),
                              env=env, capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    assert stopped == "True"
+    assert stopped == "True", said
 
 
 def start_watch(root, url, name: str, *extra_env: tuple[str, str]) -> subprocess.Popen[str]:

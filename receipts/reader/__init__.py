@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from receipts.protocol import SigningKey
-from receipts.reader.discovery import Discovery, discover_runs, looks_like_run, run_fingerprint
+from receipts.reader.discovery import Discovery, birth_digest, discover_runs, looks_like_run, run_fingerprint
 from receipts.reader.files import read_run_files, run_signing_key
 from receipts.reader.ledger import BATCH_EVENTS, EventRecord, LedgerBatch, LedgerCursor, read_ledger
 from receipts.reader.records import CallRecord, ConfirmationRecord, RunFiles, SubmissionRecord
@@ -52,6 +52,7 @@ __all__ = [
     "RunFiles",
     "SubmissionRecord",
     "Unsafe",
+    "birth_digest",
     "discover_runs",
     "looks_like_run",
     "read_ledger",

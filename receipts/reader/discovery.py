@@ -38,6 +38,22 @@ def looks_like_run(path: Path) -> bool:
     return any(os.path.lexists(path / name) for name in ("steer.json", LEDGER, "state.json"))
 
 
+def birth_digest(run_dir: Path) -> str:
+    """The SHA-256 of a run's steer.json, which ``init`` writes once and nothing rewrites: which
+    run a directory holds, whatever its name. "" when it cannot be read (no symlink followed)."""
+    try:
+        fd = os.open(Path(run_dir) / "steer.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as stream:
+        try:
+            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+                return ""
+            return hashlib.file_digest(stream, "sha256").hexdigest()
+        except OSError:
+            return ""
+
+
 def discover_runs(root: Path) -> Discovery:
     """The run directories under ``root`` (or ``root`` itself when it is one).
 

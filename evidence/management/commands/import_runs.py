@@ -2,7 +2,9 @@
 
 On an agent host, pointed at the central database, ``--watch`` is the host's
 shipper: it registers the host, delivers the people's decisions about its runs
-before each pass, and beats the host's heart after each.
+before each pass, beats the host's heart after each, and applies retention to
+its own runs every ``EVIDENCE_WATCH_RETENTION_SECONDS`` (only a run's own host
+touches its files).
 
 A one-off import checks every run. A watch checks the hot set (``RunQuerySet.hot``), the
 cold runs due for their sweep (``EVIDENCE_COLD_SWEEP_SECONDS``) and new run directories,
@@ -16,6 +18,7 @@ import datetime as dt
 import json
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -24,8 +27,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import Error as DatabaseFailure
 from django.db import close_old_connections, connections
 
-from evidence import delivery, hosts
+from evidence import delivery, hosts, retention
 from evidence.importer import ImportReport, Watch, root_import
+from receipts import protocol
 from receipts.reader import MAX_JSON_BYTES, MAX_LINE_BYTES, Limits
 
 
@@ -98,6 +102,8 @@ class Command(BaseCommand):
         # with SIGTERM: end as Ctrl-C does, between or inside a pass (its transaction rolls back).
         previous = signal.signal(signal.SIGTERM, _stop_as_interrupt)
         first_pass = True  # until one pass has gone through: --force applies, and it reports every run
+        retention_every = settings.EVIDENCE_WATCH_RETENTION_SECONDS
+        retention_due = time.monotonic()  # after the first pass that goes through
         try:
             while True:
                 started = time.monotonic()
@@ -113,6 +119,9 @@ class Command(BaseCommand):
                         watch=None if first_pass and options["force"] else watch,
                     )  # fmt: skip
                     hosts.beat(host, pass_seconds=time.monotonic() - started)
+                    if retention_every and time.monotonic() >= retention_due:
+                        self.apply_retention(host)
+                        retention_due = time.monotonic() + retention_every
                 except DatabaseFailure as error:
                     # The database went away (a restart, a full disk, an ended connection), in the
                     # first pass or any other: the watch goes on with a new connection and tries again.
@@ -126,8 +135,7 @@ class Command(BaseCommand):
             raise CommandError(str(lost)) from None
         except KeyboardInterrupt:
             self.stderr.write("stopped watching")
-            with contextlib.suppress(DatabaseFailure):
-                hosts.stopped(host)
+            _say_stopped(host)
         finally:
             signal.signal(signal.SIGTERM, previous)
 
@@ -139,6 +147,14 @@ class Command(BaseCommand):
             self.stderr.write(
                 f"decisions: {report.delivered} delivered, {report.refused} refused, {report.failed} to try again"
             )
+
+    def apply_retention(self, host) -> None:
+        """What is due of this host's runs (``retention.apply_due``, as ``apply_retention --apply``)."""
+        results = retention.apply_due(now=protocol.utc_now(), apply=True, host=host)
+        done = [result for result in results if result.get("applied") not in (None, "nothing")]
+        for result in done:
+            said = result.get("error") or result.get("archive") or ""
+            self.stderr.write(f"retention: {result['run_id']} {result['applied']}{'; ' + str(said) if said else ''}")
 
     def emit(self, report: ImportReport, as_json: bool, *, only_changed: bool) -> None:
         if only_changed:
@@ -163,6 +179,23 @@ class Command(BaseCommand):
             )
         for finding in report.root_findings:
             self.stdout.write(f"runs root: {finding['code']} {finding['subject']}: {finding['detail']}")
+
+
+def _say_stopped(host) -> None:
+    """The host's stop, on a connection of its own: the interrupt may have landed inside a query or
+    a transaction's end, leaving this thread's connection unusable or still inside its block
+    (a stop written there was never committed)."""
+
+    def say() -> None:
+        try:
+            with contextlib.suppress(DatabaseFailure):
+                hosts.stopped(host)
+        finally:
+            connections.close_all()  # this thread's own
+
+    teller = threading.Thread(target=say, name="say-stopped")
+    teller.start()
+    teller.join(timeout=30)
 
 
 def _stop_as_interrupt(signum: int, frame: object) -> None:
