@@ -1,11 +1,12 @@
 """The inbox: everything that needs a person's decision, across runs, one list.
 
-Seven kinds, each an index-backed query: silent hosts, calls in doubt
+Eight kinds, each an index-backed query: silent hosts, calls in doubt
 (``Call.in_doubt``), receipts among them that fail their identity check,
-submission conflicts, stale reservations, rewritten ledgers or broken chains,
-and abandoned runs (not finished, silent: ``models.is_abandoned``). Each item says its
-severity, its age, its run and the next action. The list is keyset-paged like
-every other (``inbox_segments``). A settled call leaves the inbox: it is no
+decisions the run's host refused to write, submission conflicts, stale
+reservations, rewritten ledgers or broken chains, and abandoned runs (not
+finished, silent: ``models.is_abandoned``). Each item says its severity, its
+age, its run and the next action. The list is keyset-paged like every other
+(``inbox_segments``). A settled call leaves the inbox: it is no
 longer in doubt. A finding a person acknowledged or snoozed (``evidence.triage``)
 leaves its default view, the open one, and is listed in its own.
 """
@@ -34,13 +35,18 @@ IN_DOUBT, TAMPERED, CONFLICT, STALE, LEDGER = "in doubt", "tampered", "conflict"
 HOST = "silent host"  # a host whose importer stopped reporting: its runs' decisions wait
 # A run that stopped writing before it finished: someone resumes it or ends it (retention keeps it till then).
 ABANDONED = "abandoned run"
-KINDS = (HOST, TAMPERED, LEDGER, IN_DOUBT, CONFLICT, STALE, ABANDONED)  # the order of the filter, most serious first
+# A person's decision the run directory refused (another decision stood there, the receipt had
+# changed): the person who made it learns it here, not only on the call's page.
+REFUSED = "refused decision"
+# The order of the filter, most serious first.
+KINDS = (HOST, TAMPERED, LEDGER, IN_DOUBT, REFUSED, CONFLICT, STALE, ABANDONED)
 LEDGER_CODES = ("ledger_rewritten", "ledger_chain_broken")
 FINDING_KINDS = {
     LEDGER: LEDGER_CODES,
     CONFLICT: ("submission_conflict",),
     STALE: ("stale_reservation",),
     ABANDONED: ("run_abandoned",),
+    REFUSED: ("decision_undeliverable",),
 }
 # What a page calls each kind (the kind itself is what downloads, the API and ?kind= hold).
 # In doubt, tampered and conflict are the protocol's words (evidence/i18n.WORDS).
@@ -52,6 +58,7 @@ KIND_LABELS: dict[str, Promise] = {
     CONFLICT: i18n.WORDS["conflict"],
     STALE: pgettext_lazy("inbox kind", "stale reservation"),
     ABANDONED: pgettext_lazy("inbox kind", "abandoned run"),
+    REFUSED: pgettext_lazy("inbox kind", "refused decision"),
 }
 
 

@@ -210,9 +210,10 @@ def run_calls(*, run: Run) -> QuerySet[Call]:
 
 
 def settled_by() -> Coalesce:
-    """Who decided a call: the person's decision on the dashboard, else a valid confirmation's actor."""
+    """Who decided a call: the person's decision on the dashboard, else a valid confirmation's actor.
+    A decision the run directory refused settled nothing: whoever's decision stood there did."""
     same_call = {"run": OuterRef("run"), "call_id": OuterRef("call_id")}
-    decided = HumanDecision.objects.filter(**same_call).values("actor")[:1]
+    decided = HumanDecision.objects.filter(**same_call, undeliverable="").values("actor")[:1]
     confirmed = Confirmation.objects.filter(**same_call, valid=True).values("actor")[:1]
     return Coalesce(Subquery(decided), Subquery(confirmed), Value(""), output_field=TextField())
 
@@ -239,7 +240,7 @@ class CallDetail:
     @property
     def settled_by(self) -> str:
         """Who settled the call: on the dashboard, else with the writer's command line (``settled_by``)."""
-        if self.decision is not None:
+        if self.decision is not None and not self.decision.undeliverable:
             return self.decision.actor
         return self.confirmation.actor if self.confirmation is not None and self.confirmation.valid else ""
 

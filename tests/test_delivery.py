@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from evidence import delivery, hosts, importer, inbox, settle
+from evidence import delivery, hosts, importer, inbox, selectors, settle
 from evidence.models import Call, Confirmation, Finding, HumanDecision, Run
-from receipts import protocol
+from receipts import protocol, runtime
 from tests.helpers import content, first_call_of, join
 from tests.ledger import events_of
 from tests.subprocess_db import child_env, database_url_for_children, manage_command
@@ -107,6 +107,38 @@ def test_a_decision_the_run_directory_refuses_is_never_written_and_the_call_is_i
     assert Call.objects.get(pk=call.pk).in_doubt, "a refused decision is not followed by a re-import"
     assert Finding.objects.filter(pk=finding.pk, closed_at__isnull=True).exists(), "it stays until a person looks"
     assert delivery.deliver_pending(host=owner_of(call)) == delivery.DeliveryReport(), "it is not tried again"
+
+
+def test_a_decision_refused_because_another_stood_shows_who_settled_it_and_is_an_inbox_item(
+    demo, settings, confirmer, client
+):
+    call = first_call_of("send-message-killed")
+    run_dir = Path(call.run.path)
+    decision = settle_elsewhere(settings, call, confirmer, resolution="committed")
+    # Meanwhile, at the host, someone settles it the other way with the writer's command line.
+    runtime.confirm_call(run_dir, call.call_id, resolution="rejected", reason="the relay bounced it",
+                         actor="ops-cli", receipt_sha256=call.file_sha256)  # fmt: skip
+    assert delivery.deliver_pending(host=owner_of(call)) == delivery.DeliveryReport(refused=1)
+    importer.run_import(path=run_dir)
+    decision.refresh_from_db()
+    assert decision.undeliverable.startswith("the run directory already holds another decision: ops-cli")
+
+    [row] = [row for row in selectors.run_calls(run=call.run) if row.call_id == call.call_id]
+    settled_by = getattr(row, "settled_by")  # noqa: B009 - run_calls annotates it
+    assert settled_by == "ops-cli", "the decision that stood settled it, not the refused one"
+    client.force_login(confirmer)
+    page = content(client.get(f"/runs/send-message-killed/calls/{call.call_id}/"))
+    lead = page.split('class="lead">', 1)[1].split("</p>", 1)[0]
+    assert 'by <span translate="no">ops-cli</span>' in lead and "dana" not in lead, lead
+    assert "ops-cli decided at" in page and "with the writer's command line" in page
+    assert "A decision the run directory refused" in page and "never written into the run directory" in page
+    assert "in doubt again" not in page, "the call is settled: nothing is asked of anyone"
+
+    [item] = [i for i in inbox.inbox_items() if i.kind == inbox.REFUSED]
+    assert (item.run_id, item.subject) == ("send-message-killed", f"decision/{call.call_id}")
+    assert "dana" in item.detail and item.action == "finding"
+    listed = content(client.get("/inbox/?kind=refused+decision"))
+    assert "send-message-killed" in listed and "refused decision" in listed
 
 
 def test_a_run_directory_that_cannot_be_written_now_is_tried_again_at_the_next_pass(demo, settings, confirmer):
