@@ -207,6 +207,53 @@ def with_facts(rows: list[Host]) -> list[HostFacts]:
     return [HostFacts(host, state_of(host, now), pending.get(host.pk, 0)) for host in rows]
 
 
+class MoveRefusedError(Exception):
+    """A host's runs cannot be handed over now (said in one line)."""
+
+
+def move(*, old: str, new: str, reason: str, actor: str) -> int:
+    """Hand every run of host ``old`` to host ``new`` (made when it does not exist, with ``old``'s
+    runs root): its runs, and so the decisions still to write into them, are ``new``'s from now
+    on; ``old`` is retired. One audit entry per run. Refused while ``old``'s watch ships (stop it
+    first: it would go on importing as ``old``), and for a name no host may take."""
+    from evidence.models import AuditEntry
+
+    if not reason.strip():
+        raise MoveRefusedError("a host is moved with a reason (--reason)")
+    if not protocol.RUN_ID_RE.fullmatch(new) or new.startswith("."):
+        raise MoveRefusedError(f"{new!r} is not a host name: 1-128 of A-Z a-z 0-9 . _ - (not starting with a dot)")
+    if new == old:
+        raise MoveRefusedError("the two names are the same")
+    with transaction.atomic():
+        source = Host.objects.select_for_update().filter(name=old).first()
+        if source is None:
+            raise MoveRefusedError(f"no host {old!r}")
+        if state_of(source) == SHIPPING:
+            raise MoveRefusedError(
+                f"host {old!r} is shipping (pid {source.pid}, last seen {protocol.format_time(source.last_seen_at)}): "
+                "stop its import_runs --watch first, then move it, then start the watch as the new name"
+            )
+        target, _ = Host.objects.get_or_create(
+            name=new,
+            defaults={"runs_root": source.runs_root, "version": source.version, "started_at": Now(),
+                      "last_seen_at": Now(), "watching": False},
+        )  # fmt: skip
+        runs = Run.objects.filter(host=source)
+        now = protocol.utc_now()
+        why = f"host {old} moved to {new}: {reason.strip()}"
+        moved = 0
+        while True:  # a thousand at a time: a batch moved leaves ``runs``
+            batch = list(runs.order_by("pk").values_list("pk", flat=True)[:1000])
+            if not batch:
+                break
+            AuditEntry.objects.bulk_create(
+                AuditEntry(run_id=pk, action=AuditEntry.HOST_MOVED, actor=actor, at=now, reason=why) for pk in batch
+            )
+            moved += Run.objects.filter(pk__in=batch).update(host=target)
+        Host.objects.filter(pk=source.pk).update(watching=False, lease="")  # retired: it has nothing left
+    return moved
+
+
 def owns(run: Run) -> bool:
     """Whether this process is on the host whose directory holds ``run`` (a run imported before
     hosts were recorded is this host's)."""

@@ -534,6 +534,7 @@ class AuditEntry(models.Model):
     ACKNOWLEDGED, UNACKNOWLEDGED = "finding_acknowledged", "finding_unacknowledged"
     SNOOZED, UNSNOOZED = "finding_snoozed", "finding_unsnoozed"
     TRIAGE_ENDED = "triage_ended"
+    HOST_MOVED = "host_moved"  # the run was handed to another host (``manage.py host move``)
 
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="audit_entries")
     action = models.CharField(max_length=32)

@@ -7,14 +7,15 @@ import datetime as dt
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from django.urls import reverse
 
-from evidence import hosts, inbox
-from evidence.models import Host
+from evidence import hosts, inbox, settle
+from evidence.models import AuditEntry, Finding, Host, Run
 from receipts import protocol
-from tests.helpers import PROJECT, content
+from tests.helpers import PROJECT, content, first_call_of, join
 from tests.subprocess_db import child_env, database_url_for_children, manage_command, this_database_url
 from tests.test_operations import scrape
 
@@ -238,3 +239,49 @@ def test_a_watch_restarted_after_a_crash_takes_its_name_back_at_once(demo_root):
     finally:
         said = end(restarted)
     assert restarted.returncode == 0, said
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_host_renamed_by_host_move_ships_its_runs_and_delivers_their_decisions(
+    demo_root, settings, django_user_model
+):
+    url = this_database_url()
+    old = start_watch(demo_root, url, "box-1")
+    wait_for_a_pass("box-1")
+    refused = subprocess.run(manage_command("host", "move", "box-1", "box-2", "--reason", "renamed"), cwd=PROJECT,
+                             env=child_env(url), capture_output=True, text=True)  # fmt: skip
+    assert refused.returncode == 1 and "host 'box-1' is shipping" in refused.stderr, refused.stderr
+    assert end(old) is not None and old.returncode == 0
+    runs = set(Run.objects.filter(host__name="box-1").values_list("run_id", flat=True))
+    assert runs == {path.name for path in demo_root.iterdir()}
+
+    # A decision made away from the host waits for box-1 to write it.
+    confirmer = join(django_user_model.objects.create_user("dana", password="a-long-password-1"), "confirmer")
+    call = first_call_of("send-message-killed")
+    settings.EVIDENCE_HOST_NAME = "web-host"
+    settle.settle_call(run=call.run, call=call, user=confirmer, resolution="committed", reason="the mail log shows it",
+                       typed_call_id=call.call_id[:12], receipt_sha256=call.file_sha256)  # fmt: skip
+    confirmation = Path(call.run.path) / "confirmations" / f"{call.call_id}.json"
+    assert not confirmation.exists()
+
+    moved = subprocess.run(manage_command("host", "move", "box-1", "box-2", "--reason", "the machine was renamed"),
+                           cwd=PROJECT, env=child_env(url), capture_output=True, text=True)  # fmt: skip
+    assert moved.returncode == 0, moved.stderr
+    assert moved.stdout.strip() == f"{len(runs)} run(s) of host box-1 are host box-2's now"
+    new = start_watch(demo_root, url, "box-2")
+    try:
+        wait_for_a_pass("box-2")
+        deadline = time.monotonic() + 60
+        while not confirmation.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert confirmation.exists(), "the renamed host delivers the decision about its run"
+    finally:
+        said = end(new)
+    assert new.returncode == 0, said
+    assert set(Run.objects.filter(host__name="box-2").values_list("run_id", flat=True)) == runs
+    assert not Finding.objects.filter(code="duplicate_run_id", closed_at__isnull=True).exists(), "its own runs"
+    entries = AuditEntry.objects.filter(action=AuditEntry.HOST_MOVED)
+    assert entries.count() == len(runs) and {e.reason for e in entries} == {
+        "host box-1 moved to box-2: the machine was renamed"
+    }
+    assert hosts.state_of(Host.objects.get(name="box-1")) == hosts.ONE_OFF, "the old name is retired"

@@ -26,6 +26,7 @@ ACTION_TITLES = {
     AuditEntry.SNOOZED: _("finding snoozed"),
     AuditEntry.UNSNOOZED: _("snooze undone"),
     AuditEntry.TRIAGE_ENDED: _("triage ended by an import"),
+    AuditEntry.HOST_MOVED: _("run handed to another host"),
 }
 
 
