@@ -302,6 +302,11 @@ class HostOut(Schema):
     last_pass_seconds: float | None
     stopped_at: Moment | None
     awaiting_delivery: int
+    oldest_undelivered_at: Moment | None  # when the oldest decision still to deliver was made
+    failing_delivery: int  # decisions still to deliver whose last try failed
+    refused_deliveries: int  # decisions its run directories refused
+    last_error: str  # its watch's last failed pass ("" when none)
+    last_error_at: Moment | None
 
 
 def paged(item: type[Schema]) -> type[Schema]:

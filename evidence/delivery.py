@@ -19,12 +19,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models.functions import Now
 
-from evidence import importer, stats
+from evidence import hosts, importer, stats
 from evidence.models import Call, Host, HumanDecision
 from receipts import protocol, runtime
 from receipts.durable import UnsafePath
@@ -133,3 +135,51 @@ def _refuse(decision: HumanDecision, why: str, now: dt.datetime) -> None:
         "decision undeliverable",
         extra={"event": "decision_undeliverable", "run_id": run.run_id, "call_id": decision.call_id, "detail": why},
     )  # fmt: skip
+
+
+class BesideThePass:
+    """Delivers the host's decisions, and says the watch is alive, every ``every`` seconds from a
+    thread of its own (its own database connection) while a pass imports: a decision about one
+    run never waits behind the import of another, however long, and a host busy with a big
+    import is not silent. A run being imported at that moment gets its decision when its
+    import lets go of the run's lock.
+
+    On PostgreSQL only. On SQLite a second connection's write while the pass reads would break
+    the pass's own next write ("database is locked"), and one machine serves it all: the web
+    process writes a decision at once on its own host (``settle``); the watch delivers before
+    each pass."""
+
+    def __init__(self, host: Host, *, every: float = 1.0, say: Callable[[str], None] = print) -> None:
+        self.host = host
+        self.every = every
+        self.say = say
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.work, name=f"deliver-{host.name}", daemon=True)
+
+    def work(self) -> None:
+        try:
+            while not self.stopping.wait(self.every):
+                try:
+                    hosts.alive(self.host)  # LeaseLostError: another holds the name, deliver nothing more
+                    report = deliver_pending(host=self.host)
+                except DatabaseError as error:  # the pass finds it too; try again with a new connection
+                    connection.close()
+                    self.say(f"delivery beside the pass failed, trying again: {error}")
+                    continue
+                if report.delivered or report.refused or report.failed:
+                    self.say(f"decisions beside the pass: {report.delivered} delivered, {report.refused} refused, "
+                             f"{report.failed} to try again")  # fmt: skip
+        except hosts.LeaseLostError:
+            return  # the watch's own next check stops it
+        finally:
+            connection.close()  # this thread's own connection
+
+    def __enter__(self) -> BesideThePass:
+        if connection.vendor == "postgresql":
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stopping.set()
+        if self.thread.is_alive():
+            self.thread.join()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, DateTimeField, ExpressionWrapper, Q, QuerySet
+from django.db.models import Count, DateTimeField, ExpressionWrapper, Min, Q, QuerySet
 from django.db.models.functions import Now
 
 from evidence.models import Host, HumanDecision, Run
@@ -145,10 +145,23 @@ def beat(host: Host, *, pass_seconds: float) -> None:
         check_lease(host)
 
 
+def alive(host: Host) -> None:
+    """The watch is alive in the middle of a long pass (``delivery.BesideThePass``): its host is not
+    silent while it works. ``LeaseLostError`` when another importer took the name."""
+    if not Host.objects.filter(pk=host.pk, lease=host.lease).update(last_seen_at=Now()):
+        check_lease(host)
+
+
 def check_lease(host: Host) -> None:
     """``LeaseLostError`` when another importer holds the host this watch registered."""
     if host.lease and not Host.objects.filter(pk=host.pk, lease=host.lease).exists():
         raise LeaseLostError(f"another importer took host {host.name!r} while this one was silent; this one stops")
+
+
+def record_error(host: Host, error: str) -> None:
+    """A pass of this watch failed (the database went away, a connection ended): kept on the host
+    for the Hosts page and /metrics. The watch tries again; a failure of this write is its own."""
+    Host.objects.filter(pk=host.pk, lease=host.lease).update(last_error=error[:2000], last_error_at=Now())
 
 
 def stopped(host: Host) -> None:
@@ -178,6 +191,16 @@ class HostFacts:
     host: Host
     state: str  # shipping, silent, stopped or "one-off" (imports now and then, never watches)
     awaiting_delivery: int  # decisions about its runs it has still to write
+    oldest_undelivered_at: dt.datetime | None = None  # when the oldest of them was made
+    failing_delivery: int = 0  # of them, those whose last try failed (a full disk): tried again each pass
+    refused: int = 0  # decisions its run directories refused (never written)
+
+    @property
+    def oldest_undelivered_seconds(self) -> float:
+        """How long the oldest decision has waited for this host (0 when none waits)."""
+        if self.oldest_undelivered_at is None:
+            return 0.0
+        return max(0.0, (protocol.utc_now() - self.oldest_undelivered_at).total_seconds())
 
     @property
     def name(self) -> str:
@@ -196,15 +219,23 @@ def state_of(host: Host, now: dt.datetime | None = None) -> str:
 
 
 def with_facts(rows: list[Host]) -> list[HostFacts]:
-    """A page of hosts with their state and what they have still to deliver (one query)."""
+    """A page of hosts with their state and what they have still to deliver, how long the oldest
+    has waited, how many fail to be written and how many were refused (one query)."""
     now = protocol.utc_now()
-    pending = dict(
-        HumanDecision.objects.filter(run__host__in=rows, delivered_at__isnull=True, undeliverable="")
+    waiting = Q(delivered_at__isnull=True, undeliverable="")
+    counted = {
+        host: (pending, oldest, failing, refused)
+        for host, pending, oldest, failing, refused in HumanDecision.objects.filter(run__host__in=rows)
         .values_list("run__host")
-        .annotate(n=Count("id"))
+        .annotate(
+            n_waiting=Count("id", filter=waiting),
+            oldest_waiting=Min("decided_at", filter=waiting),
+            n_failing=Count("id", filter=waiting & ~Q(delivery_error="")),
+            n_refused=Count("id", filter=~Q(undeliverable="")),
+        )
         .order_by()
-    )
-    return [HostFacts(host, state_of(host, now), pending.get(host.pk, 0)) for host in rows]
+    }
+    return [HostFacts(host, state_of(host, now), *counted.get(host.pk, (0, None, 0, 0))) for host in rows]
 
 
 class MoveRefusedError(Exception):

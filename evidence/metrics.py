@@ -120,6 +120,27 @@ class DashboardCollector(Collector):
             "callproof_decisions_awaiting_delivery", "People's decisions a host has still to write into its runs",
             labels=["host"],
         )  # fmt: skip
+        oldest = GaugeMetricFamily(
+            "callproof_decision_oldest_undelivered_seconds",
+            "How long the oldest decision a host has still to write has waited (0 when none waits)",
+            labels=["host"],
+        )
+        failing = GaugeMetricFamily(
+            "callproof_decisions_failing_delivery",
+            "Decisions a host has still to write whose last try failed (a full disk, an unwritable folder)",
+            labels=["host"],
+        )
+        refused = CounterMetricFamily(
+            "callproof_decisions_refused", "Decisions a host's run directories refused (never written)", labels=["host"]
+        )
+        info = GaugeMetricFamily(
+            "callproof_host_info", "A host's importer version (always 1)", labels=["host", "version"]
+        )
+        erred = GaugeMetricFamily(
+            "callproof_host_last_error_timestamp_seconds",
+            "When a host's watch last had a pass fail, Unix time (NaN when never)",
+            labels=["host"],
+        )
         for facts in hosts.with_facts(list(Host.objects.filter(watching=True))):
             name = facts.name
             up.add_metric([name], 1.0 if facts.state == hosts.SHIPPING else 0.0)
@@ -128,7 +149,12 @@ class DashboardCollector(Collector):
                 [name], facts.host.last_pass_seconds if facts.host.last_pass_seconds is not None else float("nan")
             )
             owed.add_metric([name], facts.awaiting_delivery)
-        yield from (up, seen, took, owed)
+            oldest.add_metric([name], facts.oldest_undelivered_seconds)
+            failing.add_metric([name], facts.failing_delivery)
+            refused.add_metric([name], facts.refused)
+            info.add_metric([name, facts.host.version], 1.0)
+            erred.add_metric([name], _seconds(facts.host.last_error_at))
+        yield from (up, seen, took, owed, oldest, failing, refused, info, erred)
         yield from self.queue(now)
 
         confirmations = CounterMetricFamily(

@@ -73,6 +73,9 @@ class Host(models.Model):
     machine = models.CharField(max_length=300, default="", blank=True)
     refused_at = models.DateTimeField(null=True)  # a second importer under this name was refused then
     refused_from = models.TextField(default="", blank=True)  # ... the runs root it said it ships
+    # The last pass that failed (the database unreachable, an ended connection): what, and when.
+    last_error = models.TextField(default="", blank=True)
+    last_error_at = models.DateTimeField(null=True)
 
     class Meta:
         ordering = ["name"]

@@ -332,15 +332,23 @@ def sweep_writer_locks(run: Run) -> int:
 # --- applying the plan -------------------------------------------------------
 
 
-def apply_due(*, now: dt.datetime, apply: bool, host: Host | None = None) -> list[dict[str, object]]:
+def apply_due(
+    *, now: dt.datetime, apply: bool, host: Host | None = None, due_only: bool = False
+) -> list[dict[str, object]]:
     """Each run's plan (run_id, action, blockers, reason), and with ``apply`` what was done to it;
-    only ``host``'s runs when given.
+    only ``host``'s runs when given; only the runs something is due for with ``due_only`` (a
+    watch's retention: a cold run nothing is due for is not even looked at, its lock files are
+    swept when its archive is).
 
     Only the run's own host touches its files (``hosts.owns``): elsewhere the bodies are
     stripped (that is the database's) and the archive is left to the host, whose watch applies
     retention to its own runs (``import_runs --watch``)."""
     policy = RetentionPolicy.from_settings()
-    plans = list(plan_runs(policy=policy, now=now, host=host))
+    if due_only:
+        plans = [plan for action in (STRIP_BODIES, ARCHIVE)
+                 for plan in every_row(plan_segment(policy=policy, now=now, action=action, host=host))]  # fmt: skip
+    else:
+        plans = list(plan_runs(policy=policy, now=now, host=host))
     if apply:
         sweep_temp_archives(Path(settings.EVIDENCE_ARCHIVE_ROOT))  # what killed applies left
     results = []

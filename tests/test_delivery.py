@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from evidence import delivery, hosts, importer, inbox, selectors, settle
-from evidence.models import Call, Confirmation, Finding, HumanDecision, Run
+from evidence.models import Call, Confirmation, Finding, Host, HumanDecision, Run
 from receipts import protocol, runtime
-from tests.helpers import content, first_call_of, join
+from tests.helpers import CONTRACT, content, first_call_of, join
 from tests.ledger import events_of
-from tests.subprocess_db import child_env, database_url_for_children, manage_command
+from tests.subprocess_db import child_env, database_url_for_children, manage_command, this_database_url
 from tests.writer import cli_call, outbox_lines
 
 pytestmark = pytest.mark.django_db
@@ -211,3 +214,56 @@ def test_a_delivery_killed_between_the_file_and_its_event_is_delivered_once_by_t
         env=child_env(url), capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     assert delivered == f"[(True, '{settings.EVIDENCE_HOST_NAME}')]"
+
+
+@pytest.mark.postgresql
+@pytest.mark.django_db(transaction=True)
+def test_a_decision_is_delivered_beside_a_pass_that_waits_on_another_run(demo_root, settings, confirmer):
+    """A pass held as long as we like (the test holds one run's import lock, as a long import of
+    that run would): the decision about another run is written meanwhile, and the host that
+    works is not silent."""
+    url = this_database_url()
+    env = child_env(url) | {"EVIDENCE_HOST_NAME": "busy", "EVIDENCE_HOST_SILENT_AFTER_SECONDS": "3"}
+    watch = subprocess.Popen(manage_command("import_runs", str(demo_root), "--watch", "--interval", "0.2"),
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not Run.objects.filter(run_id="send-message-killed", host__name="busy").exists():
+            assert time.monotonic() < deadline and watch.poll() is None, "the first pass never ended"
+            time.sleep(0.2)
+        with importer.run_import_lock("arrives-later"):
+            writer_run(demo_root / "arrives-later")
+            deadline = time.monotonic() + 60
+            while not waiting_for_an_advisory_lock():
+                assert time.monotonic() < deadline and watch.poll() is None, "the pass never reached the run"
+                time.sleep(0.1)
+            call = first_call_of("send-message-killed")
+            settle_elsewhere(settings, call, confirmer)
+            confirmation = Path(call.run.path) / "confirmations" / f"{call.call_id}.json"
+            deadline = time.monotonic() + 30
+            while not confirmation.exists():
+                assert time.monotonic() < deadline, "the decision waited behind the pass"
+                time.sleep(0.1)
+            time.sleep(3.5)  # past the silence limit, the pass still held
+            assert waiting_for_an_advisory_lock(), "the pass is still waiting"
+            assert hosts.state_of(Host.objects.get(name="busy")) == hosts.SHIPPING, "working is not silent"
+        deadline = time.monotonic() + 60
+        while not Run.objects.filter(run_id="arrives-later").exists():
+            assert time.monotonic() < deadline, "the pass never went on"
+            time.sleep(0.2)
+    finally:
+        watch.send_signal(signal.SIGTERM)
+        _, said = watch.communicate(timeout=60)
+    assert watch.returncode == 0, said
+    assert "decisions beside the pass: 1 delivered" in said, said
+
+
+def writer_run(run_dir: Path) -> None:
+    runtime.run_init(run_dir, contract_sha256=CONTRACT)
+    runtime.Executor(run_dir).call("write_file", {"path": "out.txt", "content": "later"})
+
+
+def waiting_for_an_advisory_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+        return cursor.fetchone()[0] > 0

@@ -13,7 +13,7 @@ import pytest
 from django.urls import reverse
 
 from evidence import hosts, inbox, settle
-from evidence.models import AuditEntry, Finding, Host, Run
+from evidence.models import AuditEntry, Finding, Host, HumanDecision, Run
 from receipts import protocol
 from tests.helpers import PROJECT, content, first_call_of, join
 from tests.subprocess_db import child_env, database_url_for_children, manage_command, this_database_url
@@ -60,6 +60,43 @@ def test_a_silent_host_is_an_inbox_item_and_down_on_metrics(demo, logged_in, cli
     assert values[("callproof_host_up", (("host", "host-b"),))] == 1
     hosts_page = content(logged_in.get("/hosts/"))
     assert "host-a" in hosts_page and 'badge-bad">silent' in hosts_page and 'badge-ok">shipping' in hosts_page
+
+
+def test_a_hosts_deliveries_and_last_error_are_on_metrics_the_hosts_page_and_the_api(
+    demo, logged_in, client, settings, django_user_model
+):
+    confirmer = join(django_user_model.objects.create_user("dana", password="a-long-password-1"), "confirmer")
+    owner = settings.EVIDENCE_HOST_NAME
+    settings.EVIDENCE_HOST_NAME = "web-host"  # decided away from the runs' host: they wait for it
+    for run_id in ("send-message-killed", "write-file-killed"):
+        call = first_call_of(run_id)
+        settle.settle_call(run=call.run, call=call, user=confirmer, resolution="rejected", reason="bounced",
+                           typed_call_id=call.call_id[:12], receipt_sha256=call.file_sha256,
+                           confirm_queryable=True)  # fmt: skip
+    settings.EVIDENCE_HOST_NAME = owner
+    host = Host.objects.get(name=owner)
+    Host.objects.filter(pk=host.pk).update(watching=True)
+    an_hour_ago = protocol.utc_now() - dt.timedelta(hours=1)
+    waiting = HumanDecision.objects.filter(run__host=host)
+    waiting.filter(run__run_id="send-message-killed").update(decided_at=an_hour_ago, delivery_error="OSError: full")
+    waiting.filter(run__run_id="write-file-killed").update(undeliverable="the run directory already holds another")
+    hosts.record_error(host, "OperationalError: the connection is closed")
+
+    values = scrape(client)
+    label = (("host", owner),)
+    assert 3590 < values[("callproof_decision_oldest_undelivered_seconds", label)] < 3700
+    assert values[("callproof_decisions_awaiting_delivery", label)] == 1
+    assert values[("callproof_decisions_failing_delivery", label)] == 1
+    assert values[("callproof_decisions_refused_total", label)] == 1
+    assert values[("callproof_host_info", (("host", owner), ("version", host.version)))] == 1
+    assert abs(values[("callproof_host_last_error_timestamp_seconds", label)] - time.time()) < 60
+    page = content(logged_in.get("/hosts/"))
+    assert "a pass failed at" in page and "the connection is closed" in page
+    assert "oldest" in page and "1 failing to be written" in page and "1 refused" in page
+    [row] = [row for row in logged_in.get("/api/hosts").json()["items"] if row["name"] == owner]
+    assert (row["awaiting_delivery"], row["failing_delivery"], row["refused_deliveries"]) == (1, 1, 1)
+    assert row["last_error"] == "OperationalError: the connection is closed" and row["last_error_at"]
+    assert row["oldest_undelivered_at"].startswith(an_hour_ago.strftime("%Y-%m-%dT%H:%M"))
 
 
 def test_a_superuser_retires_a_host_that_will_not_report_again(demo, client, django_user_model):

@@ -113,11 +113,12 @@ class Command(BaseCommand):
                 try:
                     hosts.check_lease(host)  # never deliver into this root for a host another holds
                     self.deliver(host)
-                    report = root_import(
-                        root=root, limits=limits, progress=progress, host=host,
-                        force=first_pass and options["force"], report_unchanged=first_pass,
-                        watch=None if first_pass and options["force"] else watch,
-                    )  # fmt: skip
+                    with delivery.BesideThePass(host, say=self.stderr.write):
+                        report = root_import(
+                            root=root, limits=limits, progress=progress, host=host,
+                            force=first_pass and options["force"], report_unchanged=first_pass,
+                            watch=None if first_pass and options["force"] else watch,
+                        )  # fmt: skip
                     hosts.beat(host, pass_seconds=time.monotonic() - started)
                     if retention_every and time.monotonic() >= retention_due:
                         self.apply_retention(host)
@@ -127,6 +128,8 @@ class Command(BaseCommand):
                     # first pass or any other: the watch goes on with a new connection and tries again.
                     self.stderr.write(f"import pass failed, trying again in {options['interval']} s: {error}")
                     connections.close_all()
+                    with contextlib.suppress(DatabaseFailure):  # said on the Hosts page and /metrics
+                        hosts.record_error(host, f"{type(error).__name__}: {error}")
                 else:
                     self.emit(report, options["json"], only_changed=not first_pass)
                     first_pass = False
@@ -150,7 +153,7 @@ class Command(BaseCommand):
 
     def apply_retention(self, host) -> None:
         """What is due of this host's runs (``retention.apply_due``, as ``apply_retention --apply``)."""
-        results = retention.apply_due(now=protocol.utc_now(), apply=True, host=host)
+        results = retention.apply_due(now=protocol.utc_now(), apply=True, host=host, due_only=True)
         done = [result for result in results if result.get("applied") not in (None, "nothing")]
         for result in done:
             said = result.get("error") or result.get("archive") or ""
