@@ -81,7 +81,7 @@ def deliver(decision: HumanDecision, *, host_name: str, now: dt.datetime | None 
                 confirmed_at=protocol.format_time(decision.decided_at),
             )
         except runtime.ConfirmationRefused as refused:
-            _refuse(decision, _refusal(refused), now)
+            refuse(decision, runtime.refusal_text(refused), now)
             return REFUSED
         except (OSError, UnsafePath, ValueError) as error:
             problem = f"{type(error).__name__}: {error}"[:2000]
@@ -101,22 +101,7 @@ def deliver(decision: HumanDecision, *, host_name: str, now: dt.datetime | None 
     return DELIVERED
 
 
-def _refusal(refused: runtime.ConfirmationRefused) -> str:
-    if refused.current_receipt_sha256:
-        return (
-            "the receipt changed after the decision was made (the runtime moved on): the decision holds to "
-            f"bytes that are no longer there (now {refused.current_receipt_sha256[:12]}…)"
-        )
-    if refused.existing is not None:
-        other = refused.existing
-        return (
-            f"the run directory already holds another decision: {other.get('actor')} settled it as "
-            f"{other.get('resolution')} at {protocol.human_time(other.get('confirmed_at'))}"
-        )
-    return str(refused)
-
-
-def _refuse(decision: HumanDecision, why: str, now: dt.datetime) -> None:
+def refuse(decision: HumanDecision, why: str, now: dt.datetime) -> None:
     """Never written: marked so, the call in doubt again, and a finding that stays until a person looks."""
     run = decision.run
     with transaction.atomic():

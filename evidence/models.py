@@ -555,6 +555,22 @@ class AuditEntry(models.Model):
         return f"{self.actor}: {self.action} {self.run_id}"
 
 
+class HostKey(models.Model):
+    """A host's key for ``callproof ship`` (``manage.py host add NAME``): only its SHA-256 is
+    kept. A request with it is that host's, whatever name it says; it reaches only that host's
+    runs. Revoked keys stay, so the audit can say which key shipped what."""
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="keys")
+    digest = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12)  # the key's first characters, to tell keys apart
+    created_at = models.DateTimeField()
+    last_used_at = models.DateTimeField(null=True)
+    revoked_at = models.DateTimeField(null=True)
+
+    def __str__(self) -> str:
+        return f"{self.host}: {self.prefix}…"
+
+
 class ApiToken(models.Model):
     """A token for the JSON API (``manage.py api_token``): only its SHA-256 is kept, so a
     database that leaks leaks no token. It acts as its user, with that user's roles."""

@@ -365,7 +365,7 @@ def apply_due(
     if apply:
         # Runs marked archived whose directory (or its renamed copy) a killed apply left behind.
         archived = Run.objects.filter(archived=True).select_related("host")
-        for run in unfinished_removals(run for run in archived if hosts.owns(run)):
+        for run in unfinished_removals(run for run in archived if files_are_here(run)):
             remove_run_directory(run)
     return results
 
@@ -378,6 +378,12 @@ def replanned(run_id: str, policy: RetentionPolicy, now: dt.datetime) -> tuple[R
     return run, _plan(run, policy, now, stats.RunSummary.of(run))
 
 
+def files_are_here(run: Run) -> bool:
+    """Whether this process may act on the run's files: it runs on the run's own host, or the run
+    was shipped (``callproof ship``) and its files are the server's mirror of it."""
+    return hosts.owns(run) or Path(run.path).is_relative_to(Path(settings.EVIDENCE_MIRROR_ROOT))
+
+
 def holds_the_run(run: Run) -> bool:
     """Whether the directory at the run's path still holds the run imported from it: its
     steer.json is the one the import read (a run imported before that was recorded: yes)."""
@@ -388,7 +394,7 @@ def _apply_plan(plan: RunPlan, policy: RetentionPolicy, now: dt.datetime) -> dic
     from django.db import transaction
 
     run = Run.objects.select_related("host").get(run_id=plan.run_id)
-    own = hosts.owns(run)
+    own = files_are_here(run)
     if own and not plan.blockers and not run.archived and Path(run.path).is_dir() and holds_the_run(run):
         sweep_writer_locks(run)  # a finished run writes nothing more
     if plan.action == KEEP:

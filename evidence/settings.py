@@ -2,7 +2,7 @@
 
 Variables (documented in docs/reference.md, "Settings"): DATABASE_URL, DATABASE_CONN_MAX_AGE,
 DJANGO_DEBUG, DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS, DJANGO_HTTPS,
-EVIDENCE_RUNS_ROOT, EVIDENCE_ARCHIVE_ROOT, EVIDENCE_READ_ONLY, EVIDENCE_STRIP_AFTER_DAYS,
+EVIDENCE_RUNS_ROOT, EVIDENCE_ARCHIVE_ROOT, EVIDENCE_MIRROR_ROOT, EVIDENCE_READ_ONLY, EVIDENCE_STRIP_AFTER_DAYS,
 EVIDENCE_ARCHIVE_AFTER_DAYS, EVIDENCE_PROXY_COUNT,
 EVIDENCE_METRICS_TOKEN, EVIDENCE_SIGNING_KEY_FILES, EVIDENCE_SIGNED_RUNS_ONLY, EVIDENCE_ADAPTERS, EVIDENCE_HOST_NAME,
 EVIDENCE_HOST_SILENT_AFTER_SECONDS, EVIDENCE_ABANDONED_AFTER_SECONDS, EVIDENCE_COLD_SWEEP_SECONDS, EVIDENCE_EXPORT_ROOT,
@@ -85,6 +85,9 @@ ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG 
 EVIDENCE_RUNS_ROOT = env_path("EVIDENCE_RUNS_ROOT", BASE_DIR / "var" / "runs")
 # Where retention puts the archives of whole runs.
 EVIDENCE_ARCHIVE_ROOT = env_path("EVIDENCE_ARCHIVE_ROOT", BASE_DIR / "var" / "archive")
+# Where the runs agent hosts ship (``callproof ship``) are kept, one folder per host, for
+# ``import_mirrors`` to import: the server's copy of each shipped run directory.
+EVIDENCE_MIRROR_ROOT = env_path("EVIDENCE_MIRROR_ROOT", BASE_DIR / "var" / "mirror")
 # Where the worker writes the evidence zips people ask for on a run's page, and how long each
 # is kept there before the maintenance task removes it (it is a copy: the run can be exported again).
 EVIDENCE_EXPORT_ROOT = env_path("EVIDENCE_EXPORT_ROOT", BASE_DIR / "var" / "exports")

@@ -7,11 +7,17 @@ from django.urls import path
 from django.views.i18n import set_language
 
 from evidence import api, views
+from evidence.views import ship
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("metrics", views.metrics, name="metrics"),
     path("api/", api.urls()),
+    # callproof ship: agent hosts with a host key (evidence/shipping.py)
+    path("ship/v1/push", ship.push, name="ship_push"),
+    path("ship/v1/instructions", ship.instructions, name="ship_instructions"),
+    path("ship/v1/acks", ship.acks, name="ship_acks"),
+    path("ship/v1/stopped", ship.stopped, name="ship_stopped"),
     path("admin/", admin.site.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     # A person with no role must still be able to log out.

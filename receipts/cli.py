@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -159,6 +160,21 @@ def cmd_demo(options: argparse.Namespace) -> int:
 
     _print({"runs": write_demo_runs(Path(options.root))})
     return EXIT_OK
+
+
+def cmd_ship(options: argparse.Namespace) -> int:
+    from receipts import ship
+
+    key = os.environ.get("CALLPROOF_SHIP_KEY", "")
+    if options.key_file:
+        key = Path(options.key_file).read_text(encoding="utf-8").strip()
+    if not key:
+        raise ValueError("the host's key: --key-file FILE (or CALLPROOF_SHIP_KEY), from manage.py host add NAME")
+    if options.interval <= 0 or options.interval > 3600:
+        raise ValueError("--interval is from 0 to 3600 seconds")
+    state = Path(options.state) if options.state else None
+    return ship.run(Path(options.root), options.to, key, interval=options.interval, once=options.once,
+                    state_path=state, ca_file=options.ca_file)  # fmt: skip
 
 
 def cmd_conformance(options: argparse.Namespace) -> int:
@@ -318,6 +334,19 @@ def build_parser() -> argparse.ArgumentParser:
     kit.add_argument("--keep", action="store_true", help="keep the scratch run directories (kept on a failure)")
     kit.set_defaults(handler=cmd_conformance)
 
+    shipper = commands.add_parser(
+        "ship", help="send this host's runs to the dashboard over HTTPS with the host's key, and write back the "
+        "people's decisions (docs/operations.md)",
+    )  # fmt: skip
+    shipper.add_argument("root", metavar="RUNS_ROOT")
+    shipper.add_argument("--to", required=True, metavar="URL", help="the dashboard, https://... (http on loopback)")
+    shipper.add_argument("--key-file", default=None, metavar="FILE", help="the host's key (or CALLPROOF_SHIP_KEY)")
+    shipper.add_argument("--interval", type=float, default=3.0, help="seconds between passes (3)")
+    shipper.add_argument("--once", action="store_true", help="one pass, then exit")
+    shipper.add_argument("--state", default=None, metavar="FILE", help="what the dashboard acknowledged "
+                         "(default: ~/.local/state/callproof/ship-<root>.json)")  # fmt: skip
+    shipper.add_argument("--ca-file", default=None, metavar="FILE", help="CA certificates for the dashboard's TLS")
+    shipper.set_defaults(handler=cmd_ship)
     demo = commands.add_parser("demo", help="write the demo run directories under ROOT")
     demo.add_argument("root")
     demo.set_defaults(handler=cmd_demo)

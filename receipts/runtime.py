@@ -749,6 +749,23 @@ class ConfirmationRefused(ValueError):  # noqa: N818 - a verdict, said to the pe
         self.existing = existing
 
 
+def refusal_text(refused: ConfirmationRefused) -> str:
+    """Why a decision was not written, as the dashboard says it (the host's delivery and the
+    shipper's say the same)."""
+    if refused.current_receipt_sha256:
+        return (
+            "the receipt changed after the decision was made (the runtime moved on): the decision holds to "
+            f"bytes that are no longer there (now {refused.current_receipt_sha256[:12]}…)"
+        )
+    if refused.existing is not None:
+        other = refused.existing
+        return (
+            f"the run directory already holds another decision: {other.get('actor')} settled it as "
+            f"{other.get('resolution')} at {protocol.human_time(other.get('confirmed_at'))}"
+        )
+    return str(refused)
+
+
 def confirm_call(
     run_dir: Path,
     call_id: str,
