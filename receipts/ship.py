@@ -82,10 +82,14 @@ class Shipper:
         self.root = Path(root).absolute()
         self.url = url.rstrip("/") + "/ship/v1/"
         self.key = key
-        self.instance = secrets.token_hex(16)  # this process: one shipper per key at a time
         self.state_path = state_path or state_file_for(self.root)
         self.context = ssl.create_default_context(cafile=ca_file) if scheme == "https" else None
+        self._hold_state()
         self.state = self._load_state()
+        # Who this shipper is to the dashboard, which lets one shipper per key ship at a time: kept
+        # with the state, so that the same shipper started again after a crash is still itself,
+        # while a second shipper elsewhere with the same key is another and is refused.
+        self.instance = self.state.setdefault("instance", secrets.token_hex(16))
 
     # --- the dashboard -------------------------------------------------------------------
 
@@ -110,6 +114,17 @@ class Shipper:
             return error.code, said
 
     # --- what was acknowledged -----------------------------------------------------------
+
+    def _hold_state(self) -> None:
+        """One shipper per state file: a second one on this host is refused here, at once."""
+        import fcntl
+
+        self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = open(self.state_path.with_name(self.state_path.name + ".lock"), "a")  # noqa: SIM115 - held
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"another shipper uses {self.state_path}: one shipper per runs root") from None
 
     def _load_state(self) -> dict[str, Any]:
         try:
