@@ -144,18 +144,27 @@ class Shipper:
         discovery = discover_runs(self.root)
         for run_dir in discovery.runs:
             try:
-                report.pushed_bytes += self.ship_run(run_dir)
+                report.pushed_bytes += self.ship_run(run_dir, report)
             except OSError as error:
                 report.problems.append(f"{run_dir.name}: {error}")
         self.deliver(report)
         return report
 
-    def ship_run(self, run_dir: Path) -> int:
+    def ship_run(self, run_dir: Path, report: PassReport | None = None) -> int:
         """Send what changed in one run; the bytes sent."""
         items: list[dict[str, Any]] = []
         sent = 0
         ledger_key = f"{run_dir.name}/{protocol.LEDGER_NAME}"
-        items.extend(self._ledger_items(run_dir, self.state["files"].get(ledger_key, 0)))
+        acknowledged = self.state["files"].get(ledger_key, 0)
+        try:
+            shorter = (run_dir / protocol.LEDGER_NAME).stat().st_size < acknowledged
+        except FileNotFoundError:
+            shorter = False
+        if shorter and report is not None:
+            report.problems.append(f"{run_dir.name}: its ledger is shorter than the dashboard acknowledged "
+                                   f"({acknowledged} bytes): rewritten? The dashboard keeps what was "
+                                   "shipped")  # fmt: skip
+        items.extend(self._ledger_items(run_dir, acknowledged))
         files = list(self._changed_files(run_dir))
         for relative, _ in files:
             items.extend(self._file_items(run_dir, relative))

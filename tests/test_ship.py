@@ -223,3 +223,16 @@ def test_retention_archives_a_shipped_run_from_the_mirror(demo_root, tmp_path, l
     assert result["applied"] == "archived", result
     assert not (mirror / "agent-a" / "clean-run").exists() and (demo_root / "clean-run").is_dir()
     assert (tmp_path / "archive" / "clean-run.tar.gz").is_file()
+
+
+def test_a_ledger_cut_shorter_on_the_host_is_said_and_the_mirror_keeps_what_was_shipped(
+    demo_root, tmp_path, live_server, mirror
+):
+    key = shipping.new_key("agent-a")
+    assert ship(demo_root, live_server.url, key, tmp_path).returncode == 0
+    ledger = demo_root / "clean-run" / protocol.LEDGER_NAME
+    shipped = ledger.read_bytes()
+    ledger.write_bytes(shipped[: len(shipped) // 2])  # someone cut the host's ledger
+    again = ship(demo_root, live_server.url, key, tmp_path)
+    assert again.returncode == 0 and "clean-run: its ledger is shorter than the dashboard acknowledged" in again.stderr
+    assert (mirror / "agent-a" / "clean-run" / protocol.LEDGER_NAME).read_bytes() == shipped
