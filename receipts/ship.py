@@ -288,6 +288,7 @@ def run(root: Path, url: str, key: str, *, interval: float, once: bool, state_pa
         stopping = True
 
     previous = signal.signal(signal.SIGTERM, stop)
+    failed = False
     try:
         while True:
             try:
@@ -296,8 +297,10 @@ def run(root: Path, url: str, key: str, *, interval: float, once: bool, state_pa
                 sys.stderr.write(f"error: the dashboard refused this shipper: {refused}\n")
                 return 1
             except (OSError, ValueError) as error:  # the network, the dashboard down: the next pass tries again
-                sys.stderr.write(f"pass failed, trying again in {interval:g} s: {error}\n")
+                failed = True
+                sys.stderr.write(f"pass failed{'' if once else f', trying again in {interval:g} s'}: {error}\n")
             else:
+                failed = False
                 for problem in report.problems:
                     sys.stderr.write(f"{problem}\n")
                 if report.delivered or report.refused or report.failed:
@@ -320,4 +323,4 @@ def run(root: Path, url: str, key: str, *, interval: float, once: bool, state_pa
         shipper.request("POST", "stopped", {})
     if not once:
         sys.stderr.write("stopped shipping\n")
-    return 0
+    return 1 if once and failed else 0
