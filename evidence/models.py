@@ -119,6 +119,10 @@ class Run(models.Model):
     # Retention removes a directory only when it still holds this run, never another run that
     # took its name (a new run under an archived id, another host's copy).
     steer_sha256 = models.CharField(max_length=64, blank=True, default="")
+    # A shipped run archived from the server's mirror: its host removed its own copy then
+    # (``callproof ship``, an instruction), or kept it, and why (it held another run).
+    host_copy_removed_at = models.DateTimeField(null=True)
+    host_copy_kept = models.TextField(blank=True, default="")
     # How far the ledger was read, and a digest of that prefix: the next
     # import parses only what was appended, and notices a rewrite.
     ledger_offset = models.BigIntegerField(default=0)
@@ -538,6 +542,7 @@ class AuditEntry(models.Model):
     SNOOZED, UNSNOOZED = "finding_snoozed", "finding_unsnoozed"
     TRIAGE_ENDED = "triage_ended"
     HOST_MOVED = "host_moved"  # the run was handed to another host (``manage.py host move``)
+    HOST_COPY_REMOVED = "host_copy_removed"  # archived from the mirror: its host removed its own copy
 
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="audit_entries")
     action = models.CharField(max_length=32)

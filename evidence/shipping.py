@@ -227,7 +227,46 @@ def _safe_path(relative: Any) -> str:
 
 
 def instructions(host: Host) -> list[dict[str, Any]]:
-    """The people's decisions this host has still to write into its runs, oldest first."""
+    """What this host has still to do in its runs: the people's decisions to write, oldest first,
+    then the runs archived from the mirror whose own copy it may remove (never one under a
+    legal hold, re-checked when it says it removed it)."""
+    return _decisions(host) + _removals(host)
+
+
+def _removals(host: Host) -> list[dict[str, Any]]:
+    archived = Run.objects.filter(host=host, archived=True, legal_hold=False, host_copy_removed_at__isnull=True,
+                                  host_copy_kept="").exclude(steer_sha256="")  # fmt: skip
+    return [
+        {"id": f"remove-{run.pk}", "kind": "remove", "run_id": run.run_id, "steer_sha256": run.steer_sha256}
+        for run in archived.only("pk", "run_id", "steer_sha256", "path").order_by("pk")[:MAX_ITEMS]
+        if Path(run.path).is_relative_to(Path(settings.EVIDENCE_MIRROR_ROOT))  # archived from the mirror
+    ]
+
+
+def _removal_acknowledged(host: Host, ack: dict[str, Any], now: Any) -> int:
+    from evidence.models import AuditEntry
+
+    number = ack["id"].removeprefix("remove-")
+    if not number.isdigit() or len(number) > 18:
+        return 0
+    detail = str(ack.get("detail", ""))[:2000]
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=int(number), host=host, archived=True,
+                                                     host_copy_removed_at__isnull=True).first()  # fmt: skip
+        if run is None:
+            return 0
+        if ack["outcome"] == delivery.DELIVERED:
+            Run.objects.filter(pk=run.pk).update(host_copy_removed_at=Now())
+            AuditEntry.objects.create(
+                run=run, action=AuditEntry.HOST_COPY_REMOVED, actor=f"host {host.name}", at=now,
+                reason=f"archived as {run.archive_path}; the host's own copy removed",
+            )  # fmt: skip
+        elif ack["outcome"] == delivery.REFUSED:
+            Run.objects.filter(pk=run.pk).update(host_copy_kept=detail or "the host kept it")
+    return 1
+
+
+def _decisions(host: Host) -> list[dict[str, Any]]:
     return [
         {
             "id": f"decision-{decision.pk}",
@@ -254,6 +293,9 @@ def acknowledge(host: Host, acks: Any) -> dict[str, int]:
     for ack in acks:
         if not isinstance(ack, dict) or not isinstance(ack.get("id"), str) or ack.get("outcome") not in counted:
             raise ShipError(400, "each ack is {id, outcome: delivered|refused|failed, detail}")
+        if ack["id"].startswith("remove-"):
+            counted[ack["outcome"]] += _removal_acknowledged(host, ack, now)
+            continue
         number = ack["id"].removeprefix("decision-")
         decision = (
             HumanDecision.objects.select_related("run").filter(pk=int(number), run__host=host).first()

@@ -22,6 +22,7 @@ import ipaddress
 import json
 import os
 import secrets
+import shutil
 import signal
 import ssl
 import sys
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from receipts import __version__, durable, protocol, runtime
-from receipts.reader import MAX_JSON_BYTES, discover_runs
+from receipts.reader import MAX_JSON_BYTES, birth_digest, discover_runs
 
 CHUNK_BYTES = 384 * 1024  # what one push carries at most: the server takes 512 KiB a chunk
 TIMEOUT_SECONDS = 60.0
@@ -259,9 +260,11 @@ class Shipper:
 
     def _apply(self, instruction: dict[str, Any]) -> tuple[str, str]:
         run_id = str(instruction.get("run_id", ""))
-        if instruction.get("kind") != "decision" or not protocol.valid_run_id(run_id):
+        if instruction.get("kind") not in ("decision", "remove") or not protocol.valid_run_id(run_id):
             return "failed", "an instruction this shipper does not know"
         run_dir = self.root / run_id
+        if instruction["kind"] == "remove":
+            return self._remove(run_dir, str(instruction.get("steer_sha256", "")))
         if not (run_dir / "steer.json").is_file():
             return "failed", f"no run directory {run_id} under {self.root}"
         try:
@@ -274,6 +277,21 @@ class Shipper:
             return "refused", runtime.refusal_text(refused)
         except (OSError, ValueError, KeyError) as error:
             return "failed", f"{type(error).__name__}: {error}"[:2000]
+        return "delivered", ""
+
+    def _remove(self, run_dir: Path, steer_sha256: str) -> tuple[str, str]:
+        """Remove this host's copy of a run the dashboard archived and read back, only while the
+        directory still holds that run (its steer.json): another run under its id stays."""
+        if not run_dir.exists():
+            return "delivered", "already gone"
+        if birth_digest(run_dir) != steer_sha256:
+            return "refused", f"{run_dir} holds another run than the one archived (its steer.json differs): kept"
+        doomed = run_dir.with_name(f".{run_dir.name}.archived-{os.getpid()}")
+        os.replace(run_dir, doomed)  # a dot name first: no reader lists a half-removed run
+        shutil.rmtree(doomed)
+        prefix = f"{run_dir.name}/"
+        self.state["files"] = {name: mark for name, mark in self.state["files"].items() if not name.startswith(prefix)}
+        self._save_state()
         return "delivered", ""
 
 

@@ -21,8 +21,8 @@ import pytest
 from django.core.management import call_command
 
 from evidence import retention, settle, shipping
-from evidence.models import Call, Confirmation, Host, HumanDecision, Run
-from receipts import durable, protocol
+from evidence.models import AuditEntry, Call, Confirmation, Host, HumanDecision, Run
+from receipts import durable, protocol, runtime
 from tests.helpers import PROJECT, first_call_of, join
 from tests.volume import synthetic_run
 
@@ -223,6 +223,25 @@ def test_retention_archives_a_shipped_run_from_the_mirror(demo_root, tmp_path, l
     assert result["applied"] == "archived", result
     assert not (mirror / "agent-a" / "clean-run").exists() and (demo_root / "clean-run").is_dir()
     assert (tmp_path / "archive" / "clean-run.tar.gz").is_file()
+    archived = set(Run.objects.filter(archived=True).values_list("run_id", flat=True))
+    assert {"clean-run", "legacy-task"} <= archived, archived
+    # On the host, another run took the name of one archived run meanwhile: it must stay.
+    shutil.rmtree(demo_root / "legacy-task")
+    runtime.run_init(demo_root / "legacy-task", contract_sha256="d" * 64)
+    monkeypatch.delenv("RECEIPTS_CLOCK")
+    shipped = ship(demo_root, live_server.url, key, tmp_path)
+    assert shipped.returncode == 0, shipped.stderr
+    assert not (demo_root / "clean-run").exists(), "the host's own copy is removed once the archive is read back"
+    assert (demo_root / "legacy-task" / "steer.json").is_file(), "another run under an archived id stays"
+    removed = Run.objects.get(run_id="clean-run")
+    assert removed.host_copy_removed_at is not None
+    assert AuditEntry.objects.filter(run=removed, action=AuditEntry.HOST_COPY_REMOVED).count() == 1
+    kept = Run.objects.get(run_id="legacy-task")
+    assert kept.host_copy_removed_at is None and "holds another run than the one archived" in kept.host_copy_kept
+    again = ship(demo_root, live_server.url, key, tmp_path)
+    assert again.returncode == 0 and AuditEntry.objects.filter(action=AuditEntry.HOST_COPY_REMOVED).count() == len(
+        archived - {"legacy-task"}
+    ), "each removal once"
 
 
 def test_a_ledger_cut_shorter_on_the_host_is_said_and_the_mirror_keeps_what_was_shipped(

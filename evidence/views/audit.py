@@ -27,6 +27,7 @@ ACTION_TITLES = {
     AuditEntry.UNSNOOZED: _("snooze undone"),
     AuditEntry.TRIAGE_ENDED: _("triage ended by an import"),
     AuditEntry.HOST_MOVED: _("run handed to another host"),
+    AuditEntry.HOST_COPY_REMOVED: _("the host's own copy removed after the archive"),
 }
 
 
