@@ -282,13 +282,17 @@ class Shipper:
     def _remove(self, run_dir: Path, steer_sha256: str) -> tuple[str, str]:
         """Remove this host's copy of a run the dashboard archived and read back, only while the
         directory still holds that run (its steer.json): another run under its id stays."""
-        if not run_dir.exists():
-            return "delivered", "already gone"
-        if birth_digest(run_dir) != steer_sha256:
-            return "refused", f"{run_dir} holds another run than the one archived (its steer.json differs): kept"
-        doomed = run_dir.with_name(f".{run_dir.name}.archived-{os.getpid()}")
-        os.replace(run_dir, doomed)  # a dot name first: no reader lists a half-removed run
-        shutil.rmtree(doomed)
+        if run_dir.exists():
+            if birth_digest(run_dir) != steer_sha256:
+                return "refused", f"{run_dir} holds another run than the one archived (its steer.json differs): kept"
+            doomed = run_dir.with_name(f".{run_dir.name}.archived-{os.getpid()}")
+            os.replace(run_dir, doomed)  # a dot name first: no reader lists a half-removed run
+            durable.fsync_directory(run_dir.parent, None)
+            durable.failpoint("ship_after_run_dir_renamed")
+        # This removal's renamed copy, and one a shipper killed here before left behind.
+        for name in os.listdir(run_dir.parent):
+            if name.startswith(f".{run_dir.name}.archived-") and name.rpartition("-")[2].isdigit():
+                shutil.rmtree(run_dir.parent / name)
         prefix = f"{run_dir.name}/"
         self.state["files"] = {name: mark for name, mark in self.state["files"].items() if not name.startswith(prefix)}
         self._save_state()

@@ -35,11 +35,13 @@ def mirror(settings, tmp_path) -> Path:
     return settings.EVIDENCE_MIRROR_ROOT
 
 
-def ship(root: Path, url: str, key: str, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def ship(
+    root: Path, url: str, key: str, tmp_path: Path, *extra: str, **more_env: str
+) -> subprocess.CompletedProcess[str]:
     """One pass of a real shipper, in an environment with no database and no Django settings."""
     key_file = tmp_path / f"key-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
     key_file.write_text(key + "\n")
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": str(PROJECT)}
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": str(PROJECT), **more_env}
     state = tmp_path / f"state-{root.name}-{key_file.name}.json"
     command = [sys.executable, "-m", "receipts", "ship", str(root), "--to", url, "--key-file", str(key_file),
                "--state", str(state), "--once", *extra]  # fmt: skip
@@ -229,8 +231,14 @@ def test_retention_archives_a_shipped_run_from_the_mirror(demo_root, tmp_path, l
     shutil.rmtree(demo_root / "legacy-task")
     runtime.run_init(demo_root / "legacy-task", contract_sha256="d" * 64)
     monkeypatch.delenv("RECEIPTS_CLOCK")
+    # Killed between renaming the host's copy away and removing it: nothing acknowledged yet.
+    killed = ship(demo_root, live_server.url, key, tmp_path, RECEIPTS_FAILPOINT="ship_after_run_dir_renamed")
+    assert killed.returncode == 137, killed.stderr
+    assert [path.name for path in demo_root.iterdir() if path.name.startswith(".")] != []
+    assert not AuditEntry.objects.filter(action=AuditEntry.HOST_COPY_REMOVED).exists()
     shipped = ship(demo_root, live_server.url, key, tmp_path)
     assert shipped.returncode == 0, shipped.stderr
+    assert [path.name for path in demo_root.iterdir() if path.name.startswith(".")] == [], "the killed one's copy"
     assert not (demo_root / "clean-run").exists(), "the host's own copy is removed once the archive is read back"
     assert (demo_root / "legacy-task" / "steer.json").is_file(), "another run under an archived id stays"
     removed = Run.objects.get(run_id="clean-run")
