@@ -20,7 +20,7 @@ from evidence.roles import ROLES
 from receipts import protocol
 from tests.helpers import first_call_of, join
 
-OK, REDIRECT, SEE_OTHER = HTTPStatus.OK, HTTPStatus.FOUND, HTTPStatus.SEE_OTHER
+OK, REDIRECT, SEE_OTHER, UNAUTHORIZED = HTTPStatus.OK, HTTPStatus.FOUND, HTTPStatus.SEE_OTHER, HTTPStatus.UNAUTHORIZED
 FORBIDDEN, NOT_ALLOWED = HTTPStatus.FORBIDDEN, HTTPStatus.METHOD_NOT_ALLOWED
 WHO = ("anonymous", "no role", *ROLES)
 
@@ -34,6 +34,7 @@ class Act:
     data: Callable[[], dict] = dict
     success: int = OK  # what an allowed person gets
     public: bool = False  # no login needed
+    key_only: bool = False  # a host key's (callproof ship), never a person's: 401 to everyone
 
 
 def in_doubt() -> Call:
@@ -100,12 +101,20 @@ ACTS = [
     Act("logout", "post", lambda: reverse("logout"), WHO, success=REDIRECT, public=True),
     Act("set_language", "post", lambda: reverse("set_language"), WHO, success=REDIRECT, public=True,
         data=lambda: {"language": "en", "next": "/"}),
+    # The shipper's door: a login, whatever its roles, opens none of it (tests/test_ship.py).
+    Act("ship_push", "post", lambda: reverse("ship_push"), (), key_only=True,
+        data=lambda: {"run_id": "clean-run", "items": []}),
+    Act("ship_instructions", "get", lambda: reverse("ship_instructions"), (), key_only=True),
+    Act("ship_acks", "post", lambda: reverse("ship_acks"), (), key_only=True),
+    Act("ship_stopped", "post", lambda: reverse("ship_stopped"), (), key_only=True),
 ]  # fmt: skip
 
 
 def denied(who: str, act: Act) -> set[int]:
     """What a person who may not do ``act`` gets: the login page, a refusal, or (for a
     method the URL never takes) 405. Never a success."""
+    if act.key_only:
+        return {UNAUTHORIZED}
     if who == "anonymous":
         return {REDIRECT}  # to the login page (the dashboard's or the admin's)
     if act.name.startswith("admin:"):
