@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import PROJECT
+from receipts import runtime
+from tests.helpers import CONTRACT, PROJECT
 from tests.serving import free_port, stop, wait_for
 from tests.subprocess_db import child_env, database_url_for_children, manage, manage_command
 
@@ -81,12 +82,16 @@ def ship(site: dict, root: Path, tmp_path: Path, *extra: str) -> subprocess.Comp
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
-def test_a_host_ships_over_https_through_nginx_and_trusts_only_the_certificate_it_is_given(site, demo_root, tmp_path):
-    untrusted = ship(site, demo_root, tmp_path)
+def test_a_host_ships_over_https_through_nginx_and_trusts_only_the_certificate_it_is_given(site, tmp_path):
+    root = tmp_path / "runs"
+    for run_id in ("tls-run-1", "tls-run-2"):  # ids of its own: the database may hold other tests' demo runs
+        runtime.run_init(root / run_id, contract_sha256=CONTRACT)
+        runtime.Executor(root / run_id).call("write_file", {"path": "out.txt", "content": run_id})
+    untrusted = ship(site, root, tmp_path)
     assert untrusted.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr, untrusted.stderr
     assert not site["mirror"].exists(), "nothing was sent to a site the shipper does not trust"
-    shipped = ship(site, demo_root, tmp_path, "--ca-file", str(site["cert"]))
-    assert shipped.returncode == 0, shipped.stderr
+    shipped = ship(site, root, tmp_path, "--ca-file", str(site["cert"]))
+    assert shipped.returncode == 0 and "refused" not in shipped.stderr, shipped.stderr
     env = child_env(site["url"]) | {"EVIDENCE_MIRROR_ROOT": str(site["mirror"])}
     subprocess.run(manage_command("import_mirrors"), env=env, cwd=PROJECT, check=True, capture_output=True)
     query = (
@@ -94,7 +99,7 @@ def test_a_host_ships_over_https_through_nginx_and_trusts_only_the_certificate_i
         "print(json.dumps(sorted(Run.objects.filter(host__name='agent-tls').values_list('run_id', flat=True))))"
     )
     imported = json.loads(manage(site["url"], "shell", "-v", "0", "-c", query, check=True).stdout)
-    assert imported == sorted(path.name for path in demo_root.iterdir())
+    assert imported == ["tls-run-1", "tls-run-2"], shipped.stderr
 
 
 def test_the_shipper_refuses_plain_http_to_another_machine(tmp_path):
