@@ -80,6 +80,7 @@ def view_filter(view: str, now: dt.datetime) -> Q:
 
 # A finding's triage columns, as the lists and the API give them.
 FIELDS = ("triage", "triage_by", "triage_at", "triage_reason", "triage_until", "triage_on_change")
+SNOOZE_AT_MOST = dt.timedelta(days=366)  # a snooze ends within a year (and a day: a leap year's date)
 
 
 def as_shown(findings: list[Finding], now: dt.datetime) -> list[Finding]:
@@ -142,6 +143,12 @@ def act(
             raise TriageError(gettext_noop("Say until when: a time, or until it changes."), field="snooze")
         if until is not None and until <= now:
             raise TriageError(gettext_noop("That time has passed: choose a later one."), field="until")
+        if until is not None and until > now + SNOOZE_AT_MOST:
+            # A time a client chose, bounded: far enough ahead, a zone's offset made it a year
+            # PostgreSQL stores and Python cannot read (9999-12-31T23:59:59-14:00), and every
+            # page that showed the finding answered 500 for good.
+            raise TriageError(gettext_noop("At most a year ahead: choose an earlier time, or until it changes."),
+                              field="until")  # fmt: skip
     with transaction.atomic():
         # Two people at once queue on the row (PostgreSQL) or the immediate transaction (SQLite).
         locked = Finding.objects.select_for_update().filter(pk=finding.pk).first()

@@ -269,6 +269,8 @@ def test_snooze_and_undo_on_the_page(deciding, demo, snooze):
         ({"action": "snooze", "reason": "later", "snooze": "time", "until": "2001-01-01T00:00"}, "until",
          "That time has passed"),
         ({"action": "snooze", "reason": "later", "snooze": "forever"}, "snooze", "Select a valid choice"),
+        ({"action": "snooze", "reason": "later", "snooze": "time", "until": "9999-12-31T23:59"}, "until",
+         "At most a year ahead"),
     ],
 )  # fmt: skip
 def test_bad_input_is_a_clear_error_beside_its_field(deciding, demo, form, field, message):
@@ -324,6 +326,10 @@ def test_a_bad_triage_filter_is_a_400_on_each_list(deciding, demo):
 # --- the API ------------------------------------------------------------------------------------
 
 
+def snoozed_until(item: dict) -> dt.datetime:
+    return dt.datetime.fromisoformat(item["triage_until"].replace("Z", "+00:00"))
+
+
 def test_a_token_with_the_confirmer_role_triages_and_a_viewers_token_may_not(demo, client, django_user_model):
     row = conflict()
     url = f"/api/findings/{row.pk}/triage"
@@ -347,6 +353,16 @@ def test_a_token_with_the_confirmer_role_triages_and_a_viewers_token_may_not(dem
     assert snoozed.status_code == HTTPStatus.OK and snoozed.json()["triage"] == "snoozed"  # instead of acknowledged
     bad = client.post(url, json.dumps({"action": "snooze", "reason": "x"}), content_type="application/json", **auth)
     assert bad.status_code == HTTPStatus.BAD_REQUEST and bad.json()["detail"].startswith("snooze:")
+    # A time beyond any page's reading: refused, and every page that shows the finding still answers.
+    for far in ("9999-12-31T23:59:59-14:00", (protocol.utc_now() + dt.timedelta(days=400)).isoformat()):
+        refused = client.post(url, json.dumps({"action": "snooze", "reason": "x", "until": far}),
+                              content_type="application/json", **auth)  # fmt: skip
+        assert refused.status_code == HTTPStatus.BAD_REQUEST, far
+        assert refused.json()["detail"].startswith("until: At most a year ahead"), refused.json()
+    kept = conflict()
+    assert kept.triage == "snoozed" and str(kept.triage_until) == str(snoozed_until(snoozed.json())), "unchanged"
+    for page in ("/api/runs/conflict-same-id", "/api/findings?triage=snoozed", "/api/inbox?triage=snoozed"):
+        assert client.get(page, **auth).status_code == HTTPStatus.OK, page
     naive = json.dumps({"action": "snooze", "reason": "x", "until": "2030-01-01T00:00:00"})
     assert client.post(url, naive, content_type="application/json", **auth).status_code == HTTPStatus.BAD_REQUEST
     undo = json.dumps({"action": "unacknowledge", "reason": "x"})
