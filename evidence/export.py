@@ -18,15 +18,16 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from django.conf import settings
-from django.template.loader import render_to_string
+from django.utils import translation
 
 from evidence import selectors
 from evidence.models import AuditEntry, Call, Confirmation, Event, Finding, Run, Submission
 from evidence.redaction import Policy, clear, fields
 from receipts import protocol
 from receipts.protocol import EVENT_FACT_FIELDS, redacted
-from receipts.reader.verify import FORMAT, SECTIONS, whole_digest
+from receipts.reader import evidence_page
+from receipts.reader.evidence_page import FORMAT, PAGE_ROWS, SECTIONS
+from receipts.reader.verify import whole_digest
 
 log = logging.getLogger("callproof.export")
 
@@ -39,7 +40,6 @@ CONFLICT_REASONS = {
     "record_unreadable",
     "record_invalid",
 }
-PAGE_ROWS = 1000  # the page shows this many calls and findings; evidence.json has them all
 PROGRESS_EVERY = 5000  # rows between two progress reports: a 100k-event run reports 20 times
 # Told (rows written, rows in all) as the export goes: the worker shows it on the run page.
 Progress = Callable[[int, int], None]
@@ -53,17 +53,29 @@ class ExportResult:
 
 
 def export_run(
-    *, run: Run, out: Path, policy: Policy, actor: str = "export_evidence", user=None, progress: Progress | None = None
+    *,
+    run: Run,
+    out: Path,
+    policy: Policy,
+    actor: str = "export_evidence",
+    user=None,
+    progress: Progress | None = None,
+    language: str | None = None,
 ) -> ExportResult:
     """Write ``out/evidence.json`` and ``out/index.html`` for ``run``, redacted under ``policy``;
     ``progress`` is told how far it is every ``PROGRESS_EVERY`` rows, and once at the end.
 
+    The page is in ``language`` (a Django language code), by default the active one.
     Every export is audited (who, when), beside holds and retention, and logged.
     """
+    language = language or translation.get_language()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     digests: dict[str, str] = {}
     counts: dict[str, int] = {}
+    # What the page shows, exactly as evidence.json gives it back: the verifier renders the page
+    # again from evidence.json and compares the bytes (evidence_page).
+    shown: dict[str, Any] = {name: [] for name in evidence_page.LISTED}
     sources = _sections(run, policy)
     tally = _Tally(progress, _row_total(run) if progress else 0)
     with (out / "evidence.json").open("wb") as stream:
@@ -75,12 +87,18 @@ def export_run(
                 data = protocol.canonical_json(value)
                 stream.write(data)
                 digests[name], counts[name] = protocol.sha256_hex(data), 1
+                shown[name] = json.loads(data)
             else:
-                digests[name], counts[name] = _write_list(stream, tally.counted(value))
+                digests[name], counts[name] = _write_list(stream, tally.counted(value), shown.get(name))
         manifest: dict[str, Any] = {"sections": digests, "policy": policy.describe()}
         manifest["whole"] = whole_digest(digests, manifest["policy"])
+        manifest["page"] = {"format": evidence_page.PAGE_FORMAT, "language": evidence_page.page_language(language)}
         # The page shows the manifest, and the manifest then names the page's own digest.
-        page = _write_page(out, run, policy, manifest, counts)
+        page = evidence_page.render(
+            run=shown["run"], rows={name: shown[name] for name in evidence_page.LISTED}, counts=counts,
+            manifest=json.loads(protocol.canonical_json(manifest)), language=manifest["page"]["language"],
+        )  # fmt: skip
+        (out / "index.html").write_bytes(page)
         manifest["page_sha256"] = protocol.sha256_hex(page)
         stream.write(b',"manifest":' + protocol.canonical_json(manifest) + b"}\n")
     tally.report()
@@ -146,13 +164,17 @@ def _sections(run: Run, policy: Policy) -> dict[str, Any]:
     }
 
 
-def _write_list(stream: BinaryIO, items: Iterable[Any]) -> tuple[str, int]:
-    """Stream a list as canonical JSON, hashing exactly the bytes written."""
+def _write_list(stream: BinaryIO, items: Iterable[Any], first: list[Any] | None = None) -> tuple[str, int]:
+    """Stream a list as canonical JSON, hashing exactly the bytes written; its first
+    ``PAGE_ROWS`` items, read back, go to ``first`` (what the page shows)."""
     digest = hashlib.sha256(b"[")
     stream.write(b"[")
     count = 0
     for item in items:
-        data = (b"," if count else b"") + protocol.canonical_json(item)
+        item_data = protocol.canonical_json(item)
+        if first is not None and count < PAGE_ROWS:
+            first.append(json.loads(item_data))
+        data = (b"," if count else b"") + item_data
         digest.update(data)
         stream.write(data)
         count += 1
@@ -272,24 +294,3 @@ def _confirmation_record(confirmation: Confirmation, policy: Policy) -> dict[str
         "receipt_sha256": _digest_or_redacted(confirmation.receipt_sha256),
         "confirmation_id": _digest_or_redacted(confirmation.confirmation_id),
     }
-
-
-def _write_page(out: Path, run: Run, policy: Policy, manifest: dict[str, Any], counts: dict[str, int]) -> bytes:
-    css = (Path(settings.SITE_FILES) / "static" / "css" / "site.css").read_text(encoding="utf-8")
-    context = {
-        "run": _run_record(run, policy),
-        "calls": [_call_record(call, policy) for call in Call.objects.filter(run=run).order_by("call_id")[:PAGE_ROWS]],
-        "submissions": list(_submission_records(run, policy))[:PAGE_ROWS],
-        "findings": [
-            _finding_record(f, policy)
-            for f in Finding.objects.filter(run=run, closed_at__isnull=True).order_by("code")[:PAGE_ROWS]
-        ],
-        "confirmations": [_confirmation_record(c, policy) for c in Confirmation.objects.filter(run=run)[:PAGE_ROWS]],
-        "manifest": manifest,
-        "counts": counts,
-        "page_rows": PAGE_ROWS,
-        "css": css,
-    }
-    page = render_to_string("evidence/page.html", context).encode("utf-8")
-    (out / "index.html").write_bytes(page)
-    return page

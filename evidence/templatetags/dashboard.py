@@ -15,6 +15,7 @@ from django.utils.translation import pgettext
 from evidence import charts, decision_text, i18n
 from evidence.views.common import url_of
 from receipts import protocol
+from receipts.reader import states
 
 register = template.Library()
 
@@ -23,43 +24,8 @@ register.simple_tag(url_of, name="url_of")
 register.simple_tag(charts.histogram, name="histogram")
 register.simple_tag(charts.activity_strip, name="activity_strip")
 
-BADGE_CLASSES = {
-    "committed": "ok",
-    "reuse": "ok",
-    "created": "ok",
-    "reused": "info",
-    "prepared": "warn",
-    "unknown": "warn",
-    "query": "info",
-    "confirm": "warn",
-    "retry": "info",
-    "rejected": "bad",
-    "stop": "bad",
-    "conflict": "bad",
-    "failed": "bad",
-    "error": "bad",
-    "warning": "warn",
-    "tampered": "bad",
-    "unverified": "warn",
-    "disputed": "bad",
-    # a person's decision: their word, not the receipt's proof
-    "settled: committed": "info",
-    "settled: rejected": "info",
-    "in doubt": "warn",
-    "ok": "ok",
-    "keep": "neutral",
-    "strip_bodies": "info",
-    "archive": "warn",
-    # a host's importer
-    "shipping": "ok",
-    "silent": "bad",
-    "stopped": "bad",
-    "one-off": "neutral",
-    # what a target shows about a call in doubt: facts, neither good nor bad
-    "present": "info",
-    "absent": "info",
-    "unclear": "warn",
-}
+# The kind of each word's badge, shared with the evidence page the verifier renders.
+BADGE_CLASSES = states.KINDS
 
 
 @register.filter

@@ -8,24 +8,18 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 from receipts import protocol
-from receipts.reader import read_run
-
-FORMAT = "callproof-evidence/v1"
-SECTIONS = ("run", "calls", "submissions", "events", "findings", "confirmations")
+from receipts.reader import evidence_page, read_run
+from receipts.reader.evidence_page import FORMAT, SECTIONS
 
 
 def whole_digest(section_digests: Any, policy: Any) -> str:
     """The digest of the whole export: its format, every section's digest, and the policy."""
     whole = {"format": FORMAT, "sections": section_digests, "policy": policy}
     return protocol.sha256_hex(protocol.canonical_json(whole))
-
-
-PAGE_DIGEST = re.compile(r'<code class="digest" data-section="([a-z]+)">([0-9a-f]{64})</code>')
 
 
 def verify_export(directory: Path, against: Path | None = None) -> list[str]:
@@ -51,32 +45,48 @@ def verify_export(directory: Path, against: Path | None = None) -> list[str]:
     whole = whole_digest(manifest["sections"], manifest.get("policy"))
     if manifest.get("whole") != whole:
         problems.append(f"the whole: its digest is {whole}, the manifest says {manifest.get('whole')}")
-    problems += _check_page(directory, manifest)
+    problems += _check_page(directory, document, manifest)
     if against is not None:
         problems += _check_against(document, Path(against))
     return problems
 
 
-def _check_page(directory: Path, manifest: dict[str, Any]) -> list[str]:
+def _check_page(directory: Path, document: dict[str, Any], manifest: dict[str, Any]) -> list[str]:
+    """The page is what an outsider reads: it must be the page evidence.json renders, byte for
+    byte, in the language the manifest names (``evidence_page``)."""
     try:
         data = (directory / "index.html").read_bytes()
-        page = data.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as error:
+    except OSError as error:
         return [f"index.html cannot be read: {error}"]
+    problems = []
     if manifest.get("page_sha256") != protocol.sha256_hex(data):
-        return [
+        problems.append(
             f"index.html: its digest is {protocol.sha256_hex(data)}, the manifest says {manifest.get('page_sha256')}"
-        ]
-    shown = dict(PAGE_DIGEST.findall(page))
-    expected = {"whole": manifest.get("whole"), **manifest["sections"]}
-    problems = [
-        f"index.html shows {name} as {shown.get(name)}, evidence.json says {digest}"
-        for name, digest in expected.items()
-        if shown.get(name) != digest
-    ]
-    if f'<meta name="evidence-sha256" content="{manifest.get("whole")}">' not in page:
-        problems.append("index.html does not name the whole digest in its head")
+        )
+    page = evidence_page.mapping(manifest.get("page"))
+    if page.get("format") != evidence_page.PAGE_FORMAT or page.get("language") not in evidence_page.LANGUAGES:
+        problems.append(
+            f"index.html: the manifest names page format {_short(page.get('format'))} in "
+            f"{_short(page.get('language'))}; this verifier renders {evidence_page.PAGE_FORMAT} in "
+            f"{' or '.join(evidence_page.LANGUAGES)}, so what the page says cannot be checked"
+        )
+        return problems
+    expected = evidence_page.render_from(document, page["language"])
+    if data != expected:
+        problems.append("index.html does not say what evidence.json says: " + _first_difference(data, expected))
     return problems
+
+
+def _first_difference(shown: bytes, expected: bytes) -> str:
+    """Where the page first departs from the one evidence.json renders, as a line of each."""
+    shown_lines = shown.decode("utf-8", "replace").splitlines()
+    expected_lines = expected.decode("utf-8").splitlines()
+    for number, (seen, wanted) in enumerate(zip(shown_lines, expected_lines, strict=False), start=1):
+        if seen != wanted:
+            return f"line {number} is {_short(seen, 200)}, evidence.json gives {_short(wanted, 200)}"
+    if len(shown_lines) != len(expected_lines):
+        return f"the page has {len(shown_lines)} lines, evidence.json gives {len(expected_lines)}"
+    return "the pages differ in their line endings or bytes"
 
 
 # Fields the dashboard derives (verdicts, decisions, counts, findings) are not in the run
@@ -213,6 +223,6 @@ def _differences(where: str, shown: Any, original: Any) -> list[str]:
     return []
 
 
-def _short(value: Any) -> str:
+def _short(value: Any, length: int = 80) -> str:
     text = json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return text if len(text) <= 80 else text[:79] + "…"
+    return text if len(text) <= length else text[: length - 1] + "…"

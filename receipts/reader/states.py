@@ -1,0 +1,100 @@
+"""Each word the records hold, as a badge: its kind (the colour and the mark before it) and
+its Chinese. Standard library, so that the evidence page, rendered by the verifier with no
+Django, shows a state exactly as the dashboard does.
+
+The dashboard's badges take their kind from ``KINDS``; its Chinese comes from the catalogue,
+and a test holds ``CHINESE`` to it (docs/glossary.md fixes both).
+"""
+
+from __future__ import annotations
+
+# What each word's badge is: ok (✓), warn (▲), bad (✕), info (◆); a word not here is neutral (○).
+KINDS: dict[str, str] = {
+    "committed": "ok",
+    "reuse": "ok",
+    "created": "ok",
+    "reused": "info",
+    "prepared": "warn",
+    "unknown": "warn",
+    "query": "info",
+    "confirm": "warn",
+    "retry": "info",
+    "rejected": "bad",
+    "stop": "bad",
+    "conflict": "bad",
+    "failed": "bad",
+    "error": "bad",
+    "warning": "warn",
+    "tampered": "bad",
+    "unverified": "warn",
+    "disputed": "bad",
+    # a person's decision: their word, not the receipt's proof
+    "settled: committed": "info",
+    "settled: rejected": "info",
+    "in doubt": "warn",
+    "ok": "ok",
+    "keep": "neutral",
+    "strip_bodies": "info",
+    "archive": "warn",
+    # a host's importer
+    "shipping": "ok",
+    "silent": "bad",
+    "stopped": "bad",
+    "one-off": "neutral",
+    # what a target shows about a call in doubt: facts, neither good nor bad
+    "present": "info",
+    "absent": "info",
+    "unclear": "warn",
+}
+
+# The Chinese of every word the dashboard translates (evidence.i18n.WORDS); English is the word itself.
+CHINESE: dict[str, str] = {
+    "committed": "已提交",
+    "prepared": "已准备",
+    "rejected": "已拒绝",
+    "unknown": "未知",
+    "failed": "失败",
+    "missing": "缺失",
+    "reuse": "复用",
+    "query": "查询",
+    "confirm": "人工确认",
+    "retry": "重试",
+    "stop": "停止",
+    "created": "新建",
+    "reused": "复用",
+    "conflict": "冲突",
+    "reserved": "已预留",
+    "task_created": "任务已创建",
+    "error": "错误",
+    "warning": "警告",
+    "tampered": "篡改",
+    "unverified": "未验证",
+    "disputed": "有争议",
+    "verified": "已验证",
+    "settled: committed": "已裁定：已提交",
+    "settled: rejected": "已裁定：已拒绝",
+    "in doubt": "存疑",
+    "ok": "正常",
+    "keep": "保留",
+    "strip_bodies": "清除正文",
+    "archive": "归档",
+    "archived": "已归档",
+    "shipping": "传送中",
+    "silent": "失联",
+    "stopped": "已停止",
+    "one-off": "单次",
+    "present": "存在",
+    "absent": "不存在",
+    "unclear": "不明",
+    "live": "实时",
+    "running": "运行中",
+    "finished": "已结束",
+    "abandoned": "已放弃",
+    "retrying": "重试中",
+    "succeeded": "已成功",
+    "completed": "已完成",
+    "cancelled": "已取消",
+    "acknowledged": "已知悉",
+    "snoozed": "已暂缓",
+    "open": "未处理",
+}
