@@ -9,9 +9,12 @@ Whatever stays in clear is scanned, ids and keys included: a value under a key
 that names a secret (password, token, …), or a value that looks like one, is
 masked the same way. Our patterns (standard library ``re``) recognise bearer
 tokens, ``sk-`` keys, Slack tokens and webhooks, Stripe and Google API keys,
-Azure storage keys and SAS signatures, secrets in a URL's query, ``user:pass@``
-in URLs, e-mail addresses, phone numbers, card numbers (Luhn), IBANs (mod 97),
-US social security numbers and base64 of JSON that holds a secret's key.
+Google OAuth tokens (``ya29.``), GitHub fine-grained tokens (``github_pat_``),
+bare npm tokens (``npm_``), ``Basic`` credentials, Azure storage keys and SAS
+signatures, secrets in a URL's query, ``user:pass@`` in URLs, e-mail addresses,
+phone numbers, card numbers (Luhn), IBANs (mod 97), US social security numbers
+and base64 of JSON that holds a secret's key; a number, int or float, is
+scanned as its digits.
 detect-secrets' own plugins add AWS keys, GitHub and GitLab tokens, JWTs, PEM
 private keys and other vendors' keys; they are called directly, without
 detect-secrets' filters, so a ``pragma: allowlist secret`` written into a value
@@ -109,6 +112,13 @@ PATTERNS = {
         _ALONE + r"(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{10,}|" + _ALONE + r"whsec_[0-9A-Za-z]{16,}"
     ),
     "Google API key": re.compile(r"AIza[0-9A-Za-z_-]{35}"),
+    # An OAuth 2.0 access token Google issues (for a service account or a person): always ``ya29.``.
+    "Google OAuth token": re.compile(_ALONE + r"ya29\.[0-9A-Za-z._-]{20,}"),
+    # github_pat_ + 22 + _ + 59 (and a cut one still of some length); detect-secrets' GitHub plugin
+    # knows only ghp_, gho_, ghu_, ghs_ and ghr_.
+    "GitHub fine-grained token": re.compile(_ALONE + r"github_pat_[0-9A-Za-z_]{50,}"),
+    # npm_ + 36 alphanumerics, alone: detect-secrets' npm plugin knows one only inside an .npmrc line.
+    "npm token": re.compile(_ALONE + r"npm_[0-9A-Za-z]{36}(?![0-9A-Za-z])"),
     "Azure storage key": re.compile(
         r"(?:AccountKey|SharedAccessKey|SharedAccessSignature)\s*=\s*[^;\s]{8,}", re.IGNORECASE
     ),
@@ -117,6 +127,10 @@ PATTERNS = {
         _ALONE + r"(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![0-9A-Za-z]|-\d)"
     ),
 }
+# ``Basic <base64 of user:password>`` (RFC 7617), as a header's value, alone or inside text; the
+# scheme's name is any case. Recognised only when the token decodes to text with a colon, so that
+# "basic settings" and other words after "basic" stay in clear.
+BASIC_CREDENTIALS = re.compile(r"(?<![0-9A-Za-z])basic\s+([A-Za-z0-9+/]{4,}={0,2})(?![A-Za-z0-9+/=])", re.IGNORECASE)
 # A card number stands alone: digits inside a longer token (a hex digest) are not one.
 CARD_CANDIDATE = re.compile(r"(?<![0-9A-Za-z])(?:\d[ -]?){12,18}\d(?![0-9A-Za-z])")
 # A parameter of a URL's query (or fragment, or a connection string's part) and its value.
@@ -163,10 +177,11 @@ class Policy:
         return f"{tool}.{field}" in self.allowed_fields
 
     def describe(self) -> dict[str, Any]:
+        """The policy as the manifest names it, scanned like any value: an allowed field names a tool."""
         return {
-            "source": self.source,
-            "allowed_fields": sorted(self.allowed_fields),
-            "patterns": [name for name, _ in self.patterns],
+            "source": clear(self.source, self),
+            "allowed_fields": [clear(name, self) for name in sorted(self.allowed_fields)],
+            "patterns": [clear(name, self) for name, _ in self.patterns],
         }
 
 
@@ -232,6 +247,18 @@ def _luhn(digits: str) -> bool:
     return total % 10 == 0
 
 
+def _basic_credentials(text: str) -> bool:
+    for match in BASIC_CREDENTIALS.finditer(text):
+        token = match.group(1)
+        try:
+            decoded = binascii.a2b_base64(token + "=" * (-len(token.rstrip("=")) % 4)).decode("utf-8")
+        except (binascii.Error, ValueError):
+            continue
+        if ":" in decoded and decoded.isprintable():
+            return True
+    return False
+
+
 def _query_secret(text: str) -> bool:
     """``?api_key=…``, ``&token=…``, ``#access_token=…``, ``&sig=…``: a parameter that names a secret."""
     if "=" not in text:
@@ -279,6 +306,7 @@ def _mod97(text: str) -> int:
 
 RECOGNISERS: tuple[tuple[str, Callable[[str], bool]], ...] = (
     ("card number", _card_number),
+    ("Basic credentials", _basic_credentials),
     ("secret in a URL query", _query_secret),
     ("phone number", _phone_number),
     ("IBAN", _iban),
@@ -333,7 +361,7 @@ def clear(value: Any, policy: Policy, key: str = "") -> Any:
 
     Walks lists and objects: a key that names a secret redacts its value, and a key
     that itself looks like a secret is replaced by its digest. Ids go through here
-    too, and a whole number is scanned as its digits (a card number stored as one).
+    too, and a whole number, int or float, is scanned as its digits (a card number stored as one).
     """
     if key and secret_key(key):
         return redacted(value)
@@ -343,6 +371,10 @@ def clear(value: Any, policy: Policy, key: str = "") -> Any:
         return redacted(value) if secret_kind(value, policy) else value
     if isinstance(value, int) and not isinstance(value, bool):
         return redacted(value) if secret_kind(str(value), policy) else value
+    if isinstance(value, float) and value.is_integer():
+        # JSON has one kind of number: 4111111111111111.0 and 4.111111111111111e15 are the digits
+        # of a card as surely as 4111111111111111 is. A fraction (a size, a ratio) is no card.
+        return redacted(value) if secret_kind(str(int(value)), policy) else value
     if isinstance(value, list):
         return [clear(item, policy) for item in value]
     if isinstance(value, dict):

@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.utils.html import escape
 
 from evidence import importer
-from evidence.redaction import Policy, load_policy, secret_kind
+from evidence.redaction import Policy, clear, load_policy, secret_kind
 from receipts import durable, protocol, runtime
 from receipts.demo import run_writer
 from receipts.reader.verify import verify_export
@@ -161,6 +161,17 @@ FURTHER_CANARIES = {
     "receipt status": "sk_live_51CanaryStatus0123456789",
     "run attempts": "4111111111111111",
 }
+# Issue 36: kinds that left in fields kept in clear. Each is the shape its issuer gives, fake.
+SECRET_SHAPES = {
+    "GitHub fine-grained token": "github_pat_11CANARYfineGrained0Tk_" + ("CanaryFineGrainedBody0123456789" * 2)[:59],
+    "npm token": "npm_CanaryBareNpmToken0123456789abcdefgh",
+    "Basic credentials": "Basic Y2FuYXJ5OmNhbmFyeS1iYXNpYy1wYXNzd29yZA==",  # canary:canary-basic-password
+    "Google OAuth token": "ya29.a0CanaryGoogleAccessToken_0123456789-abcdefghij",
+}
+# A card number is also a JSON number: 4111111111111111, and a float with the same digits.
+CARD_NUMBERS = [4111111111111111, 4.111111111111111e15, 4111111111111111.0, 5500000000000004.0]
+# Numbers that are what they say: counts, sizes, ratios, times, a whole float that fails Luhn.
+PLAIN_NUMBERS = [0, 1, 42, 3.0, 0.5, 12.75, 1048576.0, 1e15, 4111111111111112.0, 1732999999.123, 1e300, -7.0]
 # More forms of each kind the scanner knows.
 RECOGNISED = [
     "xoxp-1234567890-0987654321-1122334455-abcdef0123456789abcdef0123456789",
@@ -172,6 +183,12 @@ RECOGNISED = [
     "https://example.com/callback#access_token=ya29.canary&expires_in=3600",
     "https://example.com/login?user=ann&password=hunter2",
     "https://example.com/x?token=abc123&page=2",
+    "Authorization: Basic dXNlcjpwYXNz",
+    "curl -H 'authorization: basic dXNlcjpwYXNzd29yZA' https://example.com",
+    "BASIC dXNlcjpwYXNz",
+    "token ya29.c.b0AXv0zTOcanaryServiceAccount0123 expires soon",
+    "//registry.npmjs.org/ " + SECRET_SHAPES["npm token"],
+    "pushed with " + SECRET_SHAPES["GitHub fine-grained token"] + ".",
     "+44 20 7946 0958",
     "+1 (415) 555-0134",
     "(415) 555-0134",
@@ -247,6 +264,15 @@ HARMLESS = [
     "tokenizer",
     "pk_lives_here",
     "eyJ0eXAiOiJub3RlIn0",
+    "basic settings",
+    "Basic Auth",
+    "basic dGhlIHF1aWV0IGhhcmJvdXI",  # base64 of words without a colon: no user:password
+    "the basic plan",
+    "npm_install",
+    "npm_config_registry",
+    "github_pat_expiry",
+    "ya29.short",
+    "ya29",
 ]
 
 
@@ -263,6 +289,16 @@ def test_the_scanner_recognises_every_kind_and_leaves_digests_and_ids_alone():
         assert secret_kind(secret, policy) == kind
     for value in HARMLESS:
         assert secret_kind(value, policy) is None, value
+    for kind, secret in SECRET_SHAPES.items():
+        assert secret_kind(secret, policy) == kind
+    assert len(SECRET_SHAPES["GitHub fine-grained token"].split("_", 2)[2]) == 22 + 1 + 59
+    for number in CARD_NUMBERS:
+        assert clear(number, policy) == protocol.redacted(number), number
+        assert clear({"attempt": [number]}, policy) == {"attempt": [protocol.redacted(number)]}
+    for number in PLAIN_NUMBERS:
+        assert clear(number, policy) == number, number
+    for value in HARMLESS:
+        assert clear(value, policy) == value, value
     assert all(len(REVIEW_CANARIES[where]) == 39 for where in ("tool_version", "tool", "run state")), "AIza + 35"
     assert protocol.valid_run_id(REVIEW_CANARIES["run_id"])
 
@@ -273,7 +309,8 @@ def test_a_long_value_is_scanned_in_time_that_grows_with_its_length_not_its_squa
 
     policy = Policy()
     for value in ("a" * 100_000 + "@", "ey" + "A" * 100_000, "x://" + "a" * 100_000, "+1 2 3 4 5 6 7 8 9 " * 10_000,
-                  ("GB82" + "A" * 3_000 + " ") * 30, ("+1" + "9" * 5_000 + " ") * 50):  # fmt: skip
+                  ("GB82" + "A" * 3_000 + " ") * 30, ("+1" + "9" * 5_000 + " ") * 50, "Basic " * 20_000,
+                  "basic " + "QUFB" * 25_000, "github_pat_" * 10_000, "ya29." * 20_000):  # fmt: skip
         started = time.perf_counter()
         secret_kind(value, policy)
         assert time.perf_counter() - started < 5, value[:20]
@@ -685,3 +722,111 @@ def test_the_reviews_canaries_in_ids_keys_and_names_are_in_no_exported_byte_nor_
     assert "write_file" in exported["index.html"]
     # Intact: the manifest holds, and against the run every id matches in clear or by its digest.
     assert verify_export(out, review_run) == [] and verify_export(tmp_path / "zip" / stem, review_run) == []
+
+
+@pytest.fixture(params=sorted(SECRET_SHAPES))
+def shaped_run(request, tmp_path: Path, settings) -> tuple[Path, str]:
+    """Issue 36: a run holding one of SECRET_SHAPES in every field an export keeps in clear, or
+    that a person might think it keeps (its id, its host's name, a call's id and tool, a submission's
+    ids, reasons, a finding's subject and detail, an event's facts), and a card number stored as a
+    JSON float in an event's facts and in an argument a policy allows."""
+    secret = SECRET_SHAPES[request.param]
+    run_id = secret if protocol.valid_run_id(secret) else "shaped-run"
+    if protocol.valid_run_id(secret):
+        settings.EVIDENCE_HOST_NAME = secret  # the importing host is named by it too
+    run_dir = tmp_path / run_id
+    runtime.run_init(run_dir, contract_sha256=CONTRACT)
+    runtime.Executor(run_dir).call("write_file", {"path": "a.txt", "content": "hello"})
+    runtime.write_task(run_dir, {"subject": "s", "body": "b"}, secret)
+    [record] = (run_dir / "submissions").glob("*.json")
+    edit_json(record, lambda document: document.update(task_id=secret, task_path=secret))  # a finding's detail
+    durable.append_event(run_dir, "submission", {
+        "client_submission_id": secret, "disposition": "conflict", "reason": secret,
+        "request_digest": "0" * 64})  # fmt: skip
+    durable.append_event(run_dir, "note", {"tool": secret, "reason": secret, "attempt": CARD_NUMBERS[1]})
+    # A committed call whose tool is the secret, with a card as a float in an argument the policy allows.
+    args = {"path": "b.txt", "content": "b", "size": CARD_NUMBERS[2]}
+    call_id = protocol.make_call_id(CONTRACT, 1, secret, args, "1.0.0", protocol.IDENTITY_V2)
+    receipt = {"call_id": call_id, "identity": protocol.IDENTITY_V2, "contract_sha256": CONTRACT, "attempt": 1,
+               "tool": secret, "tool_version": "1.0.0", "args": args, "input_sha256": protocol.input_sha256(args),
+               "status": "committed", "result": {}, "output_sha256": protocol.input_sha256({}),
+               "created_at": "2026-11-29T12:00:00.000000Z", "updated_at": "2026-11-29T12:00:01.000000Z"}  # fmt: skip
+    (run_dir / "receipts" / f"{call_id}.json").write_bytes(protocol.canonical_json(receipt))
+    durable.append_event(run_dir, "receipt", {"call_id": call_id, "tool": secret, "attempt": 1, "status": "committed"})
+    # A receipt named by the secret (its call_id), and a file that is not JSON named by it (a finding's subject).
+    named = {**receipt, "call_id": secret, "tool": "write_file"}
+    (run_dir / "receipts" / f"{secret}.json").write_bytes(protocol.canonical_json(named))
+    durable.append_event(run_dir, "receipt", {"call_id": secret, "attempt": 1, "status": "committed"})
+    (run_dir / "receipts" / f"{secret}.broken.json").write_text("{not json")
+    killed = run_writer("call", str(run_dir), "--tool", "send_message", "--args", json.dumps({"to": "x", "body": "y"}),
+                        RECEIPTS_FAILPOINT="after_effect")  # fmt: skip
+    assert killed.returncode == 137
+    importer.run_import(path=run_dir)
+    prepared = next(call for call in first_call_of_all(run_id) if call.status == "prepared")
+    runtime.confirm_call(run_dir, prepared.call_id, resolution="committed", reason=secret, actor="ann",
+                         receipt_sha256=prepared.file_sha256)  # fmt: skip
+    importer.run_import(path=run_dir)
+    return run_dir, request.param
+
+
+def test_issue_36_secrets_in_fields_kept_in_clear_are_in_no_exported_byte_nor_name(shaped_run, tmp_path, client, user):
+    from evidence.models import Call, Confirmation, Event, Finding, Run, Submission
+
+    run_dir, kind = shaped_run
+    secret = SECRET_SHAPES[kind]
+    run = Run.objects.get(run_id=run_dir.name)
+    # Each was imported where this test says.
+    assert run.run_id == secret or not protocol.valid_run_id(secret)
+    assert run.host is not None and (run.host.name == secret or not protocol.valid_run_id(secret))
+    assert Call.objects.filter(run=run, call_id=secret).exists()
+    assert Call.objects.filter(run=run, tool=secret, verification=protocol.VERIFIED).exists()
+    assert Submission.objects.filter(run=run, client_submission_id=secret, task_id=secret).exists()
+    payloads = [event.payload for event in Event.objects.filter(run=run)]
+    assert any(payload.get("tool") == secret for payload in payloads)
+    assert sum(payload.get("reason") == secret for payload in payloads) >= 2, "a conflict's and a note's"
+    assert any(payload.get("attempt") == CARD_NUMBERS[1] for payload in payloads), "stored as a float"
+    assert Confirmation.objects.filter(run=run, reason=secret).exists()
+    findings = Finding.objects.filter(run=run)
+    assert any(secret in finding.subject for finding in findings), "a finding's subject"
+    assert any(secret in finding.detail for finding in findings), "a finding's detail"
+
+    policy_file = tmp_path / "policy.toml"
+    policy_file.write_text(f'allow = ["{secret}.size", "write_file.size"]\n')
+    out = tmp_path / "export"
+    call_command("export_evidence", run.run_id, "--out", str(out), "--policy", str(policy_file))
+    exported = exported_texts(out)
+    disposition, names, zipped = download_evidence(client, user, run.run_id, tmp_path / "zip")
+    places = {**exported, **{f"the zip's {name}": text for name, text in zipped.items()}}
+    places |= {"the zip's entry names": "\n".join(names), "Content-Disposition": disposition}
+    card_forms = {"card as an int": "4111111111111111", "card as a float": json.dumps(CARD_NUMBERS[1])}
+    assert_nowhere({kind: secret, **card_forms}, places)
+    # The export still says what happened, and verifies against the run.
+    document = json.loads(exported["evidence.json"])
+    assert protocol.redacted(secret) in [call["tool"] for call in document["calls"]]
+    assert any((call["args"] or {}).get("size") == protocol.redacted(CARD_NUMBERS[2]) for call in document["calls"])
+    assert "write_file" in exported["index.html"]
+    # Intact; against the run, only the receipt named by the secret is said not to give its call_id
+    # (it claims a name its content does not hash to), matched through its digest.
+    [stem] = {name.split("/")[0] for name in names}
+    tampered = [f"call {secret}: the original receipt does not give its call_id"]
+    assert verify_export(out) == [] and verify_export(tmp_path / "zip" / stem) == []
+    assert verify_export(out, run_dir) == tampered and verify_export(tmp_path / "zip" / stem, run_dir) == tampered
+
+
+def test_issue_36_secrets_a_stripped_run_keeps_in_clear_are_in_no_export_of_it(shaped_run, tmp_path):
+    """Retention strips bodies to the same marker and keeps ids, tools and event facts: an export of
+    the stripped run scans what was kept like any value."""
+    from evidence.models import Event, Run
+    from evidence.retention import strip_bodies
+
+    run_dir, kind = shaped_run
+    run = Run.objects.get(run_id=run_dir.name)
+    strip_bodies(run=run, now=protocol.utc_now())
+    payloads = [event.payload for event in Event.objects.filter(run=run)]
+    assert any(payload.get("tool") == SECRET_SHAPES[kind] for payload in payloads), "a fact kept by stripping"
+    assert any(payload.get("attempt") == CARD_NUMBERS[1] for payload in payloads)
+    out = tmp_path / "export"
+    call_command("export_evidence", run.run_id, "--out", str(out))
+    card_forms = {"card as an int": "4111111111111111", "card as a float": json.dumps(CARD_NUMBERS[1])}
+    assert_nowhere({kind: SECRET_SHAPES[kind], **card_forms}, exported_texts(out))
+    assert verify_export(out) == []
