@@ -9,12 +9,20 @@ A running export holds a lease: the worker beats ``heartbeat_at`` from a thread 
 it. One whose heartbeat is older than ``EVIDENCE_EXPORT_LEASE_SECONDS`` lost its worker (killed,
 restarted: django-tasks never reclaims a running task): the page shows it failed at once, and
 the maintenance task marks it so, never "running" for ever.
+
+What one person may ask for is bounded (``ExportRefused``): one export of a run in flight at a
+time, ``EVIDENCE_EXPORTS_PER_HOUR`` exports an hour, and none while the export root holds
+``EVIDENCE_EXPORT_DISK_BUDGET_BYTES``. The person's own row is locked while the rules are read and
+the export written, so two requests at the same moment cannot both pass.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
+import errno
+import json
 import logging
 import os
 import tempfile
@@ -23,6 +31,7 @@ import zipfile
 from pathlib import Path
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import DatabaseError, connection, transaction
 from django.db.models import BooleanField, Case, DateTimeField, ExpressionWrapper, Q, Value, When
 from django.db.models.functions import Now
@@ -38,19 +47,87 @@ log = logging.getLogger("callproof.export")
 SHOWN_ON_THE_PAGE = 5  # the run page lists this many of its newest exports
 
 
+RATE_WINDOW = dt.timedelta(hours=1)  # EVIDENCE_EXPORTS_PER_HOUR counts the exports asked for in this
+
+
+@dataclasses.dataclass
+class ExportRefused(Exception):  # noqa: N818 - a verdict, said to the person who asked
+    """Why an export was not queued, as data: the page words it (receipts/_export_refused.html)."""
+
+    IN_FLIGHT, RATE, DISK = "in_flight", "rate", "disk"
+
+    reason: str
+    in_flight: Export | None = None  # IN_FLIGHT: the person's export of this run still to finish
+    next_at: dt.datetime | None = None  # RATE: when the person may ask again
+    limit: int = 0  # RATE: exports an hour; DISK: the budget in bytes
+    used: int = 0  # DISK: bytes the export root holds
+
+
 def request_export(*, run: Run, user, language: str | None = None) -> Export:
     """An export of ``run`` for ``user``, queued for the worker (nothing is read or written yet),
-    to be written in ``language``: by default the one this request is read in."""
+    to be written in ``language``: by default the one this request is read in. Raises
+    ``ExportRefused`` (nothing queued) when a limit says no."""
     from evidence import tasks
 
     language = language or translation.get_language() or settings.LANGUAGE_CODE
     with transaction.atomic():  # the row and its task, or neither
-        export = Export.objects.create(run=run, requested_by=user, created_at=protocol.utc_now(), language=language)
+        # The person's requests one after the other (PostgreSQL: a row lock until commit; SQLite's
+        # transactions take the write lock at their start), so the rules below see every export
+        # a request at the same moment queued.
+        get_user_model().objects.select_for_update().filter(pk=user.pk).exists()
+        now = protocol.utc_now()
+        refusal = refusal_for(run=run, user=user, now=now)
+        if refusal is not None:
+            log.info("evidence export refused", extra={"event": "evidence_export_refused", "run_id": run.run_id,
+                                                       "actor": user.get_username(),
+                                                       "reason": refusal.reason})  # fmt: skip
+            raise refusal
+        export = Export.objects.create(run=run, requested_by=user, created_at=now, language=language)
         result = tasks.make_export.enqueue(export.pk)
         Export.objects.filter(pk=export.pk).update(task_id=str(result.id))
     log.info("evidence export queued", extra={"event": "evidence_export_queued", "run_id": run.run_id,
                                              "actor": user.get_username()})  # fmt: skip
     return export
+
+
+def refusal_for(*, run: Run, user, now: dt.datetime) -> ExportRefused | None:
+    """Why ``user`` may not ask for an export of ``run`` now, or None: the most particular rule first."""
+    in_flight = (
+        Export.objects.filter(run=run, requested_by=user, state__in=(Export.WAITING, Export.RUNNING))
+        .exclude(worker_lost())
+        .order_by("-pk")
+        .first()
+    )
+    if in_flight is not None:
+        return ExportRefused(ExportRefused.IN_FLIGHT, in_flight=in_flight)
+    per_hour = settings.EVIDENCE_EXPORTS_PER_HOUR
+    if per_hour:
+        asked = list(
+            Export.objects.filter(requested_by=user, created_at__gt=now - RATE_WINDOW)
+            .order_by("created_at")
+            .values_list("created_at", flat=True)
+        )
+        if len(asked) >= per_hour:
+            # Free again once enough of these are an hour old that fewer than the limit remain.
+            return ExportRefused(ExportRefused.RATE, next_at=asked[len(asked) - per_hour] + RATE_WINDOW, limit=per_hour)
+    budget = settings.EVIDENCE_EXPORT_DISK_BUDGET_BYTES
+    if budget:
+        used = bytes_under(Path(settings.EVIDENCE_EXPORT_ROOT))
+        if used >= budget:
+            return ExportRefused(ExportRefused.DISK, used=used, limit=budget)
+    return None
+
+
+def bytes_under(root: Path) -> int:
+    """What the files under ``root`` hold (zips, and what a worker is writing), 0 if it is not there."""
+    total = 0
+    for folder, _, names in os.walk(root):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(folder, name)).st_size
+            except FileNotFoundError:  # removed while counted (an export renamed, the maintenance task)
+                continue
+    return total
 
 
 @dataclasses.dataclass
@@ -158,10 +235,12 @@ def make(export_id: int) -> Export:
                         bundle.write(Path(folder) / name, f"{stem_of(export.run)}/{name}")
             os.replace(temp, target)
     except (OSError, ValueError) as error:
-        temp.unlink(missing_ok=True)
+        # A root that cannot be written may not be readable either: the failure is recorded whatever.
+        with contextlib.suppress(OSError):
+            temp.unlink(missing_ok=True)
         reason = (error.strerror if isinstance(error, OSError) else None) or str(error)
         Export.objects.filter(pk=export.pk).update(
-            state=Export.FAILED, error=f"the export could not be written: {reason}", finished_at=protocol.utc_now()
+            state=Export.FAILED, error=failure_of(error), finished_at=protocol.utc_now()
         )
         log.warning("evidence export failed", extra={"event": "evidence_export_failed",
                                                      "run_id": export.run.run_id, "reason": reason})  # fmt: skip
@@ -171,6 +250,16 @@ def make(export_id: int) -> Export:
     )
     export.refresh_from_db()
     return export
+
+
+def failure_of(error: OSError | ValueError) -> str:
+    """What ``Export.error`` keeps of why an export failed: a code and its values (JSON), which
+    the page words in its reader's language (``Export.failure``); the system's own text, when
+    there is one, is kept as it is, shown as a value."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return json.dumps({"code": Export.DISK_FULL})
+    detail = (error.strerror if isinstance(error, OSError) else None) or str(error)
+    return json.dumps({"code": Export.NOT_WRITTEN, "detail": detail})
 
 
 def ready_file(export: Export) -> Path | None:

@@ -623,6 +623,9 @@ class Export(models.Model):
 
     # What ``error`` says of an export whose worker stopped under it: the page words it.
     WORKER_LOST = "worker lost: the worker making it stopped before it finished (killed or restarted)"
+    # The codes ``error`` keeps of a failure the worker saw, as JSON with their values
+    # (exports.failure_of): the page words them in its reader's language.
+    DISK_FULL, NOT_WRITTEN = "disk_full", "not_written"
 
     class Meta:
         indexes = [
@@ -641,6 +644,20 @@ class Export(models.Model):
     @property
     def worker_lost(self) -> bool:
         return self.state == self.FAILED and self.error == self.WORKER_LOST
+
+    @property
+    def failure(self) -> dict[str, str]:
+        """Why it failed, as a code and its values; an error kept as text before codes were
+        (English: issue 36) is the code ``text`` with that text as its detail."""
+        if self.worker_lost:
+            return {"code": "worker_lost"}
+        try:
+            kept = json.loads(self.error)
+        except ValueError:
+            kept = None
+        if isinstance(kept, dict) and kept.get("code") in (self.DISK_FULL, self.NOT_WRITTEN):
+            return {"code": kept["code"], "detail": str(kept.get("detail", ""))}
+        return {"code": "text", "detail": self.error}
 
     @property
     def percent(self) -> int:

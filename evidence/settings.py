@@ -6,7 +6,7 @@ EVIDENCE_RUNS_ROOT, EVIDENCE_ARCHIVE_ROOT, EVIDENCE_MIRROR_ROOT, EVIDENCE_READ_O
 EVIDENCE_ARCHIVE_AFTER_DAYS, EVIDENCE_PROXY_COUNT,
 EVIDENCE_METRICS_TOKEN, EVIDENCE_SIGNING_KEY_FILES, EVIDENCE_SIGNED_RUNS_ONLY, EVIDENCE_ADAPTERS, EVIDENCE_HOST_NAME,
 EVIDENCE_HOST_SILENT_AFTER_SECONDS, EVIDENCE_ABANDONED_AFTER_SECONDS, EVIDENCE_COLD_SWEEP_SECONDS, EVIDENCE_EXPORT_ROOT,
-EVIDENCE_EXPORT_KEEP_HOURS, EVIDENCE_EXPORT_LEASE_SECONDS,
+EVIDENCE_EXPORT_KEEP_HOURS, EVIDENCE_EXPORT_LEASE_SECONDS, EVIDENCE_EXPORTS_PER_HOUR, EVIDENCE_EXPORT_DISK_BUDGET_BYTES,
 EVIDENCE_WATCH_RETENTION_SECONDS, EVIDENCE_IMPORT_READ_AHEAD. Parsers are strict: a
 malformed value stops start-up. What is unset is what a deployment needs: debugging off, HTTPS on.
 """
@@ -92,6 +92,11 @@ EVIDENCE_MIRROR_ROOT = env_path("EVIDENCE_MIRROR_ROOT", BASE_DIR / "var" / "mirr
 # is kept there before the maintenance task removes it (it is a copy: the run can be exported again).
 EVIDENCE_EXPORT_ROOT = env_path("EVIDENCE_EXPORT_ROOT", BASE_DIR / "var" / "exports")
 EVIDENCE_EXPORT_KEEP_HOURS = env_hours("EVIDENCE_EXPORT_KEEP_HOURS", 24)
+# What one person may ask for (docs/operations.md, "Evidence exports"): exports in an hour
+# (0: no limit), and how many bytes the export root may hold before new exports are refused
+# (0: no budget). One export of a run per person is in flight at a time, whatever these say.
+EVIDENCE_EXPORTS_PER_HOUR = env_count("EVIDENCE_EXPORTS_PER_HOUR", 20)
+EVIDENCE_EXPORT_DISK_BUDGET_BYTES = env_count("EVIDENCE_EXPORT_DISK_BUDGET_BYTES", 2 * 1024**3)
 # Retention: days after a run's last event (or a person's later decision) until its
 # bodies are stripped, and until the whole run is archived. Only a finished run is (its state
 # one of the protocol's FINISHED_STATES: the one rule, which pages and /metrics follow too).

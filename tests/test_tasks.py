@@ -22,6 +22,7 @@ from evidence.models import Export, Run
 from receipts import protocol
 from receipts.reader.verify import verify_export
 from tests.helpers import CONTRACT, content, downloaded, join, until
+from tests.i18n_check import english_on
 from tests.serving import stop
 from tests.subprocess_db import start_worker, this_database_url
 from tests.test_operations import scrape
@@ -194,12 +195,16 @@ def test_an_export_that_fails_shows_its_error_and_leaves_no_file(tmp_path, small
     assert worker.wait(timeout=600) == 0, (tmp_path / "worker.log").read_text()[-3000:]
     export = Export.objects.get()
     assert export.state == Export.FAILED and export.path == "" and export.finished_at is not None
-    assert export.error == "the export could not be written: No space left on device"
+    # Kept as data (a code), worded on the page in its reader's language (issue 36: it was English text).
+    assert export.failure == {"code": Export.DISK_FULL, "detail": ""}
     assert DBTaskResult.objects.get(id=export.task_id).status == "FAILED"
     assert scrape(client)[("callproof_tasks", (("state", "failed"),))] == 1
     assert files_under(small_disk) == [] and list(small_disk.iterdir()) == [], "no partial file, no temp folder"
     page = content(client.get("/runs/mid-run/"))
-    assert "failed</span>" in page and "No space left on device" in page and 'hx-trigger="every 1s"' not in page
+    assert "failed</span>" in page and "the disk holding the exports is full" in page
+    assert 'hx-trigger="every 1s"' not in page
+    chinese = content(client.get("/runs/mid-run/exports/", HTTP_ACCEPT_LANGUAGE="zh-CN,zh;q=0.9"))
+    assert "无法写入导出：存放导出的磁盘已满" in chinese and english_on(chinese) == [], english_on(chinese)
     assert client.get(f"/runs/mid-run/exports/{export.pk}.zip").status_code == HTTPStatus.NOT_FOUND
 
 

@@ -11,6 +11,7 @@ from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpResponse, HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
@@ -148,11 +149,19 @@ def run(request: HtmxHttpRequest, run_id: str) -> HttpResponseBase:
 @permission_required("receipts.export_evidence", raise_exception=True)
 def export_request(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     """Queue an export of the run's redacted evidence for the worker, and answer at once: the
-    exports panel (htmx), or back to the run page."""
+    exports panel (htmx), or back to the run page; a refusal is said there, nothing queued."""
     run = get_run_or_404(run_id)
-    exports.request_export(run=run, user=request.user)
+    try:
+        exports.request_export(run=run, user=request.user)
+    except exports.ExportRefused as refusal:
+        refused: exports.ExportRefused | None = refusal
+    else:
+        refused = None
     if request.htmx:
-        return render(request, "receipts/run.html#exports", {"run": run, "exports": exports.recent(run)})
+        context = {"run": run, "exports": exports.recent(run), "refused": refused}
+        return render(request, "receipts/run.html#exports", context)
+    if refused is not None:  # said on the run page it goes back to, worded by the panel's own template
+        messages.error(request, render_to_string("receipts/_export_refused.html", {"refused": refused}, request))
     response = redirect(reverse("run", args=[run.run_id]) + "#exports")
     response.status_code = HTTPStatus.SEE_OTHER
     return response
