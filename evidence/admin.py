@@ -18,6 +18,7 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied
 from django.utils.translation import gettext_lazy as _
 
+from evidence import people
 from evidence.models import AuditEntry, Host, HumanDecision
 from evidence.roles import ROLES
 
@@ -40,14 +41,14 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(HumanDecision)
 class HumanDecisionAdmin(ReadOnlyAdmin):
-    list_display = ("decided_at", "actor", "run", "call_id", "resolution")
+    list_display = ("decided_at", "actor", "user_id", "run", "call_id", "resolution")
     list_filter = ("resolution",)
     search_fields = ("actor", "call_id", "run__run_id")
 
 
 @admin.register(AuditEntry)
 class AuditEntryAdmin(ReadOnlyAdmin):
-    list_display = ("at", "actor", "run", "action")
+    list_display = ("at", "actor", "user_id", "run", "action", "subject")
     list_filter = ("action",)
     search_fields = ("actor", "run__run_id")
 
@@ -117,6 +118,19 @@ class PeopleAdmin(UserAdmin):
             # The bulk delete checks the permission once, not for each person it deletes.
             actions.pop("delete_selected", None)
         return actions
+
+    # A rename or a removal is audited as the act of the person signed in (evidence/people.py).
+    def save_model(self, request, obj, form, change):
+        with people.acting(request.user):
+            super().save_model(request, obj, form, change)
+
+    def delete_model(self, request, obj):
+        with people.acting(request.user):
+            super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset):
+        with people.acting(request.user):
+            super().delete_queryset(request, queryset)
 
     def user_change_password(self, request, id, form_url=""):
         if _bounded(request):

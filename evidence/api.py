@@ -254,7 +254,8 @@ InboxOut = with_triage(_InboxOut)
 
 class HumanDecisionOut(Schema):
     decided_at: Moment
-    actor: str
+    actor: str  # the name then
+    actor_id: int | None  # the person's id, which no rename changes
     run_id: str
     call_id: str
     resolution: str
@@ -265,7 +266,8 @@ class HumanDecisionOut(Schema):
 class ActionOut(Schema):
     at: Moment
     actor: str
-    run_id: str
+    actor_id: int | None  # null: a command acted
+    run_id: str  # empty for an act on a person
     action: str
     reason: str
     subject: str

@@ -21,7 +21,10 @@ class DashboardConfig(AppConfig):
     verbose_name = "Receipts"
 
     def ready(self) -> None:
+        from evidence import people
+
         register_evidence_adapters(settings.EVIDENCE_ADAPTERS)
+        people.connect()
 
 
 def register_evidence_adapters(specs: Iterable[str]) -> None:

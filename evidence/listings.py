@@ -214,21 +214,27 @@ def inbox(
     return Listing("inbox", INBOX_FIELDS, segments, _fields_of(INBOX_FIELDS))
 
 
-DECISION_AUDIT_FIELDS = ("decided_at", "actor", "run_id", "call_id", "resolution", "reason", "receipt_sha256")
-ACTION_AUDIT_FIELDS = ("at", "actor", "run_id", "action", "reason", "subject")
+# ``actor`` is the name the person had then; ``actor_id`` their id, which no rename changes
+# (evidence/people.py); null for a command.
+DECISION_AUDIT_FIELDS = (
+    "decided_at", "actor", "actor_id", "run_id", "call_id", "resolution", "reason", "receipt_sha256",
+)  # fmt: skip
+ACTION_AUDIT_FIELDS = ("at", "actor", "actor_id", "run_id", "action", "reason", "subject")
 
 
 def audit_decisions(*, run_id: str = "", actor: str = "", resolution: str = "") -> Listing:
     """Every decision a person made on the dashboard, newest first."""
     rows = selectors.human_decisions(run_id=run_id, actor=actor, resolution=resolution)
-    values = lambda d: (d.decided_at, d.actor, d.run.run_id, d.call_id, d.resolution, d.reason, d.receipt_sha256)  # noqa: E731
+    values = lambda d: (d.decided_at, d.actor, d.user_id, d.run.run_id, d.call_id, d.resolution, d.reason,  # noqa: E731
+                        d.receipt_sha256)  # fmt: skip
     return Listing("audit", DECISION_AUDIT_FIELDS, [Segment(rows, ("-decided_at", "-id"))], values)
 
 
 def audit_actions(*, run_id: str = "", actor: str = "") -> Listing:
-    """Legal holds, retention's actions, exports and triage, newest first."""
+    """Legal holds, retention's actions, exports, triage and acts on people (no run), newest first."""
     rows = selectors.audit_entries(run_id=run_id, actor=actor)
-    values = lambda entry: (entry.at, entry.actor, entry.run.run_id, entry.action, entry.reason, entry.subject)  # noqa: E731
+    values = lambda entry: (entry.at, entry.actor, entry.user_id, entry.run.run_id if entry.run else "",  # noqa: E731
+                            entry.action, entry.reason, entry.subject)  # fmt: skip
     return Listing("audit-actions", ACTION_AUDIT_FIELDS, [Segment(rows, ("-at", "-id"))], values)
 
 

@@ -30,6 +30,13 @@ HOT_AFTER_CHANGE = dt.timedelta(minutes=10)
 ACTIVE = Q(finished__in=[False], abandoned_at__isnull=True)
 
 
+# How a record keeps who acted: the user's primary key, never reused (PostgreSQL's sequences, SQLite's
+# AUTOINCREMENT), so a person renamed, or removed and their name taken by a new account, is told
+# apart from whoever has the name now. No constraint and nothing done on delete: the id stays when
+# the account goes (a foreign key would set it null).
+PERSON_ID: dict[str, Any] = {"on_delete": models.DO_NOTHING, "db_constraint": False}
+
+
 class JSONTextField(models.TextField):
     """A JSON value kept as JSON text.
 
@@ -493,8 +500,10 @@ class HumanDecision(models.Model):
     call_id = models.CharField(max_length=200)
     resolution = models.CharField(max_length=16)
     reason = models.TextField()
-    user = models.ForeignKey("auth.User", on_delete=models.SET_NULL, null=True, related_name="+")
-    actor = models.CharField(max_length=150)  # the user's name when they decided; it outlives the account
+    # The person: their id, which no rename changes and no later account takes (PERSON_ID), and
+    # their name when they decided. Both outlive the account.
+    user = models.ForeignKey("auth.User", null=True, related_name="+", **PERSON_ID)
+    actor = models.CharField(max_length=150)
     decided_at = models.DateTimeField()
     receipt_sha256 = models.CharField(max_length=64)
     confirmation_id = models.CharField(max_length=64)
@@ -543,12 +552,16 @@ class AuditEntry(models.Model):
     TRIAGE_ENDED = "triage_ended"
     HOST_MOVED = "host_moved"  # the run was handed to another host (``manage.py host move``)
     HOST_COPY_REMOVED = "host_copy_removed"  # archived from the mirror: its host removed its own copy
+    # A person's account renamed or removed (evidence/people.py): about no run; the subject names
+    # the person by id and name.
+    PERSON_RENAMED, PERSON_REMOVED = "person_renamed", "person_removed"
 
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="audit_entries")
+    # None for an act on a person (a rename, a removal), which is about no run.
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, null=True, related_name="audit_entries")
     action = models.CharField(max_length=32)
     subject = models.CharField(max_length=450, blank=True, default="")  # what in the run: a finding's label
-    actor = models.CharField(max_length=150)  # a person's name, or the command that acted
-    user = models.ForeignKey("auth.User", on_delete=models.SET_NULL, null=True, related_name="+")
+    actor = models.CharField(max_length=150)  # a person's name then, or the command that acted
+    user = models.ForeignKey("auth.User", null=True, related_name="+", **PERSON_ID)  # the person who acted
     at = models.DateTimeField()
     reason = models.TextField(blank=True)
 
@@ -557,7 +570,7 @@ class AuditEntry(models.Model):
         indexes = [models.Index(fields=["at"]), models.Index(fields=["run", "at"])]
 
     def __str__(self) -> str:
-        return f"{self.actor}: {self.action} {self.run_id}"
+        return f"{self.actor}: {self.action} {self.run_id or self.subject}"
 
 
 class HostKey(models.Model):

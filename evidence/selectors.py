@@ -252,7 +252,7 @@ def call_detail(*, run: Run, call: Call, event_limit: int = 200) -> CallDetail:
         events=list(Event.objects.filter(run=run, call_id=call.call_id).order_by("seq")[:event_limit]),
         confirmation=Confirmation.objects.filter(run=run, call_id=call.call_id).first(),
         findings=list(run.findings.filter(call_id=call.call_id, closed_at__isnull=True).order_by("code")),
-        decision=HumanDecision.objects.filter(run=run, call_id=call.call_id).first(),
+        decision=HumanDecision.objects.filter(run=run, call_id=call.call_id).select_related("user").first(),
     )
 
 
@@ -456,30 +456,39 @@ def doubt_panel(*, run: Run, call: Call) -> DoubtPanel:
     )
 
 
+def by_actor(actor: str) -> Q:
+    """The audit's "who" filter: a name (as it was then), or a person's id "#12", which finds them
+    under every name they had and no one else who had one of those names."""
+    person_id = actor.strip().removeprefix("#")
+    if actor.strip().startswith("#") and person_id.isdigit() and len(person_id) <= 18:
+        return Q(user_id=int(person_id))
+    return Q(actor=actor)
+
+
 def audit_entries(*, run_id: str = "", actor: str = "") -> QuerySet[AuditEntry]:
     """Legal holds and retention actions, newest first (the audit, beside the decisions)."""
-    entries = with_run(AuditEntry.objects.all())
+    entries = with_run(AuditEntry.objects.all()).select_related("user")
     if run_id:
         entries = entries.filter(run__run_id=run_id)
     if actor:
-        entries = entries.filter(actor=actor)
+        entries = entries.filter(by_actor(actor))
     return entries.order_by("-at", "-id")
 
 
 def triage_history(*, finding: Finding, limit: int = 20) -> list[AuditEntry]:
     """A finding's triage acts, newest first: the audit's entries about it (on the (run, at) index)."""
     assert finding.run_id is not None  # only a run's findings are triaged
-    entries = AuditEntry.objects.filter(run_id=finding.run_id, subject=finding.label)
+    entries = AuditEntry.objects.filter(run_id=finding.run_id, subject=finding.label).select_related("user")
     return list(entries.order_by("-at", "-id")[:limit])
 
 
 def human_decisions(*, run_id: str = "", actor: str = "", resolution: str = "") -> QuerySet[HumanDecision]:
     """Every decision a person made on the dashboard, newest first (the audit)."""
-    decisions = with_run(HumanDecision.objects.all())
+    decisions = with_run(HumanDecision.objects.all()).select_related("user")
     if run_id:
         decisions = decisions.filter(run__run_id=run_id)
     if actor:
-        decisions = decisions.filter(actor=actor)
+        decisions = decisions.filter(by_actor(actor))
     if resolution:
         decisions = decisions.filter(resolution=resolution)
     return decisions.order_by("-decided_at", "-id")

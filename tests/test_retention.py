@@ -127,7 +127,7 @@ def test_a_legal_hold_is_set_and_lifted_with_a_reason_audited_and_it_keeps_the_r
         ("legal_hold_lifted", "alice", "case closed"),
     ]
     page = content(client.get("/audit/"))
-    assert "Legal holds, retention, exports and triage" in page and "case closed" in page
+    assert "Legal holds, retention, exports, triage and people's accounts" in page and "case closed" in page
 
 
 def test_applying_retention_is_audited(demo, monkeypatch, settings, tmp_path):

@@ -12,7 +12,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import pgettext
 
-from evidence import charts, decision_text, i18n
+from evidence import charts, decision_text, i18n, people
 from evidence.views.common import url_of
 from receipts import protocol
 from receipts.reader import states
@@ -84,6 +84,24 @@ def call_status(call: object, settled_by: str = "") -> SafeString:
         if by
         else "",
     )
+
+
+@register.simple_tag
+def person(row: object) -> SafeString:
+    """Who a record says acted (``people.who``): the name they had then, their id, and what became
+    of the account, so that two people who had the same name are never read as one."""
+    found = people.who(row)
+    shown = format_html('<span translate="no">{}</span>', found.name)
+    if found.person_id is None:
+        return shown
+    shown = format_html('{} <span class="muted person-id">#{}</span>', shown, found.person_id)
+    if found.removed:
+        return format_html('{} <span class="muted">{}</span>', shown, _("(account removed)"))
+    if found.renamed_to:
+        now_named = format_html('<span translate="no">{}</span>', found.renamed_to)
+        renamed = format_html(_("(renamed since to {})"), now_named)
+        return format_html('{} <span class="muted">{}</span>', shown, renamed)
+    return shown
 
 
 @register.simple_tag

@@ -28,6 +28,8 @@ ACTION_TITLES = {
     AuditEntry.TRIAGE_ENDED: _("triage ended by an import"),
     AuditEntry.HOST_MOVED: _("run handed to another host"),
     AuditEntry.HOST_COPY_REMOVED: _("the host's own copy removed after the archive"),
+    AuditEntry.PERSON_RENAMED: _("a person's account renamed"),
+    AuditEntry.PERSON_REMOVED: _("a person's account removed"),
 }
 
 
