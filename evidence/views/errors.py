@@ -19,10 +19,12 @@ from evidence.views.common import HtmxHttpRequest, Refused
 
 
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
-    # Django's own 400 renders without the request, so without the navigation; the
-    # message of our BadRequest names what is allowed, and is safe to show (a Refused one in
-    # the reader's language, its values as code; any other as it was written, escaped).
-    message = exception.shown() if isinstance(exception, Refused) else str(exception)
+    # Django's own 400 renders without the request, so without the navigation. A Refused
+    # names what is allowed, in the reader's language, its values as code. Any other (Django's
+    # DisallowedHost, a malformed upload) says how the server is configured ("add it to
+    # ALLOWED_HOSTS"), which is for its log, not for whoever sent the request: the page says
+    # only that the request could not be understood.
+    message = exception.shown() if isinstance(exception, Refused) else None
     return render(request, "400.html", {"message": message}, status=HTTPStatus.BAD_REQUEST)
 
 
