@@ -7,6 +7,7 @@ from http import HTTPStatus
 from urllib.parse import urlencode
 
 from django.http import HttpRequest, HttpResponse
+from django.middleware.csrf import CsrfViewMiddleware
 from django.shortcuts import render
 from django.urls import Resolver404, ResolverMatch, resolve, reverse
 from django.utils.translation import gettext_lazy
@@ -48,6 +49,8 @@ def csrf_failure(request: HtmxHttpRequest, reason: str = "") -> HttpResponse:
     A settle form comes back as the call's page with the decision and reason filled in again
     and a fresh token; the call_id's first characters must be typed again, so a forged post is
     never one click from being sent. Another form shows what was typed, and links to its page.
+    Only a post from our own pages (its Origin) gets what it carried back: a forged one gets the
+    page without it.
     This runs before the login and role checks (the CSRF check comes first), so it makes them."""
     try:
         match = resolve(request.path_info)
@@ -55,16 +58,28 @@ def csrf_failure(request: HtmxHttpRequest, reason: str = "") -> HttpResponse:
         match = None
     user = request.user if hasattr(request, "user") else None
     url_name = match.url_name if match else None
+    # What was posted is shown back only when it came from one of our own pages: a forged post
+    # from another site would otherwise put its text on our page, as "what you typed".
+    ours = _posted_from_our_pages(request)
     if user is None or not user.is_authenticated:
         login = f"{reverse('login')}?{urlencode({'next': _form_page(url_name, match) or reverse('runs')})}"
-        return _csrf_page(request, login_url=login)
+        return _csrf_page(request, login_url=login, show_typed=ours)
     if not user.has_perm(BROWSE):
         return no_role(request)
-    if url_name == "confirm" and match is not None and may_settle(user):
+    if ours and url_name == "confirm" and match is not None and may_settle(user):
         refused = _settle_again(request, **match.kwargs)
         if refused is not None:
             return refused
-    return _csrf_page(request, back=_form_page(url_name, match))
+    return _csrf_page(request, back=_form_page(url_name, match), show_typed=ours)
+
+
+def _posted_from_our_pages(request: HttpRequest) -> bool:
+    """The browser's Origin header names this site (or an origin CSRF_TRUSTED_ORIGINS trusts),
+    by the CSRF check's own rule. Every browser sends Origin with a form's POST; a post without
+    one is not known to be ours."""
+    if "HTTP_ORIGIN" not in request.META:
+        return False
+    return CsrfViewMiddleware(lambda request: HttpResponse())._origin_verified(request)
 
 
 def _settle_again(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpResponse | None:
@@ -84,9 +99,10 @@ def _form_page(url_name: str | None, match: ResolverMatch | None) -> str | None:
     return reverse(page, kwargs=match.kwargs)
 
 
-def _csrf_page(request: HttpRequest, *, back: str | None = None, login_url: str | None = None) -> HttpResponse:
-    typed = [
-        (name, label, request.POST[name]) for name, label in TYPED_FIELDS.items() if request.POST.get(name, "").strip()
-    ]
+def _csrf_page(
+    request: HttpRequest, *, show_typed: bool, back: str | None = None, login_url: str | None = None
+) -> HttpResponse:
+    posted = request.POST if show_typed else {}
+    typed = [(name, label, posted[name]) for name, label in TYPED_FIELDS.items() if posted.get(name, "").strip()]
     context = {"message": CSRF_MESSAGE, "typed": typed, "back": back, "login_url": login_url}
     return render(request, "403_csrf.html", context, status=HTTPStatus.FORBIDDEN)
