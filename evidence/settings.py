@@ -221,6 +221,7 @@ TEMPLATES = [
                 "django.template.context_processors.i18n",
                 "evidence.context_processors.inbox",
                 "evidence.context_processors.version",
+                "evidence.context_processors.language_next",
             ],
             "builtins": ["template_partials.templatetags.partials"],
         },

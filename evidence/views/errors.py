@@ -9,14 +9,14 @@ from urllib.parse import urlencode
 from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.shortcuts import render
-from django.urls import Resolver404, ResolverMatch, resolve, reverse
+from django.urls import Resolver404, resolve, reverse
 from django.utils.translation import gettext_lazy
 
 from evidence.forms import ConfirmForm
 from evidence.models import Call, Run
 from evidence.roles import BROWSE, role_givers
 from evidence.views.calls import call_page, may_settle
-from evidence.views.common import HtmxHttpRequest, Refused
+from evidence.views.common import HtmxHttpRequest, Refused, form_page
 
 
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
@@ -33,9 +33,8 @@ def no_role(request: HttpRequest) -> HttpResponse:
     return render(request, "no_role.html", {"admins": role_givers()}, status=HTTPStatus.FORBIDDEN)
 
 
-# What a refused form is about, by the name of the URL it was posted to: the page that holds
-# the form (so a person can send it again from there) and the fields a person typed.
-FORM_PAGES = {"confirm": "call", "legal_hold": "run", "export_request": "run"}
+# The fields a person typed, shown back by a refusal (the page that holds the form, to send it
+# again from: FORM_PAGES).
 TYPED_FIELDS = {"reason": gettext_lazy("Reason")}
 CSRF_MESSAGE = gettext_lazy(
     "Nothing was done: this form came from a page that is out of date (you logged in again since it "
@@ -62,7 +61,7 @@ def csrf_failure(request: HtmxHttpRequest, reason: str = "") -> HttpResponse:
     # from another site would otherwise put its text on our page, as "what you typed".
     ours = _posted_from_our_pages(request)
     if user is None or not user.is_authenticated:
-        login = f"{reverse('login')}?{urlencode({'next': _form_page(url_name, match) or reverse('runs')})}"
+        login = f"{reverse('login')}?{urlencode({'next': form_page(match) or reverse('runs')})}"
         return _csrf_page(request, login_url=login, show_typed=ours)
     if not user.has_perm(BROWSE):
         return no_role(request)
@@ -70,7 +69,7 @@ def csrf_failure(request: HtmxHttpRequest, reason: str = "") -> HttpResponse:
         refused = _settle_again(request, **match.kwargs)
         if refused is not None:
             return refused
-    return _csrf_page(request, back=_form_page(url_name, match), show_typed=ours)
+    return _csrf_page(request, back=form_page(match), show_typed=ours)
 
 
 def _posted_from_our_pages(request: HttpRequest) -> bool:
@@ -91,13 +90,6 @@ def _settle_again(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpRe
     retyped = {name: request.POST.get(name, "") for name in ("resolution", "reason", "receipt_sha256")}
     form = ConfirmForm(initial={**retyped, "confirm_queryable": bool(request.POST.get("confirm_queryable"))})
     return call_page(request, run, call, form=form, error=str(CSRF_MESSAGE), status=HTTPStatus.FORBIDDEN)
-
-
-def _form_page(url_name: str | None, match: ResolverMatch | None) -> str | None:
-    page = FORM_PAGES.get(url_name or "")
-    if page is None or match is None:
-        return None
-    return reverse(page, kwargs=match.kwargs)
 
 
 def _csrf_page(
