@@ -276,3 +276,21 @@ def test_switching_language_on_a_page_that_answered_a_post_opens_the_forms_page(
     page = client.get("/findings/?severity=error")
     switched = switch_language_like_a_browser(client, content(page), "zh-hans")
     assert switched.redirect_chain[-1][0] == "/findings/?severity=error"
+
+
+def test_the_admin_reads_in_chinese_with_its_header_app_and_model_names(client, demo, django_user_model):
+    """The admin is Django's, and Django translates its own words; the site's header, its app
+    and its models are ours to name (Django's default plural made "Audit entrys"). A superuser
+    sees every model of ours the admin shows."""
+    client.force_login(django_user_model.objects.create_superuser("root", password="a-long-password-1"))
+    client.defaults["HTTP_ACCEPT_LANGUAGE"] = "zh-CN,zh;q=0.9,en;q=0.5"
+    index = content(client.get("/admin/"))
+    for english in ("Callproof administration", "Receipts", "Audit entr", "Human decision", "Settle decision"):
+        assert english not in index, english
+    assert "Callproof 管理" in index and "回执" in index
+    for model, name in (("auditentry", "审计记录"), ("humandecision", "裁定记录"), ("host", "主机")):
+        url = reverse(f"admin:receipts_{model}_changelist")
+        assert f'href="{url}"' in index and f">{name}</a>" in index, model
+        page = content(client.get(url))
+        assert "Callproof 管理" in page and "Callproof administration" not in page, url
+        assert name in page and "entrys" not in page, url
