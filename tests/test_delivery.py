@@ -18,7 +18,7 @@ from django.db import connection
 from evidence import delivery, hosts, importer, inbox, selectors, settle
 from evidence.models import Call, Confirmation, Finding, Host, HumanDecision, Run
 from receipts import protocol, runtime
-from tests.helpers import CONTRACT, content, first_call_of, join
+from tests.helpers import CONTRACT, content, every_entry, first_call_of, join
 from tests.ledger import events_of
 from tests.subprocess_db import child_env, database_url_for_children, manage_command, this_database_url
 from tests.writer import cli_call, outbox_lines
@@ -268,12 +268,6 @@ def waiting_for_an_advisory_lock() -> bool:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
         return cursor.fetchone()[0] > 0
-
-
-def every_entry(folder: Path) -> dict[str, bytes | None]:
-    """Each file's bytes and each folder (None) below ``folder``, by its relative name."""
-    entries = sorted(folder.rglob("*"))
-    return {str(path.relative_to(folder)): None if path.is_dir() else path.read_bytes() for path in entries}
 
 
 @pytest.mark.parametrize("target", ["an empty folder", "a copy of the run"])
