@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.core.exceptions import ValidationError
+from django.utils.translation import gettext_lazy as _
 
 
 def may_administer(user) -> bool:
@@ -22,8 +23,8 @@ class RoleAdminLoginForm(AdminAuthenticationForm):
 
 
 class RoleAdminSite(admin.AdminSite):
-    site_header = "Callproof administration"
-    site_title = "Callproof administration"
+    site_header = _("Callproof administration")
+    site_title = _("Callproof administration")
     login_form = RoleAdminLoginForm
 
     def has_permission(self, request) -> bool:

@@ -4,6 +4,7 @@ from collections.abc import Iterable
 from django.apps import AppConfig
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.translation import gettext_lazy as _
 
 from receipts import doubt
 
@@ -18,7 +19,7 @@ class DashboardConfig(AppConfig):
 
     name = "evidence"
     label = "receipts"
-    verbose_name = "Receipts"
+    verbose_name = _("Receipts")
 
     def ready(self) -> None:
         from evidence import people

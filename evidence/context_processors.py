@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from django.http import HttpRequest
+from django.urls import Resolver404, resolve
 
 from evidence.inbox import inbox_total
 from evidence.roles import BROWSE
+from evidence.views.common import form_page
 from receipts import __version__
 
 
@@ -22,3 +24,17 @@ def inbox(request: HttpRequest) -> dict[str, int]:
 def version(request: HttpRequest) -> dict[str, str]:
     """The version every page's footer names (one place: ``receipts.__version__``)."""
     return {"callproof_version": __version__}
+
+
+def language_next(request: HttpRequest) -> dict[str, str]:
+    """Where the language switcher goes back to: this page, but when this page answered a POST
+    to a form's own URL (which takes only a POST: a 405 after the switch), the page that holds
+    the form."""
+    here = request.get_full_path()
+    if request.method in ("GET", "HEAD"):
+        return {"language_next": here}
+    try:
+        match = resolve(request.path_info)
+    except Resolver404:
+        return {"language_next": here}
+    return {"language_next": form_page(match) or here}

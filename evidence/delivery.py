@@ -29,7 +29,7 @@ from django.db.models.functions import Now
 from evidence import hosts, importer, stats
 from evidence.models import Call, Host, HumanDecision
 from receipts import protocol, runtime
-from receipts.durable import UnsafePath
+from receipts.durable import UnsafePath, not_a_symlink
 from receipts.findings import STICKY, FindingRecord
 from receipts.recovery import decide
 
@@ -71,8 +71,13 @@ def deliver(decision: HumanDecision, *, host_name: str, now: dt.datetime | None 
         if not decision.pending:
             return DELIVERED if decision.delivered_at else REFUSED
         try:
+            run_dir = not_a_symlink(Path(run.path))  # before the writer makes anything in it
+        except UnsafePath as unsafe:
+            refuse(decision, str(unsafe), now)
+            return REFUSED
+        try:
             document, _ = runtime.confirm_call(
-                Path(run.path),
+                run_dir,
                 decision.call_id,
                 resolution=decision.resolution,
                 reason=decision.reason,

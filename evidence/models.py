@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from receipts import findings, protocol, recovery
 from receipts.protocol import EMPTY_SHA256, ZERO_HASH
@@ -86,6 +87,8 @@ class Host(models.Model):
 
     class Meta:
         ordering = ["name"]
+        verbose_name = _("host")
+        verbose_name_plural = _("hosts")
 
     def __str__(self) -> str:
         return self.name
@@ -517,6 +520,8 @@ class HumanDecision(models.Model):
 
     class Meta:
         ordering = ["-decided_at", "id"]
+        verbose_name = _("settle decision")
+        verbose_name_plural = _("settle decisions")
         constraints = [models.UniqueConstraint(fields=["run", "call_id"], name="one_decision_per_call")]
         indexes = [
             models.Index(fields=["decided_at"]),
@@ -568,6 +573,9 @@ class AuditEntry(models.Model):
     class Meta:
         ordering = ["-at", "-id"]
         indexes = [models.Index(fields=["at"]), models.Index(fields=["run", "at"])]
+        # Django's default plural adds an "s": "audit entrys".
+        verbose_name = _("audit entry")
+        verbose_name_plural = _("audit entries")
 
     def __str__(self) -> str:
         return f"{self.actor}: {self.action} {self.run_id or self.subject}"

@@ -187,20 +187,24 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost, so that every answer carries them: a foreign Host is refused (400) inside
+    # SecurityMiddleware or CommonMiddleware, and that page passes only the middleware around it.
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "evidence.middleware.NoStoreMiddleware",
-    "evidence.middleware.RefuseNulMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
+    # After LocaleMiddleware, so that its 400 speaks this request's language (before, the
+    # thread's language was the previous request's).
+    "evidence.middleware.RefuseNulMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "evidence.middleware.RoleRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "csp.middleware.CSPMiddleware",
     # Last, as django-axes asks: it turns a locked-out login into its lockout page.
     "axes.middleware.AxesMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -222,6 +226,7 @@ TEMPLATES = [
                 "django.template.context_processors.i18n",
                 "evidence.context_processors.inbox",
                 "evidence.context_processors.version",
+                "evidence.context_processors.language_next",
             ],
             "builtins": ["template_partials.templatetags.partials"],
         },

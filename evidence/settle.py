@@ -28,7 +28,7 @@ from django.utils.translation import gettext as _
 from evidence import decision_text, hosts, i18n, importer
 from evidence.models import Call, HumanDecision, Run
 from receipts import protocol, runtime
-from receipts.durable import UnsafePath, read_json_file
+from receipts.durable import UnsafePath, not_a_symlink, read_json_file
 
 log = logging.getLogger("callproof.settle")
 
@@ -153,7 +153,7 @@ def _write_back(run: Run, call: Call, decision: HumanDecision) -> dict:
     """The writer's confirmation file and ledger event; any refusal rolls the decision back."""
     try:
         document, _written = runtime.confirm_call(
-            Path(run.path),
+            not_a_symlink(Path(run.path)),  # before the writer makes anything in it
             call.call_id,
             resolution=decision.resolution,
             reason=decision.reason,

@@ -112,6 +112,23 @@ class UnsafePath(ValueError):  # noqa: N818 - a verdict on a path, said to the p
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+def not_a_symlink(run_dir: Path) -> Path:
+    """``run_dir`` when it is a folder itself, not a symlink to one (``UnsafePath``).
+
+    The writer trusts its run directory's path (an agent's may well be a symlink it made). The
+    dashboard does not: it writes a person's decision into a run directory it found under a
+    runs root, where the reader never follows a symlink, and one swapped for a symlink since
+    would have the writer make ``.writer/`` and a lock in whatever it points to before refusing.
+    A path that cannot be looked at is returned as it is: the writer's own first open says why."""
+    try:
+        info = os.lstat(run_dir)
+    except OSError:
+        return Path(run_dir)
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafePath(f"the run directory {run_dir} is a symlink or not a folder: not followed")
+    return Path(run_dir)
+
+
 def _below(path: Path, root: Path) -> tuple[str, ...]:
     try:
         parts = Path(path).relative_to(root).parts

@@ -268,6 +268,10 @@ class Shipper:
         if not (run_dir / "steer.json").is_file():
             return "failed", f"no run directory {run_id} under {self.root}"
         try:
+            durable.not_a_symlink(run_dir)  # before the writer makes anything where it points
+        except durable.UnsafePath as unsafe:
+            return "refused", str(unsafe)
+        try:
             runtime.confirm_call(
                 run_dir, str(instruction["call_id"]), resolution=str(instruction["resolution"]),
                 reason=str(instruction["reason"]), actor=str(instruction["actor"]),

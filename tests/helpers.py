@@ -101,3 +101,10 @@ def until(condition: Callable[[], object], what: str, seconds: float = 60) -> ob
 def downloaded(response) -> bytes:
     """A file download's bytes (read whole, which also closes the file)."""
     return b"".join(response.streaming_content)
+
+
+def every_entry(folder: Path) -> dict[str, bytes | None]:
+    """Each file's bytes and each folder (None) below ``folder``, by its relative name: what a
+    test compares to see that nothing was made or written there."""
+    entries = sorted(folder.rglob("*"))
+    return {str(path.relative_to(folder)): None if path.is_dir() else path.read_bytes() for path in entries}

@@ -81,3 +81,15 @@ def test_a_refusal_is_in_the_readers_language_on_the_page_and_english_in_the_api
     assert "<code>page=&#x27;sideways.0.x&#x27;</code> 不是此列表中的一页" in forged
     detail = viewer.get("/api/findings?cursor=after.0.x", **chinese).json()["detail"]
     assert detail == "the page cursor is not one this site made"
+
+
+def test_the_nul_refusal_speaks_this_requests_language_not_the_previous_ones(viewer, demo):
+    """Translations are activated per thread: a refusal made before LocaleMiddleware ran would
+    speak whatever language the thread's previous request had asked for."""
+    english, chinese = {"HTTP_ACCEPT_LANGUAGE": "en"}, {"HTTP_ACCEPT_LANGUAGE": "zh-CN,zh;q=0.9"}
+    assert "地址中不允许出现" in viewer.get("/findings/?code=%00", **chinese).content.decode()
+    after_chinese = viewer.get("/findings/?code=%00", **english).content.decode()
+    assert "a <code>U+0000 (NUL)</code> character is not allowed in the address" in after_chinese
+    assert "地址" not in after_chinese
+    viewer.get("/findings/", **english)
+    assert "地址中不允许出现" in viewer.get("/search/?q=a%00b", **chinese).content.decode()

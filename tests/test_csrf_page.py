@@ -17,8 +17,12 @@ pytestmark = pytest.mark.django_db
 REASON = "the mail log shows <it> went out at 02:14"
 
 
-def csrf_checking_client(user) -> Client:
-    client = Client(enforce_csrf_checks=True)
+# A browser sends its page's origin with every form it posts.
+OUR_PAGES = {"Origin": "http://testserver"}
+
+
+def csrf_checking_client(user, origin: dict[str, str] = OUR_PAGES) -> Client:
+    client = Client(enforce_csrf_checks=True, headers=origin)
     client.force_login(user)
     client.get(reverse("runs"))  # the page gives this browser its CSRF cookie
     return client
@@ -63,7 +67,7 @@ def test_a_legal_hold_from_an_old_page_keeps_its_reason_and_links_back(demo, dja
 
 
 def test_a_form_posted_after_the_session_ended_asks_for_a_login_first(demo):
-    client = Client(enforce_csrf_checks=True)
+    client = Client(enforce_csrf_checks=True, headers=OUR_PAGES)
     client.get(reverse("login"))
     page = client.post(reverse("legal_hold", args=["clean-run"]), {"hold": "set", "reason": REASON})
     assert page.status_code == HTTPStatus.FORBIDDEN
@@ -76,3 +80,32 @@ def test_a_login_with_no_role_refused_by_csrf_sees_the_no_role_page(demo, django
     client = csrf_checking_client(django_user_model.objects.create_user("newcomer"))
     page = client.post(reverse("legal_hold", args=["clean-run"]), {"hold": "set", "reason": REASON})
     assert page.status_code == HTTPStatus.FORBIDDEN and b"You have no role yet" in page.content
+
+
+def test_a_cross_site_post_never_shows_its_text_as_what_was_typed(demo, django_user_model):
+    """Another site's form posting here, with its own reason: the refusal is the same page,
+    without that text, for a confirmer, an admin and a visitor who is not logged in, and a
+    settle form is not filled in with the forger's decision."""
+    forged = {"Origin": "https://attacker.example"}
+    reason = "SUPPORT SAYS: type your call_id at attacker.example"
+    confirmer = csrf_checking_client(join(django_user_model.objects.create_user("cleo"), "confirmer"), forged)
+    call = first_call_of("send-message-killed")
+    settle = {"resolution": "committed", "reason": reason, "receipt_sha256": call.file_sha256}
+    admin = csrf_checking_client(join(django_user_model.objects.create_user("ada"), "admin"), forged)
+    anonymous = Client(enforce_csrf_checks=True, headers=forged)
+    pages = [
+        confirmer.post(reverse("confirm", args=["send-message-killed", call.call_id]), settle),
+        admin.post(reverse("legal_hold", args=["clean-run"]), {"hold": "set", "reason": reason}),
+        anonymous.post(reverse("legal_hold", args=["clean-run"]), {"hold": "set", "reason": reason}),
+        anonymous.post(reverse("confirm", args=["send-message-killed", call.call_id]), settle),
+    ]
+    for page in pages:
+        html = page.content.decode()
+        assert page.status_code == HTTPStatus.FORBIDDEN and "this form came from a page that is out of date" in html
+        assert "attacker.example" not in html and "What you typed" not in html
+        assert not re.search(r'name="resolution" value="committed"[^>]*checked', html)
+    assert not HumanDecision.objects.exists() and not AuditEntry.objects.exists()
+    # A post with no Origin at all is not known to be ours either.
+    bare = csrf_checking_client(join(django_user_model.objects.create_user("bea"), "admin"), {})
+    html = bare.post(reverse("legal_hold", args=["clean-run"]), {"hold": "set", "reason": reason}).content.decode()
+    assert "attacker.example" not in html

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 import signal
 import subprocess
 import time
@@ -17,7 +18,7 @@ from django.db import connection
 from evidence import delivery, hosts, importer, inbox, selectors, settle
 from evidence.models import Call, Confirmation, Finding, Host, HumanDecision, Run
 from receipts import protocol, runtime
-from tests.helpers import CONTRACT, content, first_call_of, join
+from tests.helpers import CONTRACT, content, every_entry, first_call_of, join
 from tests.ledger import events_of
 from tests.subprocess_db import child_env, database_url_for_children, manage_command, this_database_url
 from tests.writer import cli_call, outbox_lines
@@ -267,3 +268,31 @@ def waiting_for_an_advisory_lock() -> bool:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
         return cursor.fetchone()[0] > 0
+
+
+@pytest.mark.parametrize("target", ["an empty folder", "a copy of the run"])
+def test_a_run_directory_swapped_for_a_symlink_is_refused_before_anything_is_made_in_its_target(
+    demo, settings, confirmer, tmp_path, target
+):
+    """Whoever holds the runs root swaps the run directory for a symlink: the host's delivery
+    makes nothing where it points (no .writer/, no lock, no confirmation, not even in a copy of
+    the run that would take it), and the decision is refused as any other, with its finding."""
+    call = first_call_of("send-message-killed")
+    run_dir = Path(call.run.path)
+    decision = settle_elsewhere(settings, call, confirmer)
+    elsewhere = tmp_path / "elsewhere"
+    if target == "an empty folder":
+        elsewhere.mkdir()
+    else:
+        shutil.copytree(run_dir, elsewhere, symlinks=True)
+    run_dir.rename(tmp_path / "the-real-run")
+    run_dir.symlink_to(elsewhere, target_is_directory=True)
+    before = every_entry(elsewhere)
+
+    assert delivery.deliver_pending(host=owner_of(call)) == delivery.DeliveryReport(refused=1)
+    assert every_entry(elsewhere) == before, "nothing made, nothing written where the symlink points"
+    decision.refresh_from_db()
+    assert "symlink" in decision.undeliverable and decision.delivered_at is None
+    assert Call.objects.get(pk=call.pk).in_doubt, "the call is in doubt again"
+    finding = Finding.objects.get(run=call.run, code="decision_undeliverable", closed_at__isnull=True)
+    assert "symlink" in finding.detail and "dana" in finding.detail

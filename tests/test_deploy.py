@@ -3,6 +3,7 @@ importers and web workers run at once without losing or duplicating a row."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shlex
 import shutil
@@ -54,6 +55,32 @@ def test_the_procfile_and_the_units_name_commands_that_exist():
     assert any("--watch" in command for command in commands), "the importer runs as its own process"
     workers = [command for command in commands if "db_worker" in command]
     assert len(workers) == 2 and all("--no-reload" in command for command in workers), "Procfile and unit"
+
+
+def gunicorn_addresses(command: list[str]) -> list:
+    """The addresses gunicorn would listen on, as gunicorn's own parser reads its command line."""
+    from gunicorn.config import Config
+
+    config = Config()
+    arguments = config.parser().parse_args(command[1:])
+    for name, value in vars(arguments).items():
+        if value is not None and name in config.settings:
+            config.set(name, value)
+    return config.address
+
+
+def test_gunicorn_listens_only_where_the_proxy_alone_reaches_it():
+    """Behind the proxy, a client that reached gunicorn directly would go around its TLS and its
+    X-Forwarded-For rule (a forged address for the login throttle): gunicorn listens on the
+    loopback address or a Unix socket, in the Procfile and in the systemd unit alike."""
+    servers = [command for command in deploy_commands() if command[0].endswith("gunicorn")]
+    assert len(servers) == 2, "the Procfile's web line and the web unit"
+    for command in servers:
+        addresses = gunicorn_addresses(command)
+        assert addresses, command
+        for address in addresses:
+            # A tuple is a TCP host and port; a string is a Unix socket's path.
+            assert isinstance(address, str) or ipaddress.ip_address(address[0]).is_loopback, (command, address)
 
 
 def timers() -> dict[str, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import gettext
+import html
 import os
 import re
 import shutil
@@ -237,3 +238,59 @@ def test_the_browser_chooses_the_language_and_the_switcher_overrides_it(client, 
     assert client.cookies[settings.LANGUAGE_COOKIE_NAME].value == "zh-hans"
     assert client.get("/", HTTP_ACCEPT_LANGUAGE="fr")["Content-Language"] == "zh-hans"
     assert Run.objects.exists()
+
+
+LANGUAGE_FORM = re.compile(r'<form method="post" action="/language/".*?</form>', re.DOTALL)
+
+
+def switch_language_like_a_browser(client, page: str, language: str):
+    """Send the page's language form as a browser does (its hidden fields, the chosen language)
+    and follow where it leads."""
+    [form] = LANGUAGE_FORM.findall(page)
+    fields = {name: html.unescape(value) for name, value in re.findall(r'name="([^"]+)" value="([^"]*)"', form)}
+    return client.post(reverse("set_language"), {**fields, "language": language}, follow=True)
+
+
+def test_switching_language_on_a_page_that_answered_a_post_opens_the_forms_page(client, demo, django_user_model):
+    """A refused form answers its POST with the page again: switching language there goes to
+    the page that holds the form, not to the form's URL (which takes only a POST: a 405)."""
+    client.force_login(join(django_user_model.objects.create_user("ada"), "admin", "confirmer"))
+    call = Call.objects.get(run__run_id="write-file-killed")
+    finding = Finding.objects.order_by("pk").first()
+    assert finding is not None
+    call_args = ["write-file-killed", call.call_id]
+    posted = {
+        reverse("confirm", args=call_args): reverse("call", args=call_args),
+        reverse("triage_action", args=[finding.pk]): reverse("triage", args=[finding.pk]),
+        reverse("legal_hold", args=["clean-run"]): reverse("run", args=["clean-run"]),
+    }  # fmt: skip
+    for action, form_page in posted.items():
+        answer = client.post(action, {"reason": "x" * 3, "hold": "sideways", "action": "sideways"})
+        assert answer.status_code == HTTPStatus.BAD_REQUEST and LANGUAGE_FORM.search(content(answer)), action
+        switched = switch_language_like_a_browser(client, content(answer), "zh-hans")
+        assert switched.status_code == HTTPStatus.OK, action
+        assert switched.redirect_chain[-1][0] == form_page, action
+        assert switched["Content-Language"] == "zh-hans", action
+        client.post(reverse("set_language"), {"language": "en", "next": "/"})
+    # On a page asked for with a GET, the switcher comes back to it, query and all.
+    page = client.get("/findings/?severity=error")
+    switched = switch_language_like_a_browser(client, content(page), "zh-hans")
+    assert switched.redirect_chain[-1][0] == "/findings/?severity=error"
+
+
+def test_the_admin_reads_in_chinese_with_its_header_app_and_model_names(client, demo, django_user_model):
+    """The admin is Django's, and Django translates its own words; the site's header, its app
+    and its models are ours to name (Django's default plural made "Audit entrys"). A superuser
+    sees every model of ours the admin shows."""
+    client.force_login(django_user_model.objects.create_superuser("root", password="a-long-password-1"))
+    client.defaults["HTTP_ACCEPT_LANGUAGE"] = "zh-CN,zh;q=0.9,en;q=0.5"
+    index = content(client.get("/admin/"))
+    for english in ("Callproof administration", "Receipts", "Audit entr", "Human decision", "Settle decision"):
+        assert english not in index, english
+    assert "Callproof 管理" in index and "回执" in index
+    for model, name in (("auditentry", "审计记录"), ("humandecision", "裁定记录"), ("host", "主机")):
+        url = reverse(f"admin:receipts_{model}_changelist")
+        assert f'href="{url}"' in index and f">{name}</a>" in index, model
+        page = content(client.get(url))
+        assert "Callproof 管理" in page and "Callproof administration" not in page, url
+        assert name in page and "entrys" not in page, url

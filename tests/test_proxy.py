@@ -10,6 +10,7 @@ socket bound to 127.0.0.2 or 127.0.0.3 reaches nginx from that address.
 
 from __future__ import annotations
 
+import http.client
 import os
 import shutil
 import subprocess
@@ -22,7 +23,7 @@ import pytest
 
 from tests.helpers import PROJECT
 from tests.serving import Browser, free_port, stop, wait_for
-from tests.subprocess_db import database_url_for_children, manage
+from tests.subprocess_db import database_url_for_children
 
 NGINX = "/usr/sbin/nginx"
 PASSWORD = "the-right-password-1"
@@ -45,16 +46,20 @@ class Ports(NamedTuple):
 def proxied(tmp_path: Path) -> Iterator[Ports]:
     """nginx's ports, with gunicorn behind them on a database the test shares."""
     url = database_url_for_children(tmp_path)
-    manage(url, "shell", "-c", f"from django.contrib.auth import get_user_model; "
-           f"from evidence.roles import ensure_roles; u = get_user_model().objects.create_user('alice', "
-           f"password={PASSWORD!r}); u.groups.add(ensure_roles()['viewer'])", check=True)  # fmt: skip
     static_root = tmp_path / "static"
+    # The deployment's settings, not the suite's (which turn debugging on): a refused request
+    # then shows the page a deployment shows, and passwords are hashed as in production.
     env = {
-        **os.environ, "DATABASE_URL": url, "DJANGO_DEBUG": "0", "DJANGO_HTTPS": "0",
-        "DJANGO_SECRET_KEY": "proxy-test-" + "k" * 50, "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "EVIDENCE_PROXY_COUNT": "1", "DJANGO_STATIC_ROOT": str(static_root),
+        **os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "evidence.settings", "DJANGO_DEBUG": "0",
+        "DJANGO_HTTPS": "0", "DJANGO_SECRET_KEY": "proxy-test-" + "k" * 50,
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost", "EVIDENCE_PROXY_COUNT": "1",
+        "DJANGO_STATIC_ROOT": str(static_root),
     }  # fmt: skip
     env.pop("EVIDENCE_METRICS_TOKEN", None)
+    subprocess.run([sys.executable, "manage.py", "shell", "-c", f"from django.contrib.auth import get_user_model; "
+                    f"from evidence.roles import ensure_roles; u = get_user_model().objects.create_user('alice', "
+                    f"password={PASSWORD!r}); u.groups.add(ensure_roles()['viewer'])"], cwd=PROJECT, env=env,
+                   check=True)  # fmt: skip
     subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"], cwd=PROJECT, env=env,
                    check=True)  # fmt: skip
     app_port, proxy_port, bare_port = free_port(), free_port(), free_port()
@@ -112,3 +117,22 @@ def test_metrics_are_not_public_through_the_proxy(proxied):
     for port in proxied:
         status, body = Browser(port, "127.0.0.1").request("GET", "/metrics")
         assert status == 403 and "callproof_" not in body, port
+
+
+def test_a_foreign_host_is_a_400_that_tells_nothing_and_keeps_the_pages_headers(proxied):
+    """nginx passes the client's Host on: Django refuses it (DisallowedHost). The page says the
+    request could not be understood, not how the server is configured (the exception's text
+    names ALLOWED_HOSTS), and carries the headers every page carries, so even this page cannot
+    be framed or run a script."""
+    for path in ("/", "/runs/clean-run/", "/accounts/login/"):
+        connection = http.client.HTTPConnection("127.0.0.1", proxied.snippet, timeout=30)
+        connection.request("GET", path, headers={"Host": "evil.example"})
+        response = connection.getresponse()
+        page = response.read().decode()
+        connection.close()
+        assert response.status == 400, path
+        assert "ALLOWED_HOSTS" not in page and "evil.example" not in page, path
+        assert "The request could not be understood" in page, path
+        assert response.headers["X-Frame-Options"] == "DENY", path
+        assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"], path
+        assert "no-store" in response.headers["Cache-Control"], path

@@ -197,6 +197,23 @@ def test_settling_never_writes_through_a_symlink(as_confirmer, demo, outside, na
         assert any(finding.subject.startswith(subject) for finding in findings), list(findings.values("subject"))
 
 
+def test_settling_in_a_run_directory_swapped_for_a_symlink_makes_nothing_where_it_points(
+    as_confirmer, demo, outside, tmp_path
+):
+    """The run directory itself swapped for a symlink (the reader would not follow it): settling
+    on the run's own host is refused before the writer makes .writer/ or a lock there."""
+    run_dir = demo / RUN
+    call = first_call_of(RUN)
+    run_dir.rename(tmp_path / "the-real-run")
+    run_dir.symlink_to(outside, target_is_directory=True)
+    response = settle(as_confirmer, call)
+    assert response.status_code == HTTPStatus.CONFLICT
+    page = content(response)
+    assert "symlink" in page and "nothing was recorded" in page, page
+    assert sorted(path.name for path in outside.rglob("*")) == ["precious.db"]
+    assert not HumanDecision.objects.exists()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_retention_never_sweeps_a_symlinked_writer_folder(demo_root, outside, settings, monkeypatch):
     from io import StringIO

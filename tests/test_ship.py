@@ -23,7 +23,7 @@ from django.core.management import call_command
 from evidence import retention, settle, shipping
 from evidence.models import AuditEntry, Call, Confirmation, Host, HumanDecision, Run
 from receipts import durable, protocol, runtime
-from tests.helpers import PROJECT, first_call_of, join
+from tests.helpers import PROJECT, every_entry, first_call_of, join
 from tests.volume import synthetic_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -263,3 +263,29 @@ def test_a_ledger_cut_shorter_on_the_host_is_said_and_the_mirror_keeps_what_was_
     again = ship(demo_root, live_server.url, key, tmp_path)
     assert again.returncode == 0 and "clean-run: its ledger is shorter than the dashboard acknowledged" in again.stderr
     assert (mirror / "agent-a" / "clean-run" / protocol.LEDGER_NAME).read_bytes() == shipped
+
+
+def test_a_run_directory_swapped_for_a_symlink_gets_no_decision_where_it_points(
+    demo_root, tmp_path, live_server, mirror, django_user_model
+):
+    """On the agent's host, the run directory swapped for a symlink to a copy of the run: the
+    shipper writes nothing there (the writer would have delivered into the copy) and says the
+    decision is refused, which the dashboard records as any refusal."""
+    key = shipping.new_key("agent-a")
+    assert ship(demo_root, live_server.url, key, tmp_path).returncode == 0
+    call_command("import_mirrors")
+    confirmer = join(django_user_model.objects.create_user("dana", password="a-long-password-1"), "confirmer")
+    call = first_call_of("send-message-killed")
+    settle.settle_call(run=call.run, call=call, user=confirmer, resolution="committed", reason="the mail log has it",
+                       typed_call_id=call.call_id[:12], receipt_sha256=call.file_sha256)  # fmt: skip
+    run_dir = demo_root / "send-message-killed"
+    copy = tmp_path / "a-copy-of-the-run"
+    shutil.copytree(run_dir, copy, symlinks=True)
+    run_dir.rename(tmp_path / "the-real-run")
+    run_dir.symlink_to(copy, target_is_directory=True)
+    before = every_entry(copy)
+    shipped = ship(demo_root, live_server.url, key, tmp_path)
+    assert "decisions: 0 delivered, 1 refused" in shipped.stderr, shipped.stderr
+    assert every_entry(copy) == before, "nothing made or written where the symlink points"
+    decision = HumanDecision.objects.get(run=call.run, call_id=call.call_id)
+    assert "symlink" in decision.undeliverable and decision.delivered_at is None

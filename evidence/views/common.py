@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 
 from django.http import HttpRequest, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
-from django.urls import reverse
+from django.urls import ResolverMatch, reverse
 from django.utils.translation import gettext_noop
 from django_htmx.middleware import HtmxDetails
 
@@ -34,6 +34,20 @@ def url_of(kind: str, run_id: str, key: str = "") -> str:
     if kind == "submission":
         url += "?" + urlencode({"submission": key}) + "#submissions"
     return url
+
+
+# The URLs that take only a POST (a form's action), each with the page that holds its form: where
+# a person is sent back to when the answer to the POST cannot be asked for again (a CSRF refusal,
+# a switch of language on a page that answered the POST).
+FORM_PAGES = {"confirm": "call", "legal_hold": "run", "export_request": "run", "triage_action": "triage"}
+
+
+def form_page(match: ResolverMatch | None) -> str | None:
+    """The page that holds the form posted to ``match``'s URL, when that URL takes only a POST."""
+    page = FORM_PAGES.get(match.url_name or "") if match else None
+    if page is None or match is None:
+        return None
+    return reverse(page, kwargs=match.kwargs)
 
 
 FORMATS = ("csv", "json")
