@@ -7,13 +7,15 @@ from django.contrib.admin.forms import AdminAuthenticationForm
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 
+from evidence.forms import BoundedLogin
+
 
 def may_administer(user) -> bool:
     # The admin role manages people (evidence/roles.py); staff status stays Django's, for superusers.
     return user.is_active and (user.is_staff or user.has_perm("auth.change_user"))
 
 
-class RoleAdminLoginForm(AdminAuthenticationForm):
+class RoleAdminLoginForm(BoundedLogin, AdminAuthenticationForm):
     """The admin's own login asks what its door asks, not the staff flag."""
 
     def confirm_login_allowed(self, user) -> None:

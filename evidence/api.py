@@ -35,14 +35,14 @@ from django.utils import timezone
 from ninja import NinjaAPI, Schema
 from ninja.errors import HttpError
 from ninja.security import HttpBearer, SessionAuth
-from pydantic import WithJsonSchema
+from pydantic import StringConstraints, WithJsonSchema
 
 from evidence import inbox, listings, selectors, triage
 from evidence import retention as retention_plans
 from evidence.models import ApiToken, Finding, Run
 from evidence.pagination import cursor_page
 from evidence.roles import BROWSE, TRIAGE
-from evidence.views.common import choice
+from evidence.views.common import choice, typed
 from receipts import protocol
 from receipts.findings import CODES, ERROR, WARNING
 
@@ -277,8 +277,9 @@ class TriageIn(Schema):
     """What the triage page's form says: the act, its reason, and for a snooze until when
     (``until``, a time) or until it changes (``on_change``), or both."""
 
-    action: str
-    reason: str
+    action: Annotated[str, StringConstraints(max_length=20)]
+    # The form's limit, and no NUL (PostgreSQL's text refuses it): a 422 that says which field.
+    reason: Annotated[str, StringConstraints(max_length=triage.REASON_LIMIT, pattern="^[^\x00]*$")]
     until: dt.datetime | None = None
     on_change: bool = False
 
@@ -375,6 +376,7 @@ def findings(
 ):
     choice(request, "code", CODES)
     choice(request, "severity", (ERROR, WARNING))
+    typed(request, "run_id")
     return _page(request, listings.findings(code=code, run_id=run_id, severity=severity, view=_view(request)), limit)
 
 
@@ -389,6 +391,7 @@ def inbox_items(
 ):
     choice(request, "kind", inbox.KINDS)
     choice(request, "severity", (ERROR, WARNING))
+    typed(request, "run_id")
     return _page(request, listings.inbox(kind=kind, severity=severity, run_id=run_id, view=_view(request)), limit)
 
 
@@ -416,11 +419,15 @@ def triage_finding(request: HttpRequest, finding_id: int, body: TriageIn):
 @api.get("/audit", response=paged(HumanDecisionOut), summary="Decisions people made on the dashboard, newest first")
 def audit(request: HttpRequest, run_id: str = "", actor: str = "", resolution: str = "", limit: int = 50):
     choice(request, "resolution", protocol.RESOLUTIONS)
+    typed(request, "run_id")
+    typed(request, "actor")
     return _page(request, listings.audit_decisions(run_id=run_id, actor=actor, resolution=resolution), limit)
 
 
 @api.get("/audit/actions", response=paged(ActionOut), summary="Legal holds, retention and exports, newest first")
 def audit_actions(request: HttpRequest, run_id: str = "", actor: str = "", limit: int = 50):
+    typed(request, "run_id")
+    typed(request, "actor")
     return _page(request, listings.audit_actions(run_id=run_id, actor=actor), limit)
 
 

@@ -5,10 +5,30 @@ from __future__ import annotations
 import datetime as dt
 
 from django import forms
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.validators import MaxLengthValidator
+from django.utils.functional import Promise
+from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
 
 from evidence import triage
 from receipts import protocol
+
+StrOrPromise = str | Promise
+
+# What a person types in a box of text is at most this long (a settle's, a triage's or a legal
+# hold's reason): enforced here, said beside the field, and the browser stops at it (maxlength).
+REASON_LIMIT = triage.REASON_LIMIT
+
+
+def reason_field(help_text: StrOrPromise, **options) -> forms.CharField:
+    """A reason a person types: required, at most ``REASON_LIMIT`` characters (the help text beside
+    it says so), no NUL (Django's CharField refuses it, which PostgreSQL's text would with a 500)."""
+    return forms.CharField(
+        max_length=REASON_LIMIT,
+        help_text=format_lazy("{} {}", help_text, format_lazy(_("At most {limit} characters."), limit=REASON_LIMIT)),
+        **options,
+    )
 
 
 class ConfirmForm(forms.Form):
@@ -18,10 +38,9 @@ class ConfirmForm(forms.Form):
         choices=[("committed", _("It happened (committed)")), ("rejected", _("It did not happen (rejected)"))],
         widget=forms.RadioSelect,
     )
-    reason = forms.CharField(
-        max_length=2000,
+    reason = reason_field(
+        _("What you checked, so the runtime's operator can follow it."),
         widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-        help_text=_("What you checked, so the runtime's operator can follow it."),
     )
     confirm_call_id = forms.CharField(
         label=_("Type the first 12 characters of the call_id"),
@@ -48,10 +67,9 @@ class TriageForm(forms.Form):
     """Acknowledge or snooze a finding, or undo either (``evidence.triage.act`` checks the rest)."""
 
     action = forms.ChoiceField(choices=[(action, action) for action in triage.ACTIONS], widget=forms.HiddenInput)
-    reason = forms.CharField(
-        max_length=triage.REASON_LIMIT,
+    reason = reason_field(
+        _("Why it can wait, or why it cannot any more: the next person to look reads it."),
         widget=forms.Textarea(attrs={"rows": 2, "cols": 50}),
-        help_text=_("Why it can wait, or why it cannot any more: the next person to look reads it."),
     )
     snooze = forms.ChoiceField(
         choices=[(value, label) for value, (label, _length) in SNOOZES.items()],
@@ -92,3 +110,34 @@ class TriageForm(forms.Form):
         length = SNOOZES[choice][1]
         assert length is not None  # the choices with no length are handled above
         return now + length, False
+
+
+class LegalHoldForm(forms.Form):
+    """Set or lift a run's legal hold, with the reason that is stored, audited and shown."""
+
+    hold = forms.ChoiceField(choices=[("set", "set"), ("lift", "lift")], widget=forms.HiddenInput)
+    reason = reason_field(
+        _("Why the run must be kept, or why it need not any more: it is audited and shown on the run's page."),
+        error_messages={"required": _("A legal hold is set or lifted with a reason.")},
+        widget=forms.TextInput(attrs={"size": 28, "placeholder": _("reason (audited)")}),
+    )
+
+
+# A login's user name is at most what the user table holds (150): Django's form sets only the
+# input's maxlength, and a longer name reached django-axes, whose column holds 255 (a 500).
+class BoundedLogin:
+    fields: dict
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        username = self.fields["username"]
+        username.validators.append(MaxLengthValidator(username.max_length))
+        self.fields["password"].validators.append(MaxLengthValidator(PASSWORD_LIMIT))
+        self.fields["password"].widget.attrs["maxlength"] = PASSWORD_LIMIT
+
+
+PASSWORD_LIMIT = 1024  # hashing is slow on purpose (Argon2): a megabyte's guess would cost the server
+
+
+class LoginForm(BoundedLogin, AuthenticationForm):
+    """The dashboard's login."""

@@ -92,6 +92,8 @@ def check_in(host: Host, *, instance: str, root: str, version: str) -> Host:
     """The host's shipper reports, on the server's clock. One shipper per key at a time: another
     instance is refused (409, and shown on the Hosts page) while the holder reports."""
     instance, root, version = instance[:64], root[:1000], version[:32]
+    if "\x00" in instance + root + version:
+        raise ShipError(400, "a U+0000 (NUL) character is not allowed in the X-Callproof headers")
     if not instance:
         raise ShipError(400, "the shipper names its instance (X-Callproof-Shipper)")
     with transaction.atomic():

@@ -7,6 +7,7 @@ from django.urls import path
 from django.views.i18n import set_language
 
 from evidence import api, views
+from evidence.forms import LoginForm
 from evidence.views import ship
 
 urlpatterns = [
@@ -19,7 +20,7 @@ urlpatterns = [
     path("ship/v1/acks", ship.acks, name="ship_acks"),
     path("ship/v1/stopped", ship.stopped, name="ship_stopped"),
     path("admin/", admin.site.urls),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", auth_views.LoginView.as_view(authentication_form=LoginForm), name="login"),
     # A person with no role must still be able to log out.
     path("accounts/logout/", login_not_required(auth_views.LogoutView.as_view()), name="logout"),
     # The language switcher: a cookie, so the login page offers it too.

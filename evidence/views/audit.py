@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET
 from evidence import listings
 from evidence.models import AuditEntry
 from evidence.pagination import cursor_page
-from evidence.views.common import HtmxHttpRequest, choice, download, download_format, query_without
+from evidence.views.common import HtmxHttpRequest, choice, download, download_format, query_without, typed
 from receipts import protocol
 
 # What each action of the audit means, in the reader's language: a tooltip on the action's own
@@ -35,8 +35,8 @@ ACTION_TITLES = {
 
 @require_GET
 def audit(request: HtmxHttpRequest) -> HttpResponseBase:
-    run_id = request.GET.get("run", "")
-    actor = request.GET.get("actor", "")
+    run_id = typed(request, "run")
+    actor = typed(request, "actor")
     resolution = choice(request, "resolution", protocol.RESOLUTIONS)
     decisions = listings.audit_decisions(run_id=run_id, actor=actor, resolution=resolution)
     actions = listings.audit_actions(run_id=run_id, actor=actor)

@@ -79,6 +79,19 @@ def whole_number(request: HttpRequest, name: str) -> int | None:
     return int(value)
 
 
+# What a search box or a filter takes (a run_id is at most 128 characters, a user name 150):
+# the boxes say it with ``maxlength``, and a longer one is a 400, not a scan for nothing.
+TYPED_LIMIT = 200
+
+
+def typed(request: HttpRequest, name: str) -> str:
+    """A query parameter a person types (a search, a run or an actor to filter by): at most ``TYPED_LIMIT``."""
+    value = request.GET.get(name, "")
+    if len(value) > TYPED_LIMIT:
+        raise Refused(gettext_noop("{name}: at most {limit} characters"), name=name, limit=TYPED_LIMIT)
+    return value
+
+
 def download_format(request: HttpRequest) -> str | None:
     return choice(request, "format", FORMATS) or None
 

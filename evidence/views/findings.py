@@ -11,7 +11,7 @@ from django.views.decorators.http import require_GET
 
 from evidence import decision_text, i18n, listings, selectors, triage
 from evidence.pagination import cursor_page
-from evidence.views.common import HtmxHttpRequest, choice, download, download_format, query_without
+from evidence.views.common import HtmxHttpRequest, choice, download, download_format, query_without, typed
 from receipts import protocol
 from receipts.findings import CODES, ERROR, WARNING
 
@@ -51,7 +51,7 @@ def resume_shown(item: selectors.StaleItem) -> SafeString | str:
 @require_GET
 def findings(request: HtmxHttpRequest) -> HttpResponseBase:
     code = choice(request, "code", CODES)
-    run_id = request.GET.get("run", "")
+    run_id = typed(request, "run")
     severity = choice(request, "severity", (ERROR, WARNING))
     view = choice(request, "triage", triage.VIEWS, default=triage.OPEN)
     listing = listings.findings(code=code, run_id=run_id, severity=severity, view=view)

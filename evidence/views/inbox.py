@@ -8,7 +8,7 @@ from django.views.decorators.http import require_GET
 
 from evidence import inbox, listings, triage
 from evidence.pagination import cursor_page
-from evidence.views.common import HtmxHttpRequest, choice, download, download_format, query_without
+from evidence.views.common import HtmxHttpRequest, choice, download, download_format, query_without, typed
 from receipts import protocol
 from receipts.findings import ERROR, WARNING
 
@@ -17,7 +17,7 @@ from receipts.findings import ERROR, WARNING
 def inbox_page(request: HtmxHttpRequest) -> HttpResponseBase:
     kind = choice(request, "kind", inbox.KINDS)
     severity = choice(request, "severity", (ERROR, WARNING))
-    run_id = request.GET.get("run", "")
+    run_id = typed(request, "run")
     view = choice(request, "triage", triage.VIEWS, default=triage.OPEN)
     now = protocol.utc_now()
     listing = listings.inbox(kind=kind, severity=severity, run_id=run_id, view=view, now=now)

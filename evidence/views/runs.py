@@ -17,6 +17,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
 from evidence import exports, listings, retention, selectors
+from evidence.forms import LegalHoldForm
 from evidence.models import Export, Run
 from evidence.pagination import cursor_page, first_rows
 from evidence.views.common import (
@@ -26,6 +27,7 @@ from evidence.views.common import (
     download_format,
     get_run_or_404,
     query_without,
+    typed,
     url_of,
     whole_number,
 )
@@ -65,7 +67,7 @@ def runs(request: HtmxHttpRequest) -> HttpResponseBase:
 
 @require_GET
 def search(request: HtmxHttpRequest) -> HttpResponse:
-    query = request.GET.get("q", "")
+    query = typed(request, "q")
     matches = selectors.search(query=query)
     if len(matches) == 1:
         return redirect(url_of(matches[0].kind, matches[0].run_id, matches[0].key))
@@ -77,7 +79,7 @@ def run(request: HtmxHttpRequest, run_id: str) -> HttpResponseBase:
     run = get_run_or_404(run_id)
     event_type = choice(request, "type", selectors.event_types(run=run))
     fmt = download_format(request)
-    submission_filter = request.GET.get("submission", "")
+    submission_filter = typed(request, "submission")
     lists = {
         "events": lambda: listings.events(run=run, event_type=event_type),
         "calls": lambda: listings.calls(run=run),
@@ -138,6 +140,7 @@ def run(request: HtmxHttpRequest, run_id: str) -> HttpResponseBase:
         "legacy": selectors.legacy_submissions(run=run)[:50],
         "findings": selectors.run_open_findings(run=run),
         "read_only": settings.EVIDENCE_READ_ONLY,
+        "hold_form": LegalHoldForm(initial={"hold": "lift" if run.legal_hold else "set"}, auto_id="hold-%s"),
         "exports": exports.recent(run) if request.user.has_perm("receipts.export_evidence") else None,
     }
     # The live refresh swaps the whole body: summary, charts, ledger, calls and decisions.
@@ -205,13 +208,15 @@ def legal_hold(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         raise PermissionDenied("this deployment only browses")
     run = get_run_or_404(run_id)
     hold = choice(request, "hold", ("set", "lift"), form=True) == "set"
-    reason = request.POST.get("reason", "")
-    try:
-        retention.set_legal_hold(run=run, user=request.user, hold=hold, reason=reason, now=protocol.utc_now())
-    except ValueError as error:
-        messages.error(request, str(error))
+    form = LegalHoldForm(request.POST)
+    if not form.is_valid():
+        # The reason is the only field left to refuse (``choice`` refused a forged ``hold``).
+        messages.error(request, " ".join(str(error) for error in form.errors["reason"]))
         response = redirect(reverse("run", args=[run.run_id]))
     else:
+        retention.set_legal_hold(
+            run=run, user=request.user, hold=hold, reason=form.cleaned_data["reason"], now=protocol.utc_now()
+        )
         messages.success(request, _("Legal hold set: retention keeps this run.") if hold else _("Legal hold lifted."))
         response = redirect(reverse("run", args=[run.run_id]))
     response.status_code = HTTPStatus.SEE_OTHER
