@@ -277,7 +277,8 @@ class TriageIn(Schema):
     """What the triage page's form says: the act, its reason, and for a snooze until when
     (``until``, a time) or until it changes (``on_change``), or both."""
 
-    action: Annotated[str, StringConstraints(max_length=20)]
+    # The description names the acts; an act it does not name is the service's 400, which lists them.
+    action: Annotated[str, WithJsonSchema({"type": "string", "enum": list(triage.ACTIONS)})]
     # The form's limit, and no NUL (PostgreSQL's text refuses it): a 422 that says which field.
     reason: Annotated[str, StringConstraints(max_length=triage.REASON_LIMIT, pattern="^[^\x00]*$")]
     until: dt.datetime | None = None
