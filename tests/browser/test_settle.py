@@ -36,7 +36,9 @@ def test_a_person_settles_a_killed_message_and_the_resume_sends_nothing_twice(pa
     panel.get_by_role("button", name="Settle this call").click()
 
     expect(page.get_by_role("status")).to_contain_text("Settled as committed")
-    expect(page.get_by_role("region", name="Settled by a person")).to_contain_text("alice decided at")
+    expect(page.get_by_role("region", name="Settled by a person")).to_contain_text(
+        f"alice #{User.objects.get(username='alice').pk} decided at"
+    )
     expect(page.get_by_text("This call is in doubt")).to_have_count(0)
     screenshot(page, "settle-after")
     assert HumanDecision.objects.get().actor == "alice"
