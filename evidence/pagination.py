@@ -38,6 +38,7 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_noop
 
 from evidence.refused import Refused
+from receipts import protocol
 
 PER_PAGE = 50
 CHUNK = 1000  # rows a twin reads at a time
@@ -118,13 +119,12 @@ def _typed(model: Any, keys: Sequence[str], values: Sequence[Any], param: str) -
 
 
 def _moment(value: Any) -> dt.datetime | None:
-    if not isinstance(value, str):
-        return None
+    """A cursor's time, in UTC; None for one with no zone or no UTC form Python can hold
+    (``0001-01-01T00:00+14:00``), which the database adapter would raise on: a 500."""
     try:
-        moment = dt.datetime.fromisoformat(value)
+        return protocol.parse_time(value)
     except ValueError:
         return None
-    return moment if moment.tzinfo is not None else None
 
 
 def _beyond(keys: Sequence[str], values: Sequence[Any], *, forward: bool, inclusive: bool = False) -> Q:

@@ -48,6 +48,10 @@ def test_a_nul_anywhere_in_the_address_is_a_400(viewer, demo, url):
         f"/api/findings?cursor=after.0.{cursor(2**70)}",
         f"/api/runs?cursor=after.0.{cursor(17)}",
         f"/api/runs?cursor=after.0.{cursor('a' + chr(0))}",
+        # times with no UTC form Python can hold: a 500 on both databases before (issue 36)
+        f"/?page=after.0.{cursor('0001-01-01T00:00:00+14:00', 'clean-run')}",
+        f"/?page=before.0.{cursor('9999-12-31T23:59:59-14:00', 'clean-run')}",
+        f"/api/runs?cursor=after.0.{cursor('9999-12-31T23:59:59-14:00', 'clean-run')}",
     ],
 )
 def test_a_cursor_of_the_wrong_kind_for_its_column_is_a_400(viewer, demo, url):
