@@ -238,7 +238,7 @@ def make(export_id: int) -> Export:
         # A root that cannot be written may not be readable either: the failure is recorded whatever.
         with contextlib.suppress(OSError):
             temp.unlink(missing_ok=True)
-        reason = (error.strerror if isinstance(error, OSError) else None) or str(error)
+        reason = reason_of(error)
         Export.objects.filter(pk=export.pk).update(
             state=Export.FAILED, error=failure_of(error), finished_at=protocol.utc_now()
         )
@@ -258,8 +258,12 @@ def failure_of(error: OSError | ValueError) -> str:
     there is one, is kept as it is, shown as a value."""
     if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
         return json.dumps({"code": Export.DISK_FULL})
-    detail = (error.strerror if isinstance(error, OSError) else None) or str(error)
-    return json.dumps({"code": Export.NOT_WRITTEN, "detail": detail})
+    return json.dumps({"code": Export.NOT_WRITTEN, "detail": reason_of(error)})
+
+
+def reason_of(error: OSError | ValueError) -> str:
+    """The system's own words for why an export could not be written."""
+    return (error.strerror if isinstance(error, OSError) else None) or str(error)
 
 
 def ready_file(export: Export) -> Path | None:
