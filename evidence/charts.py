@@ -16,12 +16,13 @@ from django.utils.translation import gettext as _
 from django.utils.translation import pgettext
 
 from evidence import i18n
-from receipts import protocol, recovery
+from receipts import states
 
-STATUS_ORDER = (
-    *protocol.RECEIPT_STATUSES[:1], *recovery.SETTLED_SHOWN.values(), *protocol.RECEIPT_STATUSES[1:],
-    *protocol.SHOWN_FOR_VERDICT.values(), protocol.LEGACY_STATUS, "missing",
-)  # fmt: skip
+# The states in the table's order (committed first, tampered and the settled ones after); a
+# word that is not a state (a stored count from before the table) after them.
+STATUS_ORDER = tuple(states.STATES)
+# What a call can show as (``recovery.shown_status``), for the bars' key.
+CALL_STATES = tuple(name for name in states.STATES if name not in (states.CONFLICT, states.STALE))
 
 
 def fill_class(status: str) -> str:
@@ -34,16 +35,10 @@ def _status_key(status: str) -> tuple[int, str]:
 
 
 # Each colour of the bar also has its own marks, drawn over the fill in the background's colour,
-# so that the statuses part without colour (deuteranopia, greyscale): committed is plain, in
-# doubt is striped, rejected or lost is crossed, anything else is dotted. The legends' swatches
+# so that the states part without colour (deuteranopia, greyscale): each state's marks are the
+# table's (``receipts.states``); anything else is dotted. The legends' swatches
 # (static/css/site.css) wear the same marks.
-MARKS = {
-    "committed": "plain",
-    **dict.fromkeys(("prepared", "unknown", "unverified"), "stripes"),
-    **dict.fromkeys(("rejected", "tampered", "disputed", "failed", "missing"), "crosses"),
-    "settled: committed": "dashes",  # settled by a person: their own colours, and marks too
-    "settled: rejected": "ticks",
-}
+MARKS = {name: state.marks for name, state in states.STATES.items()}
 
 
 def marks(kind: str, x: float, width: float, height: int) -> str:
@@ -58,8 +53,14 @@ def marks(kind: str, x: float, width: float, height: int) -> str:
             strokes.append(f"M{left:.2f} {top}L{right} {bottom}M{right} {top}L{left:.2f} {bottom}")
         elif kind == "dashes":
             strokes.append(f"M{left:.2f} {height / 2:.2f}h3")
+        elif kind == "hatch":
+            strokes.append(f"M{left:.2f} 0L{left + 3:.2f} {height}")
         elif kind == "ticks":
             strokes.append(f"M{left + 1.5:.2f} {height * 0.25:.2f}v{height * 0.5:.2f}")
+        elif kind == "grid":
+            strokes.append(f"M{left + 1.5:.2f} 0v{height}M{left:.2f} {height / 2:.2f}h3")
+        elif kind == "rings":
+            strokes.append(f"M{left:.2f} {height / 2:.2f}a1.5 1.5 0 1 0 3 0a1.5 1.5 0 1 0 -3 0")
         elif kind == "dots":
             strokes.append(f"M{left + 1:.2f} {height / 2:.2f}h1")
         left += step
@@ -67,7 +68,7 @@ def marks(kind: str, x: float, width: float, height: int) -> str:
 
 
 def status_bar(counts: Mapping[str, int], width: int = 140, height: int = 12) -> SafeString:
-    """A stacked bar of calls by status, each status told by its colour and by its marks."""
+    """A stacked bar of calls by state, each state told by its colour and by its marks."""
     total = sum(counts.values())
     summary = pgettext("list separator", ", ").join(
         _counted(count, status) for status, count in sorted(counts.items(), key=lambda i: _status_key(i[0]))
@@ -77,13 +78,7 @@ def status_bar(counts: Mapping[str, int], width: int = 140, height: int = 12) ->
     x, shapes = 0.0, []
     for status, count in sorted(counts.items(), key=lambda item: _status_key(item[0])):
         share = width * count / total
-        kind = MARKS.get(status, "dots")
-        rect = '<rect x="{}" y="0" width="{}" height="{}" class="{}"><title>{}</title></rect>'
-        shapes.append(
-            format_html(rect, f"{x:.2f}", f"{share:.2f}", height, fill_class(status), _counted(count, status))
-        )
-        if path := marks(kind, x, share, height):
-            shapes.append(format_html('<path class="mark mark-{}" d="{}"></path>', kind, path))
+        shapes.append(_segment(status, x, share, height, _counted(count, status)))
         x += share
     rects = format_html_join("", "{}", ((shape,) for shape in shapes))
     return format_html(
@@ -94,6 +89,38 @@ def status_bar(counts: Mapping[str, int], width: int = 140, height: int = 12) ->
         height,
         _("calls: %(summary)s") % {"summary": summary},
         rects,
+    )
+
+
+def _segment(status: str, x: float, width: float, height: int, title: str) -> SafeString:
+    """One state's rectangle in its tone's colour, with its marks over it."""
+    state = states.STATES.get(status)
+    tone = state.tone if state else "neutral"
+    rect = format_html(
+        '<rect x="{}" y="0" width="{}" height="{}" class="{} tone-{}"><title>{}</title></rect>',
+        f"{x:.2f}", f"{width:.2f}", height, fill_class(status), tone, title,
+    )  # fmt: skip
+    kind = MARKS.get(status, "dots")
+    if path := marks(kind, x, width, height):
+        return format_html('{}<path class="mark mark-{}" d="{}"></path>', rect, kind, path)
+    return rect
+
+
+def state_legend(names: Sequence[str] = CALL_STATES) -> SafeString:
+    """The bars' key: each state's swatch (drawn as the bar draws it) and its word."""
+    items = (
+        (
+            format_html(
+                '<svg class="chart swatch-svg" width="14" height="12" viewBox="0 0 14 12" aria-hidden="true">{}</svg>',
+                _segment(name, 0, 14, 12, i18n.word(name)),
+            ),
+            i18n.word(name),
+        )
+        for name in names
+    )
+    return format_html(
+        '<span class="legend-items">{}</span>',
+        format_html_join(" ", '<span class="legend-item nowrap">{} {}</span>', items),
     )
 
 

@@ -11,7 +11,7 @@ import datetime as dt
 
 from django.utils import formats
 from django.utils.functional import Promise
-from django.utils.translation import gettext, ngettext, pgettext_lazy
+from django.utils.translation import get_language, gettext, ngettext, pgettext_lazy
 
 from receipts import protocol
 
@@ -87,6 +87,7 @@ WORDS: dict[str, Promise] = {
     "settled: committed": pgettext_lazy("status", "settled: committed"),
     "settled: rejected": pgettext_lazy("status", "settled: rejected"),
     "in doubt": pgettext_lazy("status", "in doubt"),
+    "stale reservation": pgettext_lazy("status", "stale reservation"),
     "ok": pgettext_lazy("verdict", "ok"),
     "keep": pgettext_lazy("retention", "keep"),
     "strip_bodies": pgettext_lazy("retention", "strip_bodies"),
@@ -118,3 +119,8 @@ def word(value: object) -> str:
     text = value if isinstance(value, str) else str(value)
     label = WORDS.get(text)
     return str(label) if label is not None else text
+
+
+def table_language() -> str:
+    """The reader's language as the standard-library tables (``receipts.states``) name it."""
+    return "zh-Hans" if (get_language() or "").lower().startswith("zh") else "en"

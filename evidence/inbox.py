@@ -28,10 +28,12 @@ from django.utils.translation import gettext, pgettext_lazy
 from evidence import hosts, i18n, selectors, triage
 from evidence.models import Call, Finding, Host, with_run
 from evidence.pagination import Segment, every_row
-from receipts import protocol
+from receipts import protocol, states
 from receipts.findings import CODES, ERROR, WARNING
 
 IN_DOUBT, TAMPERED, CONFLICT, STALE, LEDGER = "in doubt", "tampered", "conflict", "stale reservation", "ledger"
+# A committed receipt that passes its check, whose target did not show the result: no intruder.
+DISPUTED = "disputed"
 HOST = "silent host"  # a host whose importer stopped reporting: its runs' decisions wait
 # A run that stopped writing before it finished: someone resumes it or ends it (retention keeps it till then).
 ABANDONED = "abandoned run"
@@ -39,7 +41,10 @@ ABANDONED = "abandoned run"
 # changed): the person who made it learns it here, not only on the call's page.
 REFUSED = "refused decision"
 # The order of the filter, most serious first.
-KINDS = (HOST, TAMPERED, LEDGER, IN_DOUBT, REFUSED, CONFLICT, STALE, ABANDONED)
+KINDS = (HOST, TAMPERED, LEDGER, DISPUTED, IN_DOUBT, REFUSED, CONFLICT, STALE, ABANDONED)
+# The kinds that are states (``receipts.states``): the inbox shows them as every page does.
+STATE_OF_KIND = {TAMPERED: states.TAMPERED, DISPUTED: states.DISPUTED, IN_DOUBT: states.IN_DOUBT,
+                 CONFLICT: states.CONFLICT, STALE: states.STALE}  # fmt: skip
 LEDGER_CODES = ("ledger_rewritten", "ledger_chain_broken")
 FINDING_KINDS = {
     LEDGER: LEDGER_CODES,
@@ -53,10 +58,11 @@ FINDING_KINDS = {
 KIND_LABELS: dict[str, Promise] = {
     HOST: pgettext_lazy("inbox kind", "silent host"),
     TAMPERED: i18n.WORDS["tampered"],
+    DISPUTED: i18n.WORDS["disputed"],
     LEDGER: pgettext_lazy("inbox kind", "ledger"),
     IN_DOUBT: i18n.WORDS["in doubt"],
     CONFLICT: i18n.WORDS["conflict"],
-    STALE: pgettext_lazy("inbox kind", "stale reservation"),
+    STALE: i18n.WORDS["stale reservation"],
     ABANDONED: pgettext_lazy("inbox kind", "abandoned run"),
     REFUSED: pgettext_lazy("inbox kind", "refused decision"),
 }
@@ -97,6 +103,11 @@ class InboxItem:
     def kind_label(self) -> str:
         return kind_label(self.kind)
 
+    @property
+    def state(self) -> str:
+        """The state this item is (``receipts.states``), or "" for a kind that is not one."""
+        return STATE_OF_KIND.get(self.kind, "")
+
 
 def _sources(
     *, kind: str = "", severity: str = "", run_id: str = "", view: str = triage.OPEN, now: dt.datetime | None = None
@@ -114,10 +125,10 @@ def _sources(
         calls = calls.none()
     if run_id:
         calls, findings = calls.filter(run__run_id=run_id), findings.filter(run__run_id=run_id)
-    if kind == TAMPERED:
-        calls = calls.filter(receipt_present=True).exclude(verification=protocol.VERIFIED)
+    if kind in (TAMPERED, DISPUTED):
+        calls = calls.filter(receipt_present=True, verification=VERIFICATION_OF_KIND[kind])
     elif kind == IN_DOUBT:
-        calls = calls.filter(verification=protocol.VERIFIED) | calls.filter(receipt_present=False)
+        calls = calls.exclude(receipt_present=True, verification__in=VERIFICATION_OF_KIND.values())
     elif kind:
         calls = calls.none()
     sources: list[tuple[str, QuerySet, Callable[[list[Any]], list[InboxItem]]]] = []
@@ -196,8 +207,17 @@ def inbox_items(
     return list(every_row(inbox_segments(kind=kind, severity=severity, run_id=run_id, view=view, now=now)))
 
 
+# A call in doubt whose receipt is present and says this of its check is an item of its own kind;
+# every other call in doubt (its receipt missing, or one that cannot be checked) is "in doubt".
+VERIFICATION_OF_KIND = {TAMPERED: protocol.MISMATCH, DISPUTED: protocol.DISPUTED}
+
+
 def _call_kind(present: bool, verification: str) -> str:
-    return TAMPERED if present and verification != protocol.VERIFIED else IN_DOUBT
+    if present:
+        for kind, verdict in VERIFICATION_OF_KIND.items():
+            if verification == verdict:
+                return kind
+    return IN_DOUBT
 
 
 def _call_items(calls: list[Call]) -> list[InboxItem]:
@@ -214,6 +234,19 @@ def _call_items(calls: list[Call]) -> list[InboxItem]:
                 gettext("{status} receipt that fails its identity check ({verification}): never reused"),
                 status=i18n.word(call.status),
                 verification=format_html('<span translate="no">{}</span>', call.verification),
+            )
+        elif kind == DISPUTED:
+            detail = f"{call.tool}: committed, but its target does not show the result: did it happen?"
+            note = format_html(
+                gettext("{tool}: committed, but its target does not show the result: did it happen?"),
+                tool=format_html("<code>{}</code>", call.tool),
+            )
+        elif call.verification == protocol.UNVERIFIABLE:
+            detail = f"{call.tool}: {call.status}, and its receipt's identity cannot be checked: did it happen?"
+            note = format_html(
+                gettext("{tool}: {status}, and its receipt's identity cannot be checked: did it happen?"),
+                tool=format_html("<code>{}</code>", call.tool),
+                status=i18n.word(call.status),
             )
         else:
             asked = " (the runtime can ask the target when it resumes)" if call.decision == "query" else ""

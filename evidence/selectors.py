@@ -39,7 +39,7 @@ from evidence.models import (
     with_run,
 )
 from evidence.stats import RunSummary
-from receipts import doubt, protocol, recovery
+from receipts import doubt, protocol, recovery, states
 from receipts.findings import DIGEST_CODES, ERROR, WARNING
 from receipts.recovery import reservation_resume
 from receipts.tools import BUILTIN_ADAPTERS
@@ -280,7 +280,9 @@ def unproven_calls(*, run: Run, events: Iterable[Event]) -> dict[str, str]:
     with the status a page shows for them: their ledger events say what the receipt said, which
     proves nothing. One query on the (run, call_id) key for one page of a ledger; none for a run
     whose stored counts hold no such call."""
-    if not set(RunSummary.of(run).calls_by_status) & set(protocol.SHOWN_FOR_VERDICT.values()):
+    summary = RunSummary.of(run)
+    failing = {states.TAMPERED, states.DISPUTED}
+    if not (set(summary.calls_by_status) & failing or set(summary.in_doubt_by_need) & set(stats.INVESTIGATE)):
         return {}
     call_ids = {event.call_id for event in events if event.type == "receipt" and event.call_id}
     rows = (
@@ -348,7 +350,7 @@ def run_needs(*, run: Run, summary: RunSummary) -> list[Need]:
         severity = WARNING if kind == "query" else ERROR
         url = _one_call_url(run, kind) if count == 1 else ""
         if not url:
-            inbox_kind = "in doubt" if kind in ("confirm", "query", "missing") else "tampered"
+            inbox_kind = kind if kind in (states.TAMPERED, states.DISPUTED) else states.IN_DOUBT
             url = f"{reverse('inbox')}?{urlencode({'run': run.run_id, 'kind': inbox_kind})}"
         needs.append(Need(severity, str(counted_words % {"count": count}), str(detail), str(action), url))
     if summary.in_doubt > counted:  # a summary stored before these counts were kept

@@ -119,15 +119,19 @@ class RunSummary:
 
 
 # What a call in doubt waits for: a receipt that fails its check or is missing, investigated
-# first (its shown status says which); a query of its target, which a resume makes; a person.
+# first; a query of its target, which a resume makes; a person.
 INVESTIGATE = ("tampered", "unverified", "disputed", "missing")
 NEEDS = (*INVESTIGATE, "confirm", "query")  # most serious first
 
 
-def need_of(shown: str, decision: str) -> str:
-    """What a call in doubt with this shown status and decision waits for (one of ``NEEDS``)."""
-    if shown in INVESTIGATE:
-        return shown
+def need_of(*, present: bool, verification: str, decision: str) -> str:
+    """What a call in doubt waits for (one of ``NEEDS``): what its receipt's check said, else
+    its decision. A call shows as in doubt, disputed or tampered (``receipts.states``); this
+    says why, for the run page's lines."""
+    if not present:
+        return "missing"
+    if verification in protocol.SHOWN_FOR_VERDICT:
+        return protocol.SHOWN_FOR_VERDICT[verification]
     return "query" if decision == "query" else "confirm"
 
 
@@ -155,11 +159,10 @@ def refresh_run_summary(run: Run, apps: Any = None) -> RunSummary:
     )
     for status, verification, decision, present, count, body_bytes in calls:
         shown = recovery.shown_status(present=present, status=status, verification=verification, decision=decision)
-        shown = shown or "missing"
         summary.calls_by_status[shown] = summary.calls_by_status.get(shown, 0) + count
         if protocol.in_doubt(decision):
             summary.in_doubt += count
-            need = need_of(shown, decision)
+            need = need_of(present=present, verification=verification, decision=decision)
             summary.in_doubt_by_need[need] = summary.in_doubt_by_need.get(need, 0) + count
         if decision:
             summary.decisions[decision] = summary.decisions.get(decision, 0) + count

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from receipts import protocol
+from receipts import protocol, states
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,22 +71,24 @@ SETTLED_SHOWN = {"reuse": "settled: committed", "retry": "settled: rejected"}
 
 
 def shown_status(*, present: bool, status: str, verification: str, decision: str) -> str:
-    """The one rule for what a call shows as, on every page, bar, download and API answer.
+    """The one rule for what a call shows as, on every page, bar, download, export, alert and API
+    answer: one of the states of ``receipts.reader.states.STATES``, never a receipt's own word
+    for a call in doubt (its receipt's ``status`` says that).
 
-    A receipt that fails its identity check (``SHOWN_FOR_VERDICT``) never shows as what it
-    says: an altered one stays "tampered" even after a person settled it, since settling does
-    not make its bytes true. A call that would be in doubt but for a person's confirmation
-    shows as settled, committed or rejected, whatever its receipt still says.
+    A receipt that fails its identity check is "tampered", even after a person settled it, since
+    settling does not make its bytes true. A call in doubt that a person settled shows as what
+    they settled it as. A committed receipt whose target did not show the result is "disputed"
+    until a person settles it; any other call in doubt (prepared, unknown, a receipt missing or
+    one whose identity cannot be checked) is "in doubt".
     """
-    if not present:
-        return "missing"
-    if verification == protocol.MISMATCH:
-        return protocol.SHOWN_FOR_VERDICT[verification]
-    settled = SETTLED_SHOWN.get(decision)
-    unsettled = decide(status=status or None, verification=verification or protocol.VERIFIED)
-    if settled and protocol.in_doubt(unsettled.decision):
+    if present and verification == protocol.MISMATCH:
+        return states.TAMPERED
+    unsettled = decide(status=(status or None) if present else None, verification=verification or protocol.VERIFIED)
+    if not protocol.in_doubt(unsettled.decision):
+        return status  # committed (reused) or rejected (retried or stopped)
+    if present and (settled := SETTLED_SHOWN.get(decision)):
         return settled
-    return protocol.SHOWN_FOR_VERDICT.get(verification, status)
+    return states.DISPUTED if present and verification == protocol.DISPUTED else states.IN_DOUBT
 
 
 def reservation_resume(*, state: str, task_present: bool, digests_match: bool) -> str:

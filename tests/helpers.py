@@ -108,3 +108,13 @@ def every_entry(folder: Path) -> dict[str, bytes | None]:
     test compares to see that nothing was made or written there."""
     entries = sorted(folder.rglob("*"))
     return {str(path.relative_to(folder)): None if path.is_dir() else path.read_bytes() for path in entries}
+
+
+def state_badge(name: str) -> str:
+    """A state's badge as pages draw it in English: its tone, its glyph, its word
+    (receipts.states; tests/test_templatetags.py holds the markup itself)."""
+    from receipts import states
+
+    state = states.STATES[name]
+    glyph = f'<span class="glyph" aria-hidden="true">{state.glyph}</span>'
+    return f'class="badge badge-{state.tone} state">{glyph}{name}</span>'

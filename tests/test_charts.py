@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from evidence import charts
+from receipts import states
 
 T0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
 
@@ -27,9 +28,9 @@ def test_the_status_bar_of_no_call_says_so():
 
 
 def test_an_unknown_status_goes_last_and_is_escaped():
-    svg = str(charts.status_bar({"<b>odd</b>": 1, "prepared": 1}, width=100))
+    svg = str(charts.status_bar({"<b>odd</b>": 1, "in doubt": 1}, width=100))
     assert "<b>" not in svg and "&lt;b&gt;odd&lt;/b&gt;" in svg
-    assert svg.index("fill-prepared") < svg.index("fill-&lt;b&gt;")
+    assert svg.index("fill-in-doubt") < svg.index("fill-&lt;b&gt;")
 
 
 def test_the_histogram_scales_bars_to_the_busiest_slice():
@@ -49,33 +50,40 @@ def test_the_activity_strip_places_a_run_on_the_shared_axis():
     assert "no events" in str(charts.activity_strip(None, None, span))
 
 
-def test_each_colour_of_the_status_bar_has_its_own_marks_so_colour_is_not_the_only_cue():
-    """Under deuteranopia or in greyscale the bar's green, amber and red are hard to tell apart:
-    each colour the stylesheet gives a status also has marks of its own kind (and no two colours
-    share a kind), drawn in every segment wide enough to hold one."""
+def test_each_state_has_its_own_marks_and_glyph_so_colour_is_not_the_only_cue():
+    """Under deuteranopia or in greyscale the bar's green, amber and red are hard to tell apart,
+    and a glyph that means "bad" says nothing of what happened (issue 37): each state of the table
+    has marks and a glyph no other state has, its segment wears its tone's colour, and the
+    stylesheet gives every tone one."""
     css = (Path(__file__).resolve().parent.parent / "static" / "css" / "site.css").read_text()
-    colour_of = {}
-    for selectors, colour in re.findall(r"((?:svg\.chart \.fill-[a-z-]+,?\s*)+)\{ fill: var\(--([a-z]+)\); \}", css):
-        colour_of.update(dict.fromkeys(re.findall(r"\.fill-([a-z-]+)", selectors), colour))
-    assert {charts.fill_class(s).removeprefix("fill-") for s in charts.STATUS_ORDER} <= set(colour_of), "a colour each"
-    kinds_of_colour: dict[str, set[str]] = {}
-    for status in charts.STATUS_ORDER:
-        svg = str(charts.status_bar({status: 1}, width=60, height=12))
+    tones = dict(re.findall(r"svg\.chart \.tone-([a-z]+) \{ fill: var\(--([a-z]+)\); \}", css))
+    assert {state.tone for state in states.STATES.values()} <= set(tones), "a colour each"
+    assert len({state.marks for state in states.STATES.values()}) == len(states.STATES), "two states share marks"
+    assert len({state.glyph for state in states.STATES.values()}) == len(states.STATES), "two states share a glyph"
+    for name, state in states.STATES.items():
+        svg = str(charts.status_bar({name: 1}, width=60, height=12))
+        assert f'class="{charts.fill_class(name)} tone-{state.tone}"' in svg
         drawn = re.findall(r'<path class="mark mark-([a-z]+)" d="([^"]+)"', svg)
-        kind = drawn[0][0] if drawn else "plain"
-        assert drawn or kind == charts.MARKS[status] == "plain", f"{status} has no marks"
-        kinds_of_colour.setdefault(colour_of[charts.fill_class(status).removeprefix("fill-")], set()).add(kind)
-    assert all(len(kinds) == 1 for kinds in kinds_of_colour.values()), kinds_of_colour
-    kinds = [next(iter(k)) for k in kinds_of_colour.values()]
-    assert len(set(kinds)) == len(kinds) >= 3, f"two colours share their marks: {kinds_of_colour}"
+        assert [kind for kind, _ in drawn] == ([] if state.marks == "plain" else [state.marks]), name
     other = str(charts.status_bar({"legacy": 1}, width=60))
-    assert 'class="mark mark-dots"' in other, "a status the protocol does not list is dotted"
+    assert 'class="mark mark-dots"' in other and "tone-neutral" in other, "a word not in the table is dotted"
+
+
+def test_the_legend_draws_each_call_state_as_the_bar_does():
+    legend = str(charts.state_legend())
+    for name in charts.CALL_STATES:
+        bar = str(charts.status_bar({name: 1}, width=14, height=12))
+        path = re.search(r'<path class="mark[^>]*></path>', bar)
+        assert path is None or path.group(0) in legend, name
 
 
 def test_the_marks_stay_inside_their_segment():
-    svg = str(charts.status_bar({"committed": 1, "prepared": 1, "rejected": 1}, width=90, height=12))
+    svg = str(charts.status_bar({"committed": 1, "in doubt": 1, "rejected": 1}, width=90, height=12))
     for (x, width), path in zip(
-        re.findall(r'<rect x="([0-9.]+)" y="0" width="([0-9.]+)" height="12" class="fill-(?:prepared|rejected)"', svg),
+        re.findall(
+            r'<rect x="([0-9.]+)" y="0" width="([0-9.]+)" height="12" class="fill-(?:in-doubt|rejected) tone-[a-z]+"',
+            svg,
+        ),
         re.findall(r'class="mark mark-[a-z]+" d="([^"]+)"', svg),
         strict=True,
     ):

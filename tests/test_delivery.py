@@ -132,7 +132,7 @@ def test_a_decision_refused_because_another_stood_shows_who_settled_it_and_is_an
     assert settled_by == "ops-cli", "the decision that stood settled it, not the refused one"
     client.force_login(confirmer)
     page = content(client.get(f"/runs/send-message-killed/calls/{call.call_id}/"))
-    lead = page.split('class="lead">', 1)[1].split("</p>", 1)[0]
+    lead = page.split('class="lead state-line">', 1)[1].split("</p>", 1)[0]
     assert 'by <span translate="no">ops-cli</span>' in lead and "dana" not in lead, lead
     assert "ops-cli decided at" in page and "with the writer's command line" in page
     assert "A decision the run directory refused" in page and "never written into the run directory" in page

@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from evidence import stats
 from evidence.models import Call
-from tests.helpers import content, first_call_of
+from tests.helpers import content, first_call_of, state_badge
 
 pytestmark = pytest.mark.django_db
 
@@ -72,10 +72,11 @@ def test_a_commit_the_writer_refused_to_reuse_shows_as_disputed_and_can_be_settl
     page = content(client.get(reverse("call", args=[run_dir.name, call_id])))
     assert "disputed: its target did not show this result" in page and "effect_not_shown" in page
     assert 'name="resolution"' in page, "a person may settle it"
-    lead = page[page.index('class="lead"') :]
-    assert lead.startswith('class="lead"><span data-value="disputed" class="badge badge-bad">disputed'), (
-        "never shown as a plain commit"
-    )
-    assert "(the receipt says committed, and proves nothing)" in lead[:400]
+    lead = page[page.index('class="lead state-line"') :]
+    assert lead.startswith(
+        f'class="lead state-line"><span data-value="disputed" data-state="disputed" {state_badge("disputed")}'
+    ), "never shown as a plain commit"
+    assert "Nothing points to an intruder" in lead[:600], "disputed is not tampered: its identity check passed"
+    assert "Its receipt says committed." in lead[:1500] and "proves nothing" not in lead[:1500]
     run_page = content(client.get(reverse("run", args=[run_dir.name])))
-    assert 'badge-bad">disputed' in run_page
+    assert state_badge("disputed") in run_page

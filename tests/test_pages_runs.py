@@ -15,7 +15,7 @@ from django.urls import reverse
 from evidence import importer
 from evidence.models import Run
 from receipts import durable, protocol, runtime
-from tests.helpers import content, first_call_of
+from tests.helpers import content, first_call_of, state_badge
 
 pytestmark = pytest.mark.django_db
 
@@ -93,7 +93,7 @@ def test_the_poll_refreshes_the_whole_run_page(logged_in, demo):
     page = content(response)
     assert page.lstrip().startswith('<div id="run-body"')
     assert "appended while watching" in page, "the ledger"
-    assert 'aria-label="calls: 1 committed, 1 prepared"' in page, "the charts and the summary"
+    assert 'aria-label="calls: 1 committed, 1 in doubt"' in page, "the charts and the summary"
     assert page.count('<th scope="row"><a href="/runs/send-message-killed/calls/') == 2, "the calls"
 
 
@@ -159,7 +159,7 @@ def test_a_recovered_creation_says_so_in_the_disposition_history(logged_in, demo
 def test_run_page_shows_ledger_calls_dispositions_and_findings(logged_in, demo):
     page = content(logged_in.get("/runs/conflict-same-id/"))
     assert "Disposition history" in page
-    assert 'badge-ok">created' in page and 'badge-bad">conflict' in page
+    assert 'badge-ok">created' in page and state_badge("conflict") in page
     assert "request_digest_differs" in page
     assert "submission_conflict" in page
 
@@ -169,11 +169,11 @@ def test_a_receipt_that_fails_its_identity_check_is_never_shown_as_committed(log
     assert 'aria-label="calls: 1 tampered"' in runs
     run = content(logged_in.get("/runs/tampered-receipt/"))
     calls = run[run.index('id="calls"') :]
-    assert 'badge-bad">tampered' in calls and 'badge-ok">committed' not in calls
+    assert state_badge("tampered") in calls and state_badge("committed") not in calls
     call = first_call_of("tampered-receipt")
     page = content(logged_in.get(reverse("call", args=["tampered-receipt", call.call_id])))
-    lead = page[page.index('class="lead"') :][:400]
-    assert 'badge-bad">tampered' in lead and "the receipt says committed, and proves nothing" in lead
+    lead = page[page.index('class="lead state-line"') :][:1500]
+    assert state_badge("tampered") in lead and "The receipt says committed, and proves nothing" in lead
 
 
 def test_each_run_has_a_verdict(logged_in, demo):

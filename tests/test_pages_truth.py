@@ -18,8 +18,8 @@ from django.urls import reverse
 
 from evidence import stats
 from evidence.models import Call, Run
-from receipts import recovery
-from tests.helpers import content, first_call_of, join
+from receipts import recovery, states
+from tests.helpers import content, first_call_of, join, state_badge
 
 pytestmark = pytest.mark.django_db
 
@@ -54,7 +54,7 @@ def run_row(page: str, run_id: str) -> str:
 
 def bar_of(page: str, fill: str) -> list[str]:
     """The calls-by-status bar's shapes of one status (not the legend's swatches)."""
-    return re.findall(rf'<rect [^>]*class="fill-{fill}"><title>([^<]*)</title>', page)
+    return re.findall(rf'<rect [^>]*class="fill-{fill} tone-[a-z]+"><title>(\d[^<]*)</title>', page)
 
 
 # --- tampered is not "in doubt" ---------------------------------------------------------
@@ -77,11 +77,11 @@ def test_a_tampered_receipt_is_never_shown_green(logged_in, demo):
     _, page = call_page(logged_in, TAMPERED)
     assert "badge-ok" not in page, "its events say committed: never a green badge for an altered receipt"
     events = page[page.index("Events of this call") :]
-    assert 'badge-bad">tampered' in events and "the ledger says committed" in events
+    assert state_badge("tampered") in events and "the ledger says committed" in events
     run_page = content(logged_in.get(reverse("run", args=[TAMPERED])))
     assert "badge-ok" not in run_page and not bar_of(run_page, "committed") and bar_of(run_page, "tampered")
     ledger = run_page[run_page.index('id="timeline"') : run_page.index('id="calls"')]
-    assert 'badge-bad">tampered' in ledger and 'badge-ok">committed' not in ledger
+    assert state_badge("tampered") in ledger and state_badge("committed") not in ledger
     runs = content(logged_in.get(reverse("runs")))
     row = run_row(runs, TAMPERED)
     assert "badge-ok" not in row and bar_of(row, "tampered") and not bar_of(row, "committed")
@@ -94,20 +94,20 @@ def test_a_settled_call_shows_as_settled_on_every_page_and_in_every_download(as_
     call = first_call_of(SENT)
     settle(as_confirmer, call)
     _, page = call_page(as_confirmer, SENT)
-    lead = page[page.index('class="lead"') : page.index("</p>", page.index('class="lead"'))]
+    lead = page[page.index('class="lead state-line"') : page.index("</p>", page.index('class="lead state-line"'))]
     assert (
         "prepared →" in lead
-        and 'badge-info">settled: committed' in lead
+        and state_badge("settled: committed") in lead
         and 'by <span translate="no">carol</span>' in lead
     )
-    assert 'badge-warn">prepared' not in lead
+    assert 'data-value="prepared"' not in lead and state_badge("in doubt") not in lead
     run_page = content(as_confirmer.get(reverse("run", args=[SENT])))
     calls_table = run_page[run_page.index('id="calls"') : run_page.index('id="submissions"')]
     assert "settled: committed" in calls_table and 'by <span translate="no">carol</span>' in calls_table
-    assert 'badge-warn">prepared' not in calls_table
-    assert bar_of(run_page, "settled-committed") and not bar_of(run_page, "prepared")
+    assert state_badge("in doubt") not in calls_table
+    assert bar_of(run_page, "settled-committed") and not bar_of(run_page, "in-doubt")
     row = run_row(content(as_confirmer.get(reverse("runs"))), SENT)
-    assert bar_of(row, "settled-committed") and not bar_of(row, "prepared")
+    assert bar_of(row, "settled-committed") and not bar_of(row, "in-doubt")
 
     rows = list(csv.DictReader(io.StringIO(content(as_confirmer.get(f"/runs/{SENT}/?list=calls&format=csv")))))
     assert [(r["status"], r["written_status"], r["settled_by"]) for r in rows] == [
@@ -129,21 +129,27 @@ def test_a_call_settled_as_not_done_shows_as_settled_rejected(as_confirmer, demo
 
 
 @pytest.mark.parametrize(
-    ("status", "verification", "decision", "shown"),
+    ("present", "status", "verification", "decision", "shown"),
     [
-        ("committed", "verified", "reuse", "committed"),  # its own commit: nobody settled it
-        ("rejected", "verified", "retry", "rejected"),  # a retryable rejection retries by itself
-        ("prepared", "verified", "confirm", "prepared"),
-        ("prepared", "verified", "reuse", "settled: committed"),
-        ("unknown", "verified", "retry", "settled: rejected"),
-        ("committed", "disputed", "reuse", "settled: committed"),
-        ("committed", "mismatch", "reuse", "tampered"),  # settled or not, the receipt was altered
-        ("committed", "mismatch", "confirm", "tampered"),
+        (True, "committed", "verified", "reuse", "committed"),  # its own commit: nobody settled it
+        (True, "rejected", "verified", "retry", "rejected"),  # a retryable rejection retries by itself
+        (True, "rejected", "verified", "stop", "rejected"),
+        (True, "prepared", "verified", "confirm", "in doubt"),  # never the receipt's own word (issue 37)
+        (True, "unknown", "verified", "query", "in doubt"),
+        (True, "failed", "verified", "confirm", "in doubt"),  # the legacy status
+        (True, "committed", "unverifiable", "confirm", "in doubt"),
+        (True, "prepared", "verified", "reuse", "settled: committed"),
+        (True, "unknown", "verified", "retry", "settled: rejected"),
+        (True, "committed", "disputed", "confirm", "disputed"),  # no intruder: the target did not show it
+        (True, "committed", "disputed", "reuse", "settled: committed"),
+        (True, "committed", "mismatch", "reuse", "tampered"),  # settled or not, the receipt was altered
+        (True, "committed", "mismatch", "confirm", "tampered"),
+        (False, "", "", "confirm", "in doubt"),  # the ledger names it, its receipt is missing
     ],
 )
-def test_one_rule_says_what_a_call_shows_as(status, verification, decision, shown):
-    assert recovery.shown_status(present=True, status=status, verification=verification, decision=decision) == shown
-    assert recovery.shown_status(present=False, status="", verification="", decision="confirm") == "missing"
+def test_one_rule_says_what_a_call_shows_as(present, status, verification, decision, shown):
+    assert recovery.shown_status(present=present, status=status, verification=verification, decision=decision) == shown
+    assert shown in states.STATES, "every state a call shows as is one of the table's"
 
 
 # --- let the evidence speak --------------------------------------------------------------
@@ -173,7 +179,7 @@ def test_the_run_page_opens_with_what_needs_a_person_and_its_verdict(client, dja
     needs = page[start : page.index("</section>", start)]
     assert "1 call in doubt" in needs and "a person decides whether it happened" in needs
     assert f'href="/runs/{SENT}/calls/{call.call_id}/">Settle</a>' in needs
-    assert 'badge-warn">in doubt' in needs, "the run's verdict, first"
+    assert state_badge("in doubt") in needs, "the run's verdict, first"
     assert page.index('aria-labelledby="needs-heading"') < page.index('<dl class="facts">')
     facts = page[page.index('<dl class="facts">') :]
     assert "(1 in doubt)" not in facts, "said once, where the action is"

@@ -70,7 +70,7 @@ def odd_cases(demo_root) -> dict[str, str]:
 
 def test_the_writer_and_every_page_agree_on_which_calls_are_in_doubt(odd_cases, client):
     in_the_inbox = {(item.run_id, item.subject) for item in inbox.inbox_items()
-                    if item.kind in (inbox.IN_DOUBT, inbox.TAMPERED)}  # fmt: skip
+                    if item.kind in (inbox.IN_DOUBT, inbox.TAMPERED, inbox.DISPUTED)}  # fmt: skip
     every_in_doubt = set()
     for run in Run.objects.all():
         writer_says = {call_id for call_id, _ in unsettled_calls(Path(run.path))}
@@ -90,7 +90,7 @@ def test_the_writer_and_every_page_agree_on_which_calls_are_in_doubt(odd_cases, 
     assert ("tampered-receipt", Call.objects.get(run__run_id="tampered-receipt").call_id) in every_in_doubt
     assert scrape(client)[("callproof_calls_in_doubt", ())] == len(every_in_doubt)
     assert inbox.inbox_total() == len(every_in_doubt) + sum(
-        1 for item in inbox.inbox_items() if item.kind not in (inbox.IN_DOUBT, inbox.TAMPERED)
+        1 for item in inbox.inbox_items() if item.kind not in (inbox.IN_DOUBT, inbox.TAMPERED, inbox.DISPUTED)
     )
 
 

@@ -10,8 +10,14 @@ from receipts import protocol
 
 def test_a_badge_names_its_value_and_never_colours_alone():
     # the shown word in the reader's language, the record's own in data-value
-    assert str(dashboard.badge("committed")) == '<span data-value="committed" class="badge badge-ok">committed</span>'
+    assert str(dashboard.badge("reuse")) == '<span data-value="reuse" class="badge badge-ok">reuse</span>'
     assert str(dashboard.badge("")) == '<span data-value="missing" class="badge badge-neutral">missing</span>'
+    # a state wears its own glyph (hidden from screen readers, which read its word) and names itself
+    assert str(dashboard.badge("committed")) == (
+        '<span data-value="committed" data-state="committed" class="badge badge-ok state">'
+        '<span class="glyph" aria-hidden="true">\u2713</span>committed</span>'
+    )
+    assert 'class="badge badge-neutral state"' in str(dashboard.badge("committed", unproven=True))
 
 
 def test_a_badge_takes_any_json_value_and_escapes_it():
@@ -60,7 +66,12 @@ def test_a_badge_shows_the_readers_word_and_keeps_the_records_own():
 
     with translation.override("zh-hans"):
         shown = str(dashboard.badge("settled: committed"))
-        assert shown == '<span data-value="settled: committed" class="badge badge-info">已裁定：已提交</span>'
+        assert shown == (
+            '<span data-value="settled: committed" data-state="settled: committed" class="badge badge-info state">'
+            '<span class="glyph" aria-hidden="true">\u2611</span>已裁定：已提交</span>'
+        )
+        assert dashboard.state_to_do("in doubt").startswith("需要您处理")
+        assert str(dashboard.badge("reuse")) == '<span data-value="reuse" class="badge badge-ok">复用</span>'
         assert str(dashboard.badge("a word nobody foresaw")) == (
             '<span class="badge badge-neutral" translate="no">a word nobody foresaw</span>'
         )

@@ -14,8 +14,7 @@ from django.utils.translation import pgettext
 
 from evidence import charts, decision_text, i18n, people
 from evidence.views.common import url_of
-from receipts import protocol
-from receipts.reader import states
+from receipts import protocol, states
 
 register = template.Library()
 
@@ -23,6 +22,7 @@ register.simple_tag(charts.status_bar, name="status_bar")
 register.simple_tag(url_of, name="url_of")
 register.simple_tag(charts.histogram, name="histogram")
 register.simple_tag(charts.activity_strip, name="activity_strip")
+register.simple_tag(charts.state_legend, name="state_legend")
 
 # The kind of each word's badge, shared with the evidence page the verifier renders.
 BADGE_CLASSES = states.KINDS
@@ -43,10 +43,13 @@ def as_text(value: object) -> str:
 def badge(value: object, unproven: bool = False) -> SafeString:
     """A status, decision, disposition or severity as a labelled badge (text, not colour alone).
 
+    A state of ``receipts.states.STATES`` is drawn from that table alone (``state_badge``).
     Event payloads are whatever the ledger holds: a list or an object is shown as JSON, never a 500.
     ``unproven``: said of a call whose receipt fails its identity check, never green.
     """
     label = as_text(value) if value not in (None, "") else "missing"
+    if label in states.STATES:
+        return state_badge(label, unproven=unproven)
     kind = BADGE_CLASSES.get(label, "neutral")
     shown = i18n.word(label)
     if shown == label and label not in i18n.WORDS:
@@ -64,6 +67,30 @@ def badge(value: object, unproven: bool = False) -> SafeString:
         "neutral" if unproven and kind == "ok" else kind,
         shown,
     )
+
+
+def state_badge(name: str, unproven: bool = False) -> SafeString:
+    """A state as every page shows it: its tone, its own glyph (hidden from screen readers, which
+    read the word), its word in the reader's language; ``data-state`` names it for programs and
+    for the test that no page shows a state outside the table."""
+    state = states.STATES[name]
+    tone = "neutral" if unproven and state.tone == "ok" else state.tone
+    return format_html(
+        '<span data-value="{}" data-state="{}" class="badge badge-{} state">'
+        '<span class="glyph" aria-hidden="true">{}</span>{}</span>',
+        name,
+        name,
+        tone,
+        state.glyph,
+        state.word(i18n.table_language()),
+    )
+
+
+@register.simple_tag
+def state_to_do(name: str) -> str:
+    """What a person does about a state, in the reader's language ("" for a word not a state)."""
+    state = states.STATES.get(name)
+    return state.to_do(i18n.table_language()) if state else ""
 
 
 @register.simple_tag

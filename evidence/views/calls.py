@@ -69,6 +69,10 @@ def call_page(
         "args": pretty(call.args),
         "result": pretty(call.result) if call.result is not None else "",
         "error": pretty(call.error) if call.error is not None else "",
+        # A rejected call's reason, as its tool said it, first on the page (the JSON stays below).
+        "error_message": call.error.get("message")
+        if isinstance(call.error, dict) and isinstance(call.error.get("message"), str)
+        else "",
         "events": detail.events,
         "confirmation": detail.confirmation,
         "findings": detail.findings,

@@ -20,8 +20,7 @@ import re
 from html import escape
 from typing import Any
 
-from receipts import protocol
-from receipts.reader import states
+from receipts import protocol, states
 
 FORMAT = "callproof-evidence/v1"  # evidence.json's
 SECTIONS = ("run", "calls", "submissions", "events", "findings", "confirmations")
