@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 
 # What each word's badge is: ok (✓), warn (▲), bad (✕), info (◆); a word not here is neutral (○).
+# A state of ``STATES`` is drawn from that table instead, on the dashboard and on a v2 evidence
+# page; its kind here is what a v1 evidence page (0.1.0's) drew, kept so that page still verifies.
 KINDS: dict[str, str] = {
     "committed": "ok",
     "reuse": "ok",

@@ -56,6 +56,9 @@ def says_the_page_differs(problems: list[str]) -> bool:
 
 def badge_of(word: str, language: str) -> str:
     shown = evidence_page.states.CHINESE[word] if language == "zh-hans" else word
+    if state := evidence_page.states.STATES.get(word):
+        glyph = f'<span class="glyph" aria-hidden="true">{state.glyph}</span>'
+        return f'data-value="{word}" data-state="{word}" class="badge badge-{state.tone} state">{glyph}{shown}<'
     return f'data-value="{word}" class="badge badge-{evidence_page.states.KINDS.get(word, "neutral")}">{shown}<'
 
 
@@ -158,6 +161,38 @@ def test_the_writers_verifier_fails_an_edited_page_with_no_django(demo, tmp_path
     )
     assert after.returncode == 1
     assert "index.html does not say what evidence.json says" in after.stdout + after.stderr
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_the_page_draws_each_state_as_the_dashboard_does(language):
+    from django.utils import translation
+
+    from evidence.templatetags.dashboard import state_badge
+
+    page = evidence_page._Page(evidence_page.page_language(language))
+    with translation.override(language):
+        for name in evidence_page.states.STATES:
+            assert page.badge(name) == str(state_badge(name)), name
+
+
+def test_a_page_made_in_the_first_format_still_verifies_and_is_held_to_it(demo, tmp_path):
+    """A v1 page (badges by kind, before the table of states) is rendered as v1 pages were: an
+    export made then still verifies, and a v1 manifest does not excuse a page drawn otherwise."""
+    folder = exported("tampered-receipt", "en", tmp_path / "out")
+    path = folder / "evidence.json"
+    document = json.loads(path.read_bytes())
+    v1, v2 = evidence_page.PAGE_FORMATS
+    assert document["manifest"]["page"]["format"] == v2
+    document["manifest"]["page"]["format"] = v1
+    first = evidence_page.render_from(document, "en", v1)
+    assert first != evidence_page.render_from(document, "en", v2) and b'data-state="' not in first
+    text = path.read_text(encoding="utf-8")
+    text = text.replace(f'"{v2}"', f'"{v1}"').replace(document["manifest"]["page_sha256"], protocol.sha256_hex(first))
+    path.write_text(text, encoding="utf-8")
+    (folder / "index.html").write_bytes(first)
+    assert verify_export(folder) == []
+    edit_page(folder, lambda page: page.replace("badge-bad\">tampered", "badge-ok\">committed"))
+    assert says_the_page_differs(verify_export(folder))
 
 
 def test_the_pages_words_are_the_dashboards():

@@ -24,7 +24,11 @@ from receipts import protocol, states
 
 FORMAT = "callproof-evidence/v1"  # evidence.json's
 SECTIONS = ("run", "calls", "submissions", "events", "findings", "confirmations")
-PAGE_FORMAT = "callproof-evidence-page/v1"
+# v2 draws each state as the table of states says (receipts/states.py: its own glyph and tone);
+# v1, what 0.1.0 exported, badges by kind. A page names its format, and the verifier renders
+# each as it was made, so that an export made by an earlier version still verifies.
+PAGE_FORMAT = "callproof-evidence-page/v2"
+PAGE_FORMATS = ("callproof-evidence-page/v1", PAGE_FORMAT)
 LANGUAGES = ("en", "zh-Hans")
 PAGE_ROWS = 1000  # the page shows this many of each list; evidence.json has them all
 LISTED = ("calls", "submissions", "findings", "confirmations")  # the lists the page shows rows of
@@ -229,6 +233,12 @@ code.digest { word-break: break-all; font-size: .85em; }
 }
 """
 
+# What v2 adds to the stylesheet: a state wears its own glyph, in the page.
+STATE_STYLE = """\
+.badge.state::before { content: none; }
+.badge.state .glyph { margin-right: .3em; }
+"""
+
 HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -237,7 +247,7 @@ def page_language(code: object) -> str:
     return "zh-Hans" if isinstance(code, str) and code.lower().startswith("zh") else "en"
 
 
-def render_from(document: dict[str, Any], language: str) -> bytes:
+def render_from(document: dict[str, Any], language: str, page_format: str = PAGE_FORMAT) -> bytes:
     """The page of an evidence.json as parsed: what the verifier compares the page with."""
     lists = {name: items(document.get(name)) for name in LISTED}
     counts = {name: len(document[name]) if isinstance(document.get(name), list) else 1 for name in SECTIONS}
@@ -245,24 +255,33 @@ def render_from(document: dict[str, Any], language: str) -> bytes:
     run = mapping(document.get("run"))
     return render(
         run=run, rows={name: rows[:PAGE_ROWS] for name, rows in lists.items()}, counts=counts, manifest=manifest,
-        language=language,
+        language=language, page_format=page_format,
     )  # fmt: skip
 
 
 def render(
-    *, run: dict[str, Any], rows: dict[str, list[Any]], counts: dict[str, int], manifest: dict[str, Any], language: str
+    *,
+    run: dict[str, Any],
+    rows: dict[str, list[Any]],
+    counts: dict[str, int],
+    manifest: dict[str, Any],
+    language: str,
+    page_format: str = PAGE_FORMAT,
 ) -> bytes:
     """The page: ``run`` the run's record, ``rows`` the first ``PAGE_ROWS`` of each listed section,
     ``counts`` each section's length, ``manifest`` the evidence's manifest; all as canonical JSON
-    gives them back (so that the export and the verifier render the same bytes)."""
-    page = _Page(language)
+    gives them back (so that the export and the verifier render the same bytes). ``page_format``:
+    one of ``PAGE_FORMATS``, as the manifest names it."""
+    page = _Page(language, states_drawn=page_format != PAGE_FORMATS[0])
     return page.document(run, rows, counts, manifest).encode("utf-8")
 
 
 class _Page:
-    def __init__(self, language: str) -> None:
+    def __init__(self, language: str, states_drawn: bool = True) -> None:
         self.language = language if language in TEXT else "en"
         self.text = TEXT[self.language]
+        self.states_drawn = states_drawn  # v2: a state as the table draws it; v1: by its kind
+        self.style = STYLE + STATE_STYLE if states_drawn else STYLE
 
     def say(self, key: str, **values: str) -> str:
         """A sentence in the page's language, each value already HTML."""
@@ -277,6 +296,13 @@ class _Page:
 
     def badge(self, value: object) -> str:
         label = as_text(value) if value not in (None, "") else "missing"
+        state = states.STATES.get(label) if self.states_drawn else None
+        if state is not None:
+            # As the dashboard draws it (evidence/templatetags/dashboard.state_badge).
+            return (
+                f'<span data-value="{escape(label)}" data-state="{escape(label)}" class="badge badge-{state.tone} state">'
+                f'<span class="glyph" aria-hidden="true">{state.glyph}</span>{escape(state.word(self.language))}</span>'
+            )
         kind = states.KINDS.get(label, "neutral")
         if label not in states.CHINESE:
             return f'<span class="badge badge-{kind}" translate="no">{escape(label)}</span>'
@@ -315,7 +341,7 @@ class _Page:
             '<meta name="viewport" content="width=device-width, initial-scale=1">\n',
             '<meta name="color-scheme" content="light dark">\n',
             f'<meta name="evidence-sha256" content="{escape(as_text(manifest.get("whole")))}">\n',
-            f"<title>{self.say('title', run_id=run_id)}</title>\n<style>\n{STYLE}</style>\n</head>\n<body>\n",
+            f"<title>{self.say('title', run_id=run_id)}</title>\n<style>\n{self.style}</style>\n</head>\n<body>\n",
             f'<header class="site"><span class="brand">{self.say("brand")}</span></header>\n<main id="main">\n',
             f"<h1>{self.say('heading', run_id=run_id)}</h1>\n",
             f'<p class="lead evidence-note">{self.say("lead")}</p>\n',

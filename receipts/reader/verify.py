@@ -64,14 +64,14 @@ def _check_page(directory: Path, document: dict[str, Any], manifest: dict[str, A
             f"index.html: its digest is {protocol.sha256_hex(data)}, the manifest says {manifest.get('page_sha256')}"
         )
     page = evidence_page.mapping(manifest.get("page"))
-    if page.get("format") != evidence_page.PAGE_FORMAT or page.get("language") not in evidence_page.LANGUAGES:
+    if page.get("format") not in evidence_page.PAGE_FORMATS or page.get("language") not in evidence_page.LANGUAGES:
         problems.append(
             f"index.html: the manifest names page format {_short(page.get('format'))} in "
-            f"{_short(page.get('language'))}; this verifier renders {evidence_page.PAGE_FORMAT} in "
+            f"{_short(page.get('language'))}; this verifier renders {' or '.join(evidence_page.PAGE_FORMATS)} in "
             f"{' or '.join(evidence_page.LANGUAGES)}, so what the page says cannot be checked"
         )
         return problems
-    expected = evidence_page.render_from(document, page["language"])
+    expected = evidence_page.render_from(document, page["language"], page["format"])
     if data != expected:
         problems.append("index.html does not say what evidence.json says: " + _first_difference(data, expected))
     return problems
