@@ -191,7 +191,7 @@ def test_a_page_made_in_the_first_format_still_verifies_and_is_held_to_it(demo, 
     path.write_text(text, encoding="utf-8")
     (folder / "index.html").write_bytes(first)
     assert verify_export(folder) == []
-    edit_page(folder, lambda page: page.replace("badge-bad\">tampered", "badge-ok\">committed"))
+    edit_page(folder, lambda page: page.replace('badge-bad">tampered', 'badge-ok">committed'))
     assert says_the_page_differs(verify_export(folder))
 
 

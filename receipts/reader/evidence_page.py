@@ -299,9 +299,11 @@ class _Page:
         state = states.STATES.get(label) if self.states_drawn else None
         if state is not None:
             # As the dashboard draws it (evidence/templatetags/dashboard.state_badge).
+            named = escape(label)
+            glyph = f'<span class="glyph" aria-hidden="true">{state.glyph}</span>'
             return (
-                f'<span data-value="{escape(label)}" data-state="{escape(label)}" class="badge badge-{state.tone} state">'
-                f'<span class="glyph" aria-hidden="true">{state.glyph}</span>{escape(state.word(self.language))}</span>'
+                f'<span data-value="{named}" data-state="{named}" class="badge badge-{state.tone} state">'
+                f"{glyph}{escape(state.word(self.language))}</span>"
             )
         kind = states.KINDS.get(label, "neutral")
         if label not in states.CHINESE:
