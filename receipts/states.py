@@ -184,7 +184,7 @@ STATES: dict[str, State] = {
             "需要您处理：同一个提交 ID 对应了两个不同的请求。请确认哪一个才是本意；第二个永远不会被创建。",
         ),
         _state(
-            STALE, "warn", "\u29d7", "rings",
+            STALE, "warn", "\u25f7", "rings",
             "Needs you: a task was reserved long ago and never finished. Resume the run, or settle its call.",
             "需要您处理：某个任务很久以前已预留但从未完成。请恢复运行，或裁定其调用。",
         ),
