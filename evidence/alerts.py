@@ -42,7 +42,7 @@ from collections.abc import Iterable
 from django.conf import settings
 from django.core import mail
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.urls import reverse
 from django.utils import translation
 
@@ -427,3 +427,40 @@ def queue(*, at: dt.datetime | None = None) -> bool:
         return False
     (tasks.notify.using(run_after=at) if at is not None else tasks.notify).enqueue()
     return True
+
+
+# The rules, as the admin role makes and changes them (/notifications/) --------------------
+
+RULE_ACTIONS = ("enable", "disable", "delete")
+
+
+def rule_add(*, user: object, fields: dict[str, object]) -> NotificationRule:
+    """A new rule from a valid ``NotificationRuleForm``'s data."""
+    channel = str(fields["channel"])
+    made = NotificationRule.objects.create(
+        name=fields["name"], created_by=user, created_at=protocol.utc_now(), channel=channel,
+        url=fields["url"] if channel == NotificationRule.WEBHOOK else "",
+        secret=fields["secret"] if channel == NotificationRule.WEBHOOK else "",
+        emails="\n".join(lines(str(fields["emails"]))) if channel == NotificationRule.EMAIL else "",
+        runs=fields["runs"], host=fields["host"], tools="\n".join(lines(str(fields["tools"]))),
+        severities=" ".join(fields["severities"]),  # type: ignore[arg-type]
+        kinds="\n".join(fields["kinds"]),  # type: ignore[arg-type]
+    )  # fmt: skip
+    log.info("notification rule added", extra={"event": "notification_rule_added", "rule": made.pk,
+                                               "actor": getattr(user, "username", "")})  # fmt: skip
+    return made
+
+
+def rule_act(*, rule: NotificationRule, action: str, user: object) -> None:
+    """Turn a rule on or off, or remove it (with its notifications and their log)."""
+    if action == "delete":
+        rule.delete()
+    else:
+        NotificationRule.objects.filter(pk=rule.pk).update(enabled=action == "enable")
+    log.info("notification rule changed", extra={"event": "notification_rule_" + action, "rule": rule.pk,
+                                                 "actor": getattr(user, "username", "")})  # fmt: skip
+
+
+def delivery_log() -> QuerySet[DeliveryAttempt]:
+    """Every try, newest first (the page pages it by key)."""
+    return DeliveryAttempt.objects.select_related("notification", "notification__rule")

@@ -270,3 +270,27 @@ def test_the_delivery_log_is_kept_its_days(demo, receiver, settings):
     alerts.run()
     later = protocol.utc_now() + dt.timedelta(days=settings.EVIDENCE_ALERTS_LOG_KEEP_DAYS + 1)
     assert alerts.remove_old_log(now=later) == 1 and not DeliveryAttempt.objects.exists()
+
+
+def test_the_admin_adds_a_rule_on_the_page_and_sees_the_log(demo, receiver, client, django_user_model):
+    admin = join(django_user_model.objects.create_user("ada"), "admin")
+    client.force_login(admin)
+    refused = client.post("/notifications/rules/", {"name": "x", "channel": "webhook", "url": "ftp://h/"})
+    assert refused.status_code == 400
+    page = refused.content.decode()
+    assert "A webhook address starts with http:// or https://." in page and "signed with a secret" in page
+    assert not NotificationRule.objects.exists()
+    added = client.post("/notifications/rules/", {"name": "<b>ops</b>", "channel": "webhook", "url": receiver.url,
+                                                  "secret": SECRET, "kinds": [inbox.TAMPERED]})  # fmt: skip
+    assert added.status_code == 303 and added["Location"] == "/notifications/"
+    made = NotificationRule.objects.get()
+    assert made.created_by == admin and made.kinds == inbox.TAMPERED and made.enabled
+    alerts.run()
+    page = client.get("/notifications/").content.decode()
+    assert "&lt;b&gt;ops&lt;/b&gt;" in page and "<b>ops</b>" not in page and SECRET not in page
+    assert "delivered" in page and "HTTP 200" in page
+    assert client.post(f"/notifications/rules/{made.pk}/", {"action": "burn"}).status_code == 400
+    assert client.post(f"/notifications/rules/{made.pk}/", {"action": "disable"}).status_code == 303
+    assert not NotificationRule.objects.get().enabled
+    assert client.post(f"/notifications/rules/{made.pk}/", {"action": "delete"}).status_code == 303
+    assert not NotificationRule.objects.exists()
