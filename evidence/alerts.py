@@ -38,6 +38,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable
+from typing import Any
 
 from django.conf import settings
 from django.core import mail
@@ -434,7 +435,7 @@ def queue(*, at: dt.datetime | None = None) -> bool:
 RULE_ACTIONS = ("enable", "disable", "delete")
 
 
-def rule_add(*, user: object, fields: dict[str, object]) -> NotificationRule:
+def rule_add(*, user: Any, fields: dict[str, Any]) -> NotificationRule:
     """A new rule from a valid ``NotificationRuleForm``'s data."""
     channel = str(fields["channel"])
     made = NotificationRule.objects.create(
@@ -443,15 +444,14 @@ def rule_add(*, user: object, fields: dict[str, object]) -> NotificationRule:
         secret=fields["secret"] if channel == NotificationRule.WEBHOOK else "",
         emails="\n".join(lines(str(fields["emails"]))) if channel == NotificationRule.EMAIL else "",
         runs=fields["runs"], host=fields["host"], tools="\n".join(lines(str(fields["tools"]))),
-        severities=" ".join(fields["severities"]),  # type: ignore[arg-type]
-        kinds="\n".join(fields["kinds"]),  # type: ignore[arg-type]
+        severities=" ".join(fields["severities"]), kinds="\n".join(fields["kinds"]),
     )  # fmt: skip
     log.info("notification rule added", extra={"event": "notification_rule_added", "rule": made.pk,
                                                "actor": getattr(user, "username", "")})  # fmt: skip
     return made
 
 
-def rule_act(*, rule: NotificationRule, action: str, user: object) -> None:
+def rule_act(*, rule: NotificationRule, action: str, user: Any) -> None:
     """Turn a rule on or off, or remove it (with its notifications and their log)."""
     if action == "delete":
         rule.delete()

@@ -167,7 +167,8 @@ class NotificationRuleForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["kinds"].choices = [(kind, inbox.KIND_LABELS[kind]) for kind in inbox.KINDS]
+        kinds = [(kind, inbox.KIND_LABELS[kind]) for kind in inbox.KINDS]
+        self.fields["kinds"].choices = kinds  # type: ignore[attr-defined]  # a MultipleChoiceField
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

@@ -24,7 +24,7 @@ def _page(request: HtmxHttpRequest, form: NotificationRuleForm, status: int = HT
         "form": form,
         "log": cursor_page(
             request, [Segment(alerts.delivery_log(), ("-at", "-id"))], query=query_without(request, "page")
-        ),  # fmt: skip
+        ),
         "public_url": alerts.link_of("/"),
     }
     return render(request, "receipts/notifications.html", context, status=status)
