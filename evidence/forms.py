@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm
-from django.core.validators import MaxLengthValidator
+from django.core.validators import MaxLengthValidator, validate_email
 from django.utils.functional import Promise
 from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
 
-from evidence import triage
+from evidence import alerts, inbox, triage
 from receipts import protocol
 
 StrOrPromise = str | Promise
@@ -141,3 +142,50 @@ PASSWORD_LIMIT = 1024  # hashing is slow on purpose (Argon2): a megabyte's guess
 
 class LoginForm(BoundedLogin, AuthenticationForm):
     """The dashboard's login."""
+
+
+class NotificationRuleForm(forms.Form):
+    """A notification rule (evidence/alerts.py): a destination and the filters; the admin role's."""
+
+    name = forms.CharField(label=_("Name"), max_length=200)
+    channel = forms.ChoiceField(label=_("Send by"), choices=[("webhook", _("webhook")), ("email", _("e-mail"))])
+    url = forms.CharField(label=_("Webhook address"), max_length=2000, required=False,
+                          help_text=_("http or https; a Slack incoming webhook works as it is."))  # fmt: skip
+    secret = forms.CharField(label=_("Signing secret"), max_length=200, required=False,
+                             help_text=_("The receiver checks the Callproof-Signature header with it."))  # fmt: skip
+    emails = forms.CharField(label=_("E-mail addresses"), max_length=4000, required=False, widget=forms.Textarea(
+        attrs={"rows": 2}), help_text=_("One a line."))  # fmt: skip
+    runs = forms.CharField(label=_("Runs"), max_length=200, required=False,
+                           help_text=_("A pattern of run ids (nightly-*); empty: every run."))  # fmt: skip
+    host = forms.CharField(label=_("Host"), max_length=200, required=False,
+                           help_text=_("Only the runs of this host; empty: every host."))  # fmt: skip
+    tools = forms.CharField(label=_("Tools"), max_length=4000, required=False,
+                            help_text=_("Calls of these tools only, one a line; empty: every item."))  # fmt: skip
+    severities = forms.MultipleChoiceField(label=_("Severities"), required=False, widget=forms.CheckboxSelectMultiple,
+                                           choices=[("error", _("error")), ("warning", _("warning"))])  # fmt: skip
+    kinds = forms.MultipleChoiceField(label=_("Kinds"), required=False, widget=forms.CheckboxSelectMultiple)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        kinds = [(kind, inbox.KIND_LABELS[kind]) for kind in inbox.KINDS]
+        self.fields["kinds"].choices = kinds  # type: ignore[attr-defined]  # a MultipleChoiceField
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("channel") == "webhook":
+            url = data.get("url", "")
+            if not url.startswith(("http://", "https://")):
+                self.add_error("url", _("A webhook address starts with http:// or https://."))
+            if not data.get("secret"):
+                self.add_error("secret", _("A webhook is signed with a secret: give one."))
+        elif data.get("channel") == "email":
+            addresses = alerts.lines(data.get("emails", ""))
+            if not addresses:
+                self.add_error("emails", _("Give at least one e-mail address."))
+            for address in addresses:
+                try:
+                    validate_email(address)
+                except forms.ValidationError:
+                    self.add_error("emails", _("%(address)s is not an e-mail address.") % {"address": address})
+                    break
+        return data

@@ -98,6 +98,7 @@ class InboxItem:
     # What a page shows for ``detail`` when the dashboard wrote it (a call in doubt, a silent
     # host), in the reader's language; "" for a finding, whose detail is the reader's (data).
     note: SafeString | str = ""
+    tool: str = ""  # a call's tool (what a notification rule may filter on)
 
     @property
     def kind_label(self) -> str:
@@ -260,7 +261,7 @@ def _call_items(calls: list[Call]) -> list[InboxItem]:
         severity = WARNING if call.decision == "query" else ERROR
         # The runtime settles a queryable call itself when the run resumes: that is the next step.
         action = "resume" if call.decision == "query" else "settle"
-        items.append(InboxItem(kind, severity, since, run_id, call.call_id, detail, action, note=note))
+        items.append(InboxItem(kind, severity, since, run_id, call.call_id, detail, action, note=note, tool=call.tool))
     return items
 
 

@@ -683,3 +683,90 @@ class Export(models.Model):
     @property
     def percent(self) -> int:
         return min(100, self.done * 100 // self.total) if self.total else 0
+
+
+class NotificationRule(models.Model):
+    """Who is told of which inbox items, and how (evidence/alerts.py): a webhook, or e-mail.
+
+    The filters are ANDed; an empty one matches everything. Made and changed by the admin role
+    on /notifications/ (``receipts.manage_notifications``)."""
+
+    WEBHOOK, EMAIL = "webhook", "email"
+    CHANNELS = [(WEBHOOK, "webhook"), (EMAIL, "e-mail")]
+
+    name = models.CharField(max_length=200)
+    created_by = models.ForeignKey("auth.User", on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField()
+    enabled = models.BooleanField(default=True)
+    channel = models.CharField(max_length=16, choices=CHANNELS)
+    url = models.CharField(max_length=2000, blank=True)  # the webhook's: http or https
+    # The webhook's signing secret (HMAC-SHA256, alerts.signature): the receiver holds it too.
+    secret = models.CharField(max_length=200, blank=True)
+    emails = models.TextField(blank=True)  # e-mail addresses, one a line
+    runs = models.CharField(max_length=200, blank=True)  # a glob on run_id ("nightly-*")
+    host = models.CharField(max_length=200, blank=True)  # only the runs of this host (its name)
+    tools = models.TextField(blank=True)  # tool names, one a line: a call's tool (other items have none)
+    severities = models.CharField(max_length=64, blank=True)  # "error", "warning", space-separated
+    kinds = models.CharField(max_length=400, blank=True)  # inbox kinds (inbox.KINDS), one a line
+
+    class Meta:
+        permissions = [("manage_notifications", "Can add, change and remove notification rules")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.channel})"
+
+
+class Notification(models.Model):
+    """One inbox item told to one rule: made when the item is first seen open, sent once (with
+    retries), closed when the item leaves the open inbox. The item opening again is a new row.
+    ``key`` is the item's: kind, run and subject."""
+
+    PENDING, SENT, GAVE_UP, WITHDRAWN = "pending", "sent", "gave_up", "withdrawn"
+    STATES = [(PENDING, "pending"), (SENT, "sent"), (GAVE_UP, "gave up"), (WITHDRAWN, "withdrawn")]
+
+    rule = models.ForeignKey(NotificationRule, on_delete=models.CASCADE, related_name="notifications")
+    key = models.CharField(max_length=700)
+    kind = models.CharField(max_length=32)
+    severity = models.CharField(max_length=16)
+    run_id = models.CharField(max_length=128, blank=True)
+    subject = models.CharField(max_length=400)
+    path = models.CharField(max_length=2000)  # where the item is shown, on this site
+    state = models.CharField(max_length=16, choices=STATES, default=PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    opened_at = models.DateTimeField()
+    next_at = models.DateTimeField(null=True)  # when a pending one is (re)tried
+    sent_at = models.DateTimeField(null=True)
+    closed_at = models.DateTimeField(null=True)  # the item left the open inbox
+
+    class Meta:
+        constraints = [
+            # One open notification per rule and item: the dedupe, kept by the database.
+            models.UniqueConstraint(
+                fields=["rule", "key"], condition=Q(closed_at__isnull=True), name="notify_open_once"
+            )
+        ]
+        indexes = [models.Index(fields=["state", "next_at"], name="notify_due_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.key} -> {self.rule_id}: {self.state}"
+
+
+class DeliveryAttempt(models.Model):
+    """One try at telling a rule's destination of an item: the delivery log (/notifications/),
+    kept ``EVIDENCE_ALERTS_LOG_KEEP_DAYS``."""
+
+    DELIVERED, FAILED, GAVE_UP = "delivered", "failed", "gave_up"
+    OUTCOMES = [(DELIVERED, "delivered"), (FAILED, "failed"), (GAVE_UP, "gave up")]
+
+    notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="attempts_made")
+    at = models.DateTimeField()
+    outcome = models.CharField(max_length=16, choices=OUTCOMES)
+    status = models.PositiveIntegerField(null=True)  # the receiver's HTTP status
+    error = models.CharField(max_length=400, blank=True)  # a code: timeout, refused, http_500, ...
+    next_at = models.DateTimeField(null=True)  # the next try, after a failure
+
+    class Meta:
+        indexes = [models.Index(fields=["at", "id"], name="delivery_at_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.notification_id} at {self.at}: {self.outcome}"

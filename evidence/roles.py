@@ -26,6 +26,8 @@ ROLES: dict[str, tuple[str, ...]] = {
         "auth.view_user", "auth.add_user", "auth.change_user", "auth.delete_user", "auth.view_group",
         # The audit, read-only in the admin as on /audit/ (its admin refuses every change).
         "receipts.view_humandecision", "receipts.view_auditentry",
+        # Who is told of the inbox's items, and where (/notifications/): a webhook is an outbound request.
+        "receipts.manage_notifications",
     ),
 }  # fmt: skip
 

@@ -7,7 +7,10 @@ EVIDENCE_ARCHIVE_AFTER_DAYS, EVIDENCE_PROXY_COUNT,
 EVIDENCE_METRICS_TOKEN, EVIDENCE_SIGNING_KEY_FILES, EVIDENCE_SIGNED_RUNS_ONLY, EVIDENCE_ADAPTERS, EVIDENCE_HOST_NAME,
 EVIDENCE_HOST_SILENT_AFTER_SECONDS, EVIDENCE_ABANDONED_AFTER_SECONDS, EVIDENCE_COLD_SWEEP_SECONDS, EVIDENCE_EXPORT_ROOT,
 EVIDENCE_EXPORT_KEEP_HOURS, EVIDENCE_EXPORT_LEASE_SECONDS, EVIDENCE_EXPORTS_PER_HOUR, EVIDENCE_EXPORT_DISK_BUDGET_BYTES,
-EVIDENCE_WATCH_RETENTION_SECONDS, EVIDENCE_IMPORT_READ_AHEAD. Parsers are strict: a
+EVIDENCE_WATCH_RETENTION_SECONDS, EVIDENCE_IMPORT_READ_AHEAD, EVIDENCE_PUBLIC_URL, EVIDENCE_WEBHOOK_ALLOWED_HOSTS,
+EVIDENCE_WEBHOOK_TIMEOUT_SECONDS, EVIDENCE_ALERTS_RETRY_SECONDS, EVIDENCE_ALERTS_MAX_ATTEMPTS,
+EVIDENCE_ALERTS_LOG_KEEP_DAYS, EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS,
+EMAIL_USE_SSL, DEFAULT_FROM_EMAIL. Parsers are strict: a
 malformed value stops start-up. What is unset is what a deployment needs: debugging off, HTTPS on.
 """
 
@@ -156,6 +159,33 @@ EVIDENCE_EXPORT_LEASE_SECONDS = env_seconds("EVIDENCE_EXPORT_LEASE_SECONDS", 120
 # A host's watch applies retention to its own runs this often (0: never; the worker's retention
 # task then archives only the runs of the host it runs on). Only a run's own host touches its files.
 EVIDENCE_WATCH_RETENTION_SECONDS = env_count("EVIDENCE_WATCH_RETENTION_SECONDS", 3600)
+
+# Alerts (evidence/alerts.py, docs/operations.md "Alerts that reach a person"). The dashboard's
+# address as its people reach it, for the links a notification carries (without it: a path).
+EVIDENCE_PUBLIC_URL = os.environ.get("EVIDENCE_PUBLIC_URL", "").rstrip("/")
+if EVIDENCE_PUBLIC_URL and not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", EVIDENCE_PUBLIC_URL):
+    raise ImproperlyConfigured(f"EVIDENCE_PUBLIC_URL must be an http or https address, not {EVIDENCE_PUBLIC_URL!r}")
+# A webhook is a request this server makes: unset, any public address (never loopback, private or
+# link-local ones); set, only these host names (any address: a receiver inside the network).
+EVIDENCE_WEBHOOK_ALLOWED_HOSTS = [host.lower() for host in env_list("EVIDENCE_WEBHOOK_ALLOWED_HOSTS", "")]
+# A receiver that answers slowly is given up on after this (the try is retried later).
+EVIDENCE_WEBHOOK_TIMEOUT_SECONDS = env_seconds("EVIDENCE_WEBHOOK_TIMEOUT_SECONDS", 5)
+# A failed notification is tried again after this, doubling each time up to 60 times it (1 min .. 1 h),
+# and given up after EVIDENCE_ALERTS_MAX_ATTEMPTS tries (recorded in the delivery log).
+EVIDENCE_ALERTS_RETRY_SECONDS = env_seconds("EVIDENCE_ALERTS_RETRY_SECONDS", 60)
+EVIDENCE_ALERTS_MAX_ATTEMPTS = env_count("EVIDENCE_ALERTS_MAX_ATTEMPTS", 10)
+if EVIDENCE_ALERTS_MAX_ATTEMPTS < 1:
+    raise ImproperlyConfigured("EVIDENCE_ALERTS_MAX_ATTEMPTS must be a whole number of tries from 1")
+EVIDENCE_ALERTS_LOG_KEEP_DAYS = env_int("EVIDENCE_ALERTS_LOG_KEEP_DAYS", 30)
+# E-mail notifications go through Django's mail (SMTP): these are Django's own settings.
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_count("EMAIL_PORT", 25)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", "0")
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", "0")
+EMAIL_TIMEOUT = 10  # a mail server that does not answer does not hold the worker
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "callproof@localhost")
 
 # The watch's hot set (docs/operations.md, "How a pass chooses what to check"). A run not finished
 # with no event for a day is abandoned: an agent's run lasts minutes to hours, a runtime that

@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.http import HttpRequest
 from django_tasks import task
 
-from evidence import exports, retention
+from evidence import alerts, exports, retention
 from receipts import protocol
 
 log = logging.getLogger("callproof.tasks")
@@ -68,10 +68,23 @@ def remove_expired_exports() -> dict[str, object]:
     return {"exports": exports.remove_expired(now=protocol.utc_now())}
 
 
+@task()
+def notify() -> dict[str, object]:
+    """Tell the notification rules' destinations of the inbox's new items (evidence/alerts.py),
+    then queue itself for the earliest retry still due."""
+    done = alerts.run()
+    later = alerts.next_due()
+    if later is not None:
+        alerts.queue(at=later)
+    return done
+
+
 # What ``enqueue_maintenance`` may queue, by the name a timer gives it.
 MAINTENANCE = {
     "retention": apply_retention,
     "sessions": clear_sessions,
     "logins": clean_login_records,
     "exports": remove_expired_exports,
+    # Every minute or so: silent hosts and snoozes that end are found by time, not by an import pass.
+    "alerts": notify,
 }

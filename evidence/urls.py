@@ -8,7 +8,7 @@ from django.views.i18n import set_language
 
 from evidence import api, views
 from evidence.forms import LoginForm
-from evidence.views import ship
+from evidence.views import notifications, ship
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
@@ -44,6 +44,9 @@ urlpatterns = [
     path("inbox/", views.inbox_page, name="inbox"),
     path("retention/", views.retention_page, name="retention"),
     path("hosts/", views.hosts_page, name="hosts"),
+    path("notifications/", notifications.notifications_page, name="notifications"),
+    path("notifications/rules/", notifications.rule_add, name="notification_rule_add"),
+    path("notifications/rules/<int:rule_id>/", notifications.rule_action, name="notification_rule_action"),
 ]
 
 handler400 = "evidence.views.errors.bad_request"

@@ -138,9 +138,11 @@ def test_a_decision_refused_because_another_stood_shows_who_settled_it_and_is_an
     assert "A decision the run directory refused" in page and "never written into the run directory" in page
     assert "in doubt again" not in page, "the call is settled: nothing is asked of anyone"
     audit = content(client.get("/audit/"))
-    row = audit[audit.index(f'id="decision-{decision.pk}"') :]
-    row = row[: row.index("</tr>")]
-    assert "refused: never written into the run directory" in row, "the audit never reads as if the refused one stood"
+    audit_row = audit[audit.index(f'id="decision-{decision.pk}"') :]
+    audit_row = audit_row[: audit_row.index("</tr>")]
+    assert "refused: never written into the run directory" in audit_row, "never as if the refused one stood"
+        "the audit never reads as if the refused one stood"
+    )
 
     [item] = [i for i in inbox.inbox_items() if i.kind == inbox.REFUSED]
     assert (item.run_id, item.subject) == ("send-message-killed", f"decision/{call.call_id}")

@@ -15,7 +15,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from evidence import exports
-from evidence.models import AuditEntry, Call, Export, Finding, HumanDecision, Run
+from evidence.models import AuditEntry, Call, Export, Finding, HumanDecision, NotificationRule, Run
 from evidence.roles import ROLES
 from receipts import protocol
 from tests.helpers import first_call_of, join
@@ -53,6 +53,15 @@ def made_export() -> int:
 def conflict() -> int:
     """The demo's submission conflict: a finding to triage."""
     return Finding.objects.get(code="submission_conflict", run__run_id="conflict-same-id").pk
+
+
+def a_rule() -> int:
+    """A notification rule to turn off (nobody's)."""
+    rule = NotificationRule.objects.filter(created_by=None).first()
+    if rule is None:
+        rule = NotificationRule.objects.create(name="ops", channel="email", emails="ops@example.com",
+                                               created_at=protocol.utc_now())  # fmt: skip
+    return rule.pk
 
 
 EVERY_ROLE = tuple(ROLES)
@@ -95,6 +104,17 @@ ACTS = [
     Act(
         "triage_action", "post", lambda: reverse("triage_action", args=[conflict()]), ("confirmer",),
         data=lambda: {"action": "acknowledge", "reason": "known: the client retried"}, success=SEE_OTHER,
+    ),
+    Act("notifications", "get", lambda: reverse("notifications"), ("admin",)),
+    Act("notification_rule_add", "get", lambda: reverse("notification_rule_add"), ()),
+    Act(
+        "notification_rule_add", "post", lambda: reverse("notification_rule_add"), ("admin",), success=SEE_OTHER,
+        data=lambda: {"name": "ops", "channel": "email", "emails": "ops@example.com"},
+    ),
+    Act("notification_rule_action", "get", lambda: reverse("notification_rule_action", args=[a_rule()]), ()),
+    Act(
+        "notification_rule_action", "post", lambda: reverse("notification_rule_action", args=[a_rule()]),
+        ("admin",), data=lambda: {"action": "disable"}, success=SEE_OTHER,
     ),
     Act("admin:index", "get", lambda: reverse("admin:index"), ("admin",)),
     Act("admin:auth_user_changelist", "get", lambda: reverse("admin:auth_user_changelist"), ("admin",)),
@@ -162,8 +182,11 @@ def test_nothing_unauthorised_succeeds(who, demo, client, django_user_model):
             assert not HumanDecision.objects.exists() or who == "confirmer"
             assert not Export.objects.exclude(requested_by=None).exists() or who == "exporter"
             assert not Finding.objects.exclude(triage="").exists() or who == "confirmer"
+            assert not NotificationRule.objects.exclude(created_by=None).exists() or who == "admin"
+            assert not NotificationRule.objects.filter(enabled=False).exists() or who == "admin"
     if who == "admin":
         assert Run.objects.get(run_id="clean-run").legal_hold
+        assert NotificationRule.objects.get(created_by__username="someone").emails == "ops@example.com"
     if who == "confirmer":
         assert HumanDecision.objects.get().actor == "someone"
         assert Finding.objects.get(pk=conflict()).triage == "acknowledged"

@@ -12,7 +12,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import pgettext
 
-from evidence import charts, decision_text, i18n, people
+from evidence import charts, decision_text, i18n, inbox, people
 from evidence.views.common import url_of
 from receipts import protocol, states
 
@@ -23,6 +23,7 @@ register.simple_tag(url_of, name="url_of")
 register.simple_tag(charts.histogram, name="histogram")
 register.simple_tag(charts.activity_strip, name="activity_strip")
 register.simple_tag(charts.state_legend, name="state_legend")
+register.filter("kind_label", inbox.kind_label)  # an inbox kind as a page says it
 
 # The kind of each word's badge, shared with the evidence page the verifier renders.
 BADGE_CLASSES = states.KINDS

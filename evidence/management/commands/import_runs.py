@@ -27,7 +27,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import Error as DatabaseFailure
 from django.db import close_old_connections, connections
 
-from evidence import delivery, hosts, retention
+from evidence import alerts, delivery, hosts, retention
 from evidence.importer import ImportReport, Watch, root_import
 from receipts import protocol
 from receipts.reader import MAX_JSON_BYTES, MAX_LINE_BYTES, Limits
@@ -95,6 +95,7 @@ class Command(BaseCommand):
             self.deliver(host)
             report = root_import(root=root, limits=limits, force=options["force"], progress=progress, host=host)
             hosts.beat(host, pass_seconds=time.monotonic() - started)
+            self.tell(report)
             self.emit(report, options["json"], only_changed=False)
             return
         watch = Watch.from_settings()
@@ -120,6 +121,7 @@ class Command(BaseCommand):
                             watch=None if first_pass and options["force"] else watch,
                         )  # fmt: skip
                     hosts.beat(host, pass_seconds=time.monotonic() - started)
+                    self.tell(report)
                     if retention_every and time.monotonic() >= retention_due:
                         self.apply_retention(host)
                         retention_due = time.monotonic() + retention_every
@@ -150,6 +152,12 @@ class Command(BaseCommand):
             self.stderr.write(
                 f"decisions: {report.delivered} delivered, {report.refused} refused, {report.failed} to try again"
             )
+
+    def tell(self, report: ImportReport) -> None:
+        """A pass that changed a run may have put a call in doubt: the worker tells the rules'
+        destinations (``alerts.queue``: one task waiting at a time, none without a rule)."""
+        if any(run.changed for run in report.runs):
+            alerts.queue()
 
     def apply_retention(self, host) -> None:
         """What is due of this host's runs (``retention.apply_due``, as ``apply_retention --apply``)."""
