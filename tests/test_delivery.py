@@ -141,8 +141,6 @@ def test_a_decision_refused_because_another_stood_shows_who_settled_it_and_is_an
     audit_row = audit[audit.index(f'id="decision-{decision.pk}"') :]
     audit_row = audit_row[: audit_row.index("</tr>")]
     assert "refused: never written into the run directory" in audit_row, "never as if the refused one stood"
-        "the audit never reads as if the refused one stood"
-    )
 
     [item] = [i for i in inbox.inbox_items() if i.kind == inbox.REFUSED]
     assert (item.run_id, item.subject) == ("send-message-killed", f"decision/{call.call_id}")
