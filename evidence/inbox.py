@@ -200,6 +200,9 @@ def _call_kind(present: bool, verification: str) -> str:
     return TAMPERED if present and verification != protocol.VERIFIED else IN_DOUBT
 
 
+call_kind = _call_kind  # the kind of a call in doubt, for evidence.claims too
+
+
 def _call_items(calls: list[Call]) -> list[InboxItem]:
     items = []
     for call in calls:

@@ -7,7 +7,7 @@ EVIDENCE_ARCHIVE_AFTER_DAYS, EVIDENCE_PROXY_COUNT,
 EVIDENCE_METRICS_TOKEN, EVIDENCE_SIGNING_KEY_FILES, EVIDENCE_SIGNED_RUNS_ONLY, EVIDENCE_ADAPTERS, EVIDENCE_HOST_NAME,
 EVIDENCE_HOST_SILENT_AFTER_SECONDS, EVIDENCE_ABANDONED_AFTER_SECONDS, EVIDENCE_COLD_SWEEP_SECONDS, EVIDENCE_EXPORT_ROOT,
 EVIDENCE_EXPORT_KEEP_HOURS, EVIDENCE_EXPORT_LEASE_SECONDS, EVIDENCE_EXPORTS_PER_HOUR, EVIDENCE_EXPORT_DISK_BUDGET_BYTES,
-EVIDENCE_WATCH_RETENTION_SECONDS, EVIDENCE_IMPORT_READ_AHEAD. Parsers are strict: a
+EVIDENCE_WATCH_RETENTION_SECONDS, EVIDENCE_IMPORT_READ_AHEAD, EVIDENCE_CLAIM_MINUTES. Parsers are strict: a
 malformed value stops start-up. What is unset is what a deployment needs: debugging off, HTTPS on.
 """
 
@@ -141,6 +141,12 @@ if not RUN_ID_RE.fullmatch(EVIDENCE_HOST_NAME) or EVIDENCE_HOST_NAME.startswith(
 EVIDENCE_HOST_SILENT_AFTER_SECONDS = env_count("EVIDENCE_HOST_SILENT_AFTER_SECONDS", 120)
 if EVIDENCE_HOST_SILENT_AFTER_SECONDS < 1:
     raise ImproperlyConfigured("EVIDENCE_HOST_SILENT_AFTER_SECONDS must be a whole number of seconds from 1")
+
+# An "I'm on it" claim on an inbox item lasts this long unless its person acts or lets it go
+# (evidence/claims.py): a minute to a day, so that a forgotten claim never hides an item for long.
+EVIDENCE_CLAIM_MINUTES = env_count("EVIDENCE_CLAIM_MINUTES", 30)
+if not 1 <= EVIDENCE_CLAIM_MINUTES <= 1440:
+    raise ImproperlyConfigured("EVIDENCE_CLAIM_MINUTES must be a whole number of minutes from 1 to 1440")
 
 
 def env_seconds(name: str, default: int) -> int:

@@ -68,10 +68,19 @@ def remove_expired_exports() -> dict[str, object]:
     return {"exports": exports.remove_expired(now=protocol.utc_now())}
 
 
+@task()
+def expire_claims() -> dict[str, object]:
+    """ "I'm on it" claims that ran out: removed, each an audit entry (evidence/claims.py)."""
+    from evidence import claims
+
+    return {"claims": claims.expire(now=protocol.utc_now())}
+
+
 # What ``enqueue_maintenance`` may queue, by the name a timer gives it.
 MAINTENANCE = {
     "retention": apply_retention,
     "sessions": clear_sessions,
     "logins": clean_login_records,
     "exports": remove_expired_exports,
+    "claims": expire_claims,
 }
