@@ -82,6 +82,10 @@ class Item:
     def key(self) -> str:
         return key_of(self.kind, self.run_id, self.subject)
 
+    @property
+    def kind_label(self) -> str:
+        return inbox.kind_label(self.kind)
+
 
 def key_of(kind: str, run_id: str, subject: str) -> str:
     return f"{kind}\x1f{run_id}\x1f{subject}"

@@ -120,6 +120,9 @@ def test_taking_over_a_live_claim_asks_first_then_is_audited(demo, people):
     assert Claim.objects.get().user_id == dave.pk
     last = audit(AuditEntry.CLAIMED)[-1]
     assert last.user_id == dave.pk and last.reason == f"taken over from #{carol.pk} carol, whose claim was live"
+    audit_page = content(as_person(dave).get(reverse("audit") + "?list=actions"))
+    assert f'<code title="a person said they are on an inbox item">{AuditEntry.CLAIMED}</code>' in audit_page
+    assert f"taken over from #{carol.pk} carol, whose claim was live" in audit_page
 
 
 def test_an_expired_claim_is_taken_without_a_question_and_its_expiry_audited(demo, people, settings):
