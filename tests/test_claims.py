@@ -265,3 +265,14 @@ def test_two_people_claiming_at_once_one_wins(demo, django_user_model):
     assert held.user_id == wins[0].user_id
     [entry] = audit(AuditEntry.CLAIMED)
     assert entry.user_id == held.user_id
+
+
+def test_a_read_only_deployment_shows_claims_and_takes_none(demo, people, settings):
+    carol, dave = people
+    item = call_item()
+    claims.claim(item=item, user=carol)
+    settings.EVIDENCE_READ_ONLY = True
+    assert as_person(dave).post(URL, form(item, take_over="1")).status_code == HTTPStatus.FORBIDDEN
+    page = content(as_person(dave).get(reverse("inbox")))
+    assert "is on it since" in page and 'action="/inbox/claim/"' not in page
+    assert Claim.objects.get().user_id == carol.pk
