@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from django import template
@@ -22,6 +23,14 @@ def live_claims(items: Any) -> dict[str, Any]:
 def claim_of(live: dict[str, Any] | None, item: Any) -> Any:
     """The live claim on an inbox item, from the page's ``claims.live_claims``."""
     return (live or {}).get(claims.key_of(item.kind, item.run_id, item.subject))
+
+
+@register.filter
+def claim_button_id(item: Any) -> str:
+    """One id for an item's button, whichever it is (I'm on it, let it go, take over): htmx gives
+    the keyboard's focus back to the element of the same id after it swaps the box."""
+    key = claims.key_of(item.kind, item.run_id, item.subject)
+    return "claim-" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 @register.filter

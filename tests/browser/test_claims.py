@@ -55,7 +55,7 @@ def test_a_claim_made_with_the_keyboard_shows_on_the_other_persons_pages(chromiu
     page.keyboard.press("Enter")
     row = page.locator("#inbox-list tbody tr", has=page.locator(f'input[name="subject"][value="{subject}"]'))
     expect(row.locator(".claim-who")).to_contain_text(f"carol #{carol.pk} is on it since")
-    expect(row.get_by_role("button", name="Let it go")).to_be_visible()
+    expect(row.get_by_role("button", name="Let it go")).to_be_focused()  # the keyboard stays on the item
     assert page.url.endswith("/inbox/"), "htmx swapped the box in place"
     held = Claim.objects.get()
     assert (held.user_id, held.run.run_id, held.subject) == (carol.pk, run_id, subject)
