@@ -66,9 +66,10 @@ demo: install var/secret_key
 
 # What the suite needs from Debian, installed when missing and said before: Chromium and a font
 # for Chinese (the browser tests; without the font a page in 简体中文 shows boxes, and its width
-# checks mean nothing), nginx (the proxy tests), GNU gettext (the catalogue's tests and
-# `make messages`). Never a downloaded browser, and no recommended packages.
-TEST_PACKAGES = chromium:/usr/bin/chromium nginx:/usr/sbin/nginx gettext:/usr/bin/msgfmt fonts-noto-cjk:/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc
+# checks mean nothing), promtool from Debian's prometheus (the alert rules' tests), nginx (the
+# proxy tests), GNU gettext (the catalogue's tests and `make messages`). Never a downloaded
+# browser, and no recommended packages.
+TEST_PACKAGES = chromium:/usr/bin/chromium prometheus:/usr/bin/promtool nginx:/usr/sbin/nginx gettext:/usr/bin/msgfmt fonts-noto-cjk:/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc
 test-packages:
 	@missing=; for entry in $(TEST_PACKAGES); do test -e "$${entry#*:}" || missing="$$missing $${entry%%:*}"; done; \
 	if [ -n "$$missing" ]; then \

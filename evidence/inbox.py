@@ -177,7 +177,7 @@ def all_counts(*, run_id: str = "", now: dt.datetime | None = None) -> tuple[dic
     views = {triage.ACKNOWLEDGED: 0, triage.SNOOZED: 0}
     grouped = calls.values_list("receipt_present", "verification").annotate(n=Count("id")).order_by()
     for present, verification, count in grouped:
-        counts[_call_kind(present, verification)] += count
+        counts[call_kind(present, verification)] += count
     kind_of = {code: kind for kind, codes in FINDING_KINDS.items() for code in codes}
     awake = Case(When(triage_until__lte=now, then=Value(True)), default=Value(False))
     rows = findings.filter(code__in=kind_of).annotate(awake=awake).values_list("code", "triage", "awake")
@@ -213,7 +213,7 @@ def inbox_items(
 VERIFICATION_OF_KIND = {TAMPERED: protocol.MISMATCH, DISPUTED: protocol.DISPUTED}
 
 
-def _call_kind(present: bool, verification: str) -> str:
+def call_kind(present: bool, verification: str) -> str:
     if present:
         for kind, verdict in VERIFICATION_OF_KIND.items():
             if verification == verdict:
@@ -224,7 +224,7 @@ def _call_kind(present: bool, verification: str) -> str:
 def _call_items(calls: list[Call]) -> list[InboxItem]:
     items = []
     for call in calls:
-        kind, since, run_id = _call_kind(call.receipt_present, call.verification), _since(call), call.run.run_id
+        kind, since, run_id = call_kind(call.receipt_present, call.verification), _since(call), call.run.run_id
         # ``detail`` stays English (downloads and the API); ``note`` is the page's, translated.
         if not call.receipt_present:
             detail = "the ledger names this call but its receipt is missing: what happened?"

@@ -48,6 +48,25 @@ def _seconds(moment) -> float:
     return moment.timestamp() if moment is not None else float("nan")
 
 
+def _age(moment, now) -> float:
+    """Seconds since ``moment``, 0 when there is none (an alert's "nothing waits")."""
+    return max(0.0, (now - moment).total_seconds()) if moment is not None else 0.0
+
+
+def oldest_in_doubt():
+    """When the receipt of the oldest call in doubt was last written: one index probe per
+    decision in doubt (``call_decision_updated_idx``), never a scan of the calls. A call the
+    ledger names with no receipt has no such time and is counted by ``callproof_calls_in_doubt``."""
+    found = [
+        Call.objects.filter(decision=decision, updated_at__isnull=False)
+        .order_by("updated_at")
+        .values_list("updated_at", flat=True)
+        .first()
+        for decision in protocol.IN_DOUBT_DECISIONS
+    ]
+    return min((moment for moment in found if moment is not None), default=None)
+
+
 class DashboardCollector(Collector):
     def queue(self, now) -> Iterator[GaugeMetricFamily]:
         """The background tasks' queue (a table: django-tasks' database backend)."""
@@ -66,16 +85,23 @@ class DashboardCollector(Collector):
             "callproof_task_oldest_waiting_seconds",
             "How long the oldest waiting task has waited for a worker, 0 when none waits (a growing value: no worker)",
         )
-        waited.add_metric([], (now - oldest).total_seconds() if oldest else 0.0)
+        waited.add_metric([], _age(oldest, now))
         yield waited
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        now = protocol.utc_now()
         in_doubt = GaugeMetricFamily(
             "callproof_calls_in_doubt",
             "Calls whose recovery waits for the target or a person: open, altered, disputed or missing receipts",
         )
         in_doubt.add_metric([], Call.objects.in_doubt().count())
         yield in_doubt
+        oldest_doubt = GaugeMetricFamily(
+            "callproof_call_oldest_in_doubt_seconds",
+            "How long ago the receipt of the oldest call in doubt was last written, 0 when none is in doubt",
+        )
+        oldest_doubt.add_metric([], _age(oldest_in_doubt(), now))
+        yield oldest_doubt
 
         by_code = dict(
             Finding.objects.filter(closed_at__isnull=True).values_list("code").annotate(n=Count("id")).order_by()
@@ -100,7 +126,6 @@ class DashboardCollector(Collector):
             "importer falling behind, or a run that stopped writing)",
             labels=["run_id"],
         )
-        now = protocol.utc_now()
         for run_id, imported_at in Run.objects.unfinished().values_list("run_id", "imported_at"):
             lag.add_metric([run_id], (now - imported_at).total_seconds() if imported_at else float("nan"))
         yield lag

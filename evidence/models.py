@@ -560,6 +560,9 @@ class AuditEntry(models.Model):
     # A person's account renamed or removed (evidence/people.py): about no run; the subject names
     # the person by id and name.
     PERSON_RENAMED, PERSON_REMOVED = "person_renamed", "person_removed"
+    # "I'm on it" (evidence/claims.py): a person claims an inbox item, lets it go (by hand, or by
+    # settling or triaging it), or their claim runs out; the subject names the item.
+    CLAIMED, CLAIM_RELEASED, CLAIM_EXPIRED = "claimed", "claim_released", "claim_expired"
 
     # None for an act on a person (a rename, a removal), which is about no run.
     run = models.ForeignKey(Run, on_delete=models.PROTECT, null=True, related_name="audit_entries")
@@ -579,6 +582,29 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor}: {self.action} {self.run_id or self.subject}"
+
+
+class Claim(models.Model):
+    """A person's "I'm on it" on one inbox item (evidence/claims.py), while it lasts: at most one
+    an item (the unique constraint is what two people claiming at once meet), gone when released;
+    one past ``expires_at`` is over, whether or not the sweep has removed it yet."""
+
+    kind = models.CharField(max_length=32)  # the inbox kind (evidence/inbox.KINDS)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="claims", db_index=False)
+    subject = models.CharField(max_length=450)  # the item's: a call_id, a finding's subject
+    actor = models.CharField(max_length=150)  # the person's name then
+    user = models.ForeignKey("auth.User", related_name="+", **PERSON_ID)
+    claimed_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "kind", "subject"], name="claim_one_per_item")]
+        indexes = [models.Index(fields=["expires_at"], name="claim_expires_idx")]
+        verbose_name = _("claim")
+        verbose_name_plural = _("claims")
+
+    def __str__(self) -> str:
+        return f"{self.actor}: {self.kind} {self.subject}"
 
 
 class HostKey(models.Model):

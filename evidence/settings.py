@@ -10,7 +10,7 @@ EVIDENCE_EXPORT_KEEP_HOURS, EVIDENCE_EXPORT_LEASE_SECONDS, EVIDENCE_EXPORTS_PER_
 EVIDENCE_WATCH_RETENTION_SECONDS, EVIDENCE_IMPORT_READ_AHEAD, EVIDENCE_PUBLIC_URL, EVIDENCE_WEBHOOK_ALLOWED_HOSTS,
 EVIDENCE_WEBHOOK_TIMEOUT_SECONDS, EVIDENCE_ALERTS_RETRY_SECONDS, EVIDENCE_ALERTS_MAX_ATTEMPTS,
 EVIDENCE_ALERTS_LOG_KEEP_DAYS, EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS,
-EMAIL_USE_SSL, DEFAULT_FROM_EMAIL. Parsers are strict: a
+EMAIL_USE_SSL, DEFAULT_FROM_EMAIL, EVIDENCE_CLAIM_MINUTES. Parsers are strict: a
 malformed value stops start-up. What is unset is what a deployment needs: debugging off, HTTPS on.
 """
 
@@ -144,6 +144,12 @@ if not RUN_ID_RE.fullmatch(EVIDENCE_HOST_NAME) or EVIDENCE_HOST_NAME.startswith(
 EVIDENCE_HOST_SILENT_AFTER_SECONDS = env_count("EVIDENCE_HOST_SILENT_AFTER_SECONDS", 120)
 if EVIDENCE_HOST_SILENT_AFTER_SECONDS < 1:
     raise ImproperlyConfigured("EVIDENCE_HOST_SILENT_AFTER_SECONDS must be a whole number of seconds from 1")
+
+# An "I'm on it" claim on an inbox item lasts this long unless its person acts or lets it go
+# (evidence/claims.py): a minute to a day, so that a forgotten claim never hides an item for long.
+EVIDENCE_CLAIM_MINUTES = env_count("EVIDENCE_CLAIM_MINUTES", 30)
+if not 1 <= EVIDENCE_CLAIM_MINUTES <= 1440:
+    raise ImproperlyConfigured("EVIDENCE_CLAIM_MINUTES must be a whole number of minutes from 1 to 1440")
 
 
 def env_seconds(name: str, default: int) -> int:

@@ -25,7 +25,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
-from evidence import decision_text, hosts, i18n, importer
+from evidence import claims, decision_text, hosts, i18n, importer
 from evidence.models import Call, HumanDecision, Run
 from receipts import protocol, runtime
 from receipts.durable import UnsafePath, not_a_symlink, read_json_file
@@ -141,6 +141,8 @@ def settle_call(
         else:
             # The run's host writes it (evidence.delivery); the rows follow the decision meanwhile.
             importer.record_decision(run=run, call=call, resolution=resolution, now=now)
+        # Settled, it leaves the inbox: whoever said "I'm on it" is done.
+        claims.acted(run=run, kinds=claims.CALL_KINDS, subject=call.call_id, user=user, how="settled", now=now)
     log.info(
         "call settled",
         extra={"event": "call_settled", "run_id": run.run_id, "call_id": call.call_id,

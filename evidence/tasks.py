@@ -79,6 +79,14 @@ def notify() -> dict[str, object]:
     return done
 
 
+@task()
+def expire_claims() -> dict[str, object]:
+    """ "I'm on it" claims that ran out: removed, each an audit entry (evidence/claims.py)."""
+    from evidence import claims
+
+    return {"claims": claims.expire(now=protocol.utc_now())}
+
+
 # What ``enqueue_maintenance`` may queue, by the name a timer gives it.
 MAINTENANCE = {
     "retention": apply_retention,
@@ -87,4 +95,5 @@ MAINTENANCE = {
     "exports": remove_expired_exports,
     # Every minute or so: silent hosts and snoozes that end are found by time, not by an import pass.
     "alerts": notify,
+    "claims": expire_claims,
 }

@@ -184,6 +184,12 @@ def act(
             run_id=locked.run_id, action=audit_action, actor=user.get_username(), user=user, at=now,
             reason=_audit_reason(action, reason, values), subject=locked.label,
         )  # fmt: skip
+        if action in (ACKNOWLEDGE, SNOOZE):  # it leaves the inbox: whoever said "I'm on it" is done
+            from evidence import claims, inbox
+
+            kinds = [kind for kind, codes in inbox.FINDING_KINDS.items() if locked.code in codes]
+            assert locked.run is not None  # checked above: only a run's findings are triaged
+            claims.acted(run=locked.run, kinds=kinds, subject=locked.subject, user=user, how=action + "d", now=now)
     log.info(audit_action.replace("_", " "), extra={"event": audit_action, "finding": locked.label,
                                                     "actor": user.get_username()})  # fmt: skip
     locked.refresh_from_db()

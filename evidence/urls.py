@@ -42,6 +42,7 @@ urlpatterns = [
     path("runs/<str:run_id>/calls/<str:call_id>/confirm/", views.confirm, name="confirm"),
     path("audit/", views.audit, name="audit"),
     path("inbox/", views.inbox_page, name="inbox"),
+    path("inbox/claim/", views.claim_action, name="claim"),
     path("retention/", views.retention_page, name="retention"),
     path("hosts/", views.hosts_page, name="hosts"),
     path("notifications/", notifications.notifications_page, name="notifications"),

@@ -15,7 +15,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from evidence import exports
-from evidence.models import AuditEntry, Call, Export, Finding, HumanDecision, NotificationRule, Run
+from evidence.models import AuditEntry, Call, Claim, Export, Finding, HumanDecision, NotificationRule, Run
 from evidence.roles import ROLES
 from receipts import protocol
 from tests.helpers import first_call_of, join
@@ -91,6 +91,13 @@ ACTS = [
     Act(
         "legal_hold", "post", lambda: reverse("legal_hold", args=["clean-run"]), ("admin",),
         data=lambda: {"hold": "set", "reason": "a court asked"}, success=SEE_OTHER,
+    ),
+    # Before the settlement below: a claim is on a call still in doubt (settling releases it).
+    Act("claim", "get", lambda: reverse("claim"), ()),
+    Act(
+        "claim", "post", lambda: reverse("claim"), ("confirmer",), success=SEE_OTHER,
+        data=lambda: {"kind": "in doubt", "run": "send-message-killed", "subject": in_doubt().call_id,
+                      "action": "claim"},
     ),
     Act("confirm", "get", lambda: reverse("confirm", args=["send-message-killed", in_doubt().call_id]), ()),
     Act(
@@ -184,6 +191,7 @@ def test_nothing_unauthorised_succeeds(who, demo, client, django_user_model):
             assert not Finding.objects.exclude(triage="").exists() or who == "confirmer"
             assert not NotificationRule.objects.exclude(created_by=None).exists() or who == "admin"
             assert not NotificationRule.objects.filter(enabled=False).exists() or who == "admin"
+            assert not Claim.objects.exists() or who == "confirmer"
     if who == "admin":
         assert Run.objects.get(run_id="clean-run").legal_hold
         assert NotificationRule.objects.get(created_by__username="someone").emails == "ops@example.com"
@@ -191,6 +199,7 @@ def test_nothing_unauthorised_succeeds(who, demo, client, django_user_model):
         assert HumanDecision.objects.get().actor == "someone"
         assert Finding.objects.get(pk=conflict()).triage == "acknowledged"
         assert AuditEntry.objects.get(action=AuditEntry.ACKNOWLEDGED).actor == "someone"
+        assert AuditEntry.objects.get(action=AuditEntry.CLAIMED).actor == "someone"
 
 
 def test_a_person_without_a_role_sees_no_count_of_anything(demo, client, django_user_model):

@@ -12,6 +12,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from evidence.metrics import DashboardCollector, may_scrape
 from evidence.views.audit import audit
 from evidence.views.calls import call, confirm, replay
+from evidence.views.claims import claim_action
 from evidence.views.findings import findings, reservations
 from evidence.views.hosts import hosts_page
 from evidence.views.inbox import inbox_page
@@ -54,6 +55,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
 __all__ = [
     "audit",
     "call",
+    "claim_action",
     "confirm",
     "export_download",
     "export_panel",

@@ -30,6 +30,9 @@ ACTION_TITLES = {
     AuditEntry.HOST_COPY_REMOVED: _("the host's own copy removed after the archive"),
     AuditEntry.PERSON_RENAMED: _("a person's account renamed"),
     AuditEntry.PERSON_REMOVED: _("a person's account removed"),
+    AuditEntry.CLAIMED: _("a person said they are on an inbox item"),
+    AuditEntry.CLAIM_RELEASED: _("a person is no longer on an inbox item"),
+    AuditEntry.CLAIM_EXPIRED: _("a claim on an inbox item ran out"),
 }
 
 

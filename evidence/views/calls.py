@@ -16,7 +16,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
-from evidence import hosts, i18n, listings, selectors, settle
+from evidence import claims, hosts, i18n, listings, selectors, settle
 from evidence.forms import ConfirmForm
 from evidence.models import Call, Run
 from evidence.pagination import cursor_page, first_rows
@@ -90,6 +90,10 @@ def call_page(
         "read_only": settings.EVIDENCE_READ_ONLY,
         "host": run.host,
         "host_silent": run.host is not None and hosts.is_silent(run.host),
+        **claims.box(claims.item_of_call(call), protocol.utc_now()),
+        "back": request.get_full_path()
+        if request.method == "GET"
+        else reverse("call", args=[run.run_id, call.call_id]),
     }
     return render(request, "receipts/call.html", context, status=status)
 

@@ -39,7 +39,13 @@ def url_of(kind: str, run_id: str, key: str = "") -> str:
 # The URLs that take only a POST (a form's action), each with the page that holds its form: where
 # a person is sent back to when the answer to the POST cannot be asked for again (a CSRF refusal,
 # a switch of language on a page that answered the POST).
-FORM_PAGES = {"confirm": "call", "legal_hold": "run", "export_request": "run", "triage_action": "triage"}
+FORM_PAGES = {
+    "confirm": "call",
+    "legal_hold": "run",
+    "export_request": "run",
+    "triage_action": "triage",
+    "claim": "inbox",
+}
 
 
 def form_page(match: ResolverMatch | None) -> str | None:

@@ -15,7 +15,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext_lazy, pgettext_lazy
 from django.views.decorators.http import require_GET, require_POST
 
-from evidence import selectors, triage
+from evidence import claims, selectors, triage
 from evidence.forms import TriageForm
 from evidence.models import AuditEntry, Finding
 from evidence.roles import TRIAGE
@@ -65,6 +65,7 @@ def _page(
         "history": _with_acts(selectors.triage_history(finding=finding)),
         "triage_error": error,
         "back": back,
+        **claims.box(claims.item_of_finding(finding), protocol.utc_now()),
     }
     return render(request, "receipts/triage.html", context, status=status)
 
