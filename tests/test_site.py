@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from http import HTTPStatus
@@ -56,6 +57,21 @@ def test_demo_login_prints_a_working_login_at_the_address_served(client):
     assert out.getvalue().startswith("Log in at http://127.0.0.1:8765/ as ")
     username, password = out.getvalue().split(" as ")[1].strip().split(" / ")
     response = client.post(reverse("login"), {"username": username, "password": password})
+    assert response.status_code == 302 and client.get(reverse("runs")).status_code == 200
+
+
+@pytest.mark.django_db
+def test_demo_login_banner_is_the_login_and_claims_nothing_runs(client):
+    """It serves nothing, so it says nothing of a running demo or of stopping one: `make demo` adds
+    that once its server answers (tests/test_make_demo.py). Issue 37: it said "demo is running"."""
+    out = StringIO()
+    call_command("demo_login", "--banner", "--url", "http://127.0.0.1:8765/", stdout=out)
+    banner = out.getvalue()
+    assert "  Callproof demo login\n    Open       http://127.0.0.1:8765/\n    User       demo\n" in banner
+    assert not re.search(r"running|Ctrl-C|Stop|var/", banner), banner
+    password = re.search(r"Password   (\S+)", banner)
+    assert password is not None
+    response = client.post(reverse("login"), {"username": "demo", "password": password.group(1)})
     assert response.status_code == 302 and client.get(reverse("runs")).status_code == 200
 
 
