@@ -35,8 +35,8 @@ lock:
 # Only HTTPS is off, because it serves plain HTTP on loopback. The watcher
 # re-imports what changes every 3 s, so open run pages refresh live; the worker
 # makes the evidence exports asked for on a run page. Each step's output goes to
-# var/*.log, so that the login is the last thing printed, once the server answers;
-# all three stop with make (Ctrl-C).
+# var/*.log, so that the login is the last thing printed, once the server answers (and only then
+# the word "running": demo_login prints the login, nothing more); all three stop with make (Ctrl-C).
 DEMO_HOST = $(firstword $(subst :, ,$(ADDR)))
 DEMO_ENV = DJANGO_DEBUG=0 DJANGO_HTTPS=0 DJANGO_SECRET_KEY="$$(cat var/secret_key)" \
 	DJANGO_ALLOWED_HOSTS=$(DEMO_HOST),127.0.0.1,localhost EVIDENCE_RUNS_ROOT=$(RUNS)
@@ -56,12 +56,15 @@ demo: install var/secret_key
 	$(DEMO_ENV) $(BIN)/python manage.py db_worker --no-reload > var/worker.log 2>&1 & worker=$$!; \
 	$(DEMO_ENV) $(BIN)/python manage.py runserver --noreload $(ADDR) > var/server.log 2>&1 & server=$$!; \
 	trap 'kill $$watcher $$worker $$server 2>/dev/null; wait' EXIT INT TERM; \
-	for _ in $$(seq 100); do \
+	answered=; for _ in $$(seq 100); do \
 	  $(BIN)/python -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' \
-	    http://$(ADDR)/healthz 2>/dev/null && break; \
+	    http://$(ADDR)/healthz 2>/dev/null && { answered=1; break; }; \
 	  kill -0 $$server 2>/dev/null || { tail -20 var/server.log; exit 1; }; sleep 0.2; \
 	done; \
-	printf '%s\n' "$$login"; \
+	[ -n "$$answered" ] || { tail -20 var/server.log; echo "The server did not answer on http://$(ADDR)/healthz (var/server.log)."; exit 1; }; \
+	printf '%s\n' "$$login" \
+	  "    Logs       var/server.log, var/watch.log, var/worker.log" \
+	  "" "  The demo is running. Stop it with Ctrl-C."; \
 	wait $$server
 
 # What the suite needs from Debian, installed when missing and said before: Chromium and a font

@@ -80,7 +80,10 @@ DEBUG = env_bool("DJANGO_DEBUG", "0")
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
-        raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when DJANGO_DEBUG=0")
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is not set, and the dashboard needs one unless DJANGO_DEBUG=1; make one, kept "
+            "secret and the same on every start, with: python3 -c 'import secrets; print(secrets.token_urlsafe(50))'"
+        )
     SECRET_KEY = "django-insecure-development-only-key-never-used-in-production"  # noqa: S105 - DEBUG only
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost" if DEBUG else "")
 

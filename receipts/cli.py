@@ -22,7 +22,7 @@ from typing import Any
 from receipts import __version__, protocol, runtime
 from receipts.replay import replay_run
 
-EXIT_OK, EXIT_ERROR, EXIT_CONFLICT, EXIT_AWAITING, EXIT_DONE_UNRECORDED = 0, 1, 3, 4, 5
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_CONFLICT, EXIT_AWAITING, EXIT_DONE_UNRECORDED = 0, 1, 2, 3, 4, 5
 EXIT_NONCONFORMING = 6  # the conformance kit: an adapter failed a check
 EXIT_MISSING_EXTRA = 7  # a subcommand that needs an optional extra which is not installed
 
@@ -215,13 +215,36 @@ OVERRIDE_HELP = (
 )
 
 
+def guides_folder() -> Path:
+    """The guides (docs/*.md): inside the package when installed from the wheel (pyproject.toml maps
+    docs/ there), beside it in a checkout. Help cites them by name, so an install without the
+    checkout still has the text it points to."""
+    here = Path(__file__).resolve().parent
+    return here / "docs" if (here / "docs").is_dir() else here.parent / "docs"
+
+
+def cmd_docs(options: argparse.Namespace) -> int:
+    guides = {path.stem: path for path in sorted(guides_folder().glob("*.md"))}
+    if options.guide is None:
+        for name, path in guides.items():
+            title = next((line.lstrip("# ") for line in path.read_text("utf-8").splitlines() if line.strip()), "")
+            sys.stdout.write(f"{name:<20} {title}\n")
+        return EXIT_OK
+    chosen = guides.get(options.guide.removesuffix(".md"))
+    if chosen is None:
+        sys.stderr.write(f"error: no guide {options.guide!r}; the guides: {', '.join(guides)}\n")
+        return EXIT_USAGE
+    sys.stdout.write(chosen.read_text("utf-8"))
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="callproof",
         description="The Callproof writer: run directories, idempotent task creation, receipts around tool calls.",
         epilog="Exit codes: 0 done, 1 error (nothing done), 2 usage, 3 conflict or rejected, 4 a person must "
         "decide, 5 done but recording it is incomplete (do not retry as new), 6 an adapter failed a conformance "
-        "check, 7 an optional extra is missing.",
+        "check, 7 an optional extra is missing. The guides, installed with the command: callproof docs.",
     )
     parser.add_argument("--version", action="version", version=f"callproof {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -309,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     kit = commands.add_parser(
         "conformance",
         help="check a tool's adapter: restarts, reuse, conflicts, calls at once, resumes, SIGKILLs "
-        "(docs/runtime-authors.md)",
+        "(the guide: callproof docs runtime-authors)",
     )
     kit.add_argument("adapter", metavar="MODULE:ADAPTER", help="an adapter instance, class or zero-argument factory")
     kit.add_argument("--trials", type=int, default=10, help="random-kill trials (default 10; 0 skips them)")
@@ -336,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     shipper = commands.add_parser(
         "ship", help="send this host's runs to the dashboard over HTTPS with the host's key, and write back the "
-        "people's decisions (docs/operations.md)",
+        "people's decisions (the guide: callproof docs operations)",
     )  # fmt: skip
     shipper.add_argument("root", metavar="RUNS_ROOT")
     shipper.add_argument("--to", required=True, metavar="URL", help="the dashboard, https://... (http on loopback)")
@@ -347,6 +370,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default: ~/.local/state/callproof/ship-<root>.json)")  # fmt: skip
     shipper.add_argument("--ca-file", default=None, metavar="FILE", help="CA certificates for the dashboard's TLS")
     shipper.set_defaults(handler=cmd_ship)
+    guide = commands.add_parser("docs", help="the guides, as text: with no name, their list (runtime-authors, "
+                                "operations, reference, ...)")  # fmt: skip
+    guide.add_argument("guide", nargs="?", default=None, metavar="NAME", help="e.g. runtime-authors")
+    guide.set_defaults(handler=cmd_docs)
     demo = commands.add_parser("demo", help="write the demo run directories under ROOT")
     demo.add_argument("root")
     demo.set_defaults(handler=cmd_demo)

@@ -37,8 +37,10 @@ def test_every_relative_link_resolves(page):
     assert broken == [], f"{page.name}: {broken}"
 
 
-def test_the_readmes_writer_example_runs_and_prints_what_it_says(tmp_path):
-    """The ten lines a runtime author copies first: run as they stand, in an empty folder."""
+def test_the_readmes_writer_example_runs_and_prints_what_it_says_every_time(tmp_path):
+    """The ten lines a runtime author copies first: run as they stand, in an empty folder, and run
+    again, as anyone trying them does: the second run resumes the run the first made, prints the
+    same, and sends nothing more (issue 37: it stopped on FileExistsError)."""
     import subprocess
     import sys
 
@@ -47,8 +49,11 @@ def test_the_readmes_writer_example_runs_and_prints_what_it_says(tmp_path):
     said = re.search(r"# (committed True True)$", example, re.MULTILINE)
     assert said is not None, "the example says what it prints"
     promised = said.group(1)
-    completed = subprocess.run([sys.executable, "-c", example], cwd=tmp_path, capture_output=True, text=True,
-                               env={"PYTHONPATH": str(PROJECT), "PATH": "/usr/bin:/bin"}, check=False)  # fmt: skip
-    assert completed.returncode == 0, completed.stderr
-    assert completed.stdout.strip() == promised
+    outbox = tmp_path / "runs" / "run-1" / "outbox.jsonl"
+    for _ in range(2):
+        completed = subprocess.run([sys.executable, "-c", example], cwd=tmp_path, capture_output=True, text=True,
+                                   env={"PYTHONPATH": str(PROJECT), "PATH": "/usr/bin:/bin"}, check=False)  # fmt: skip
+        assert completed.returncode == 0, completed.stderr
+        assert completed.stdout.strip() == promised
+        assert len(outbox.read_text().splitlines()) == 1, "one message, however often the example runs"
     assert (tmp_path / "runs" / "run-1" / "events.jsonl").stat().st_size > 0

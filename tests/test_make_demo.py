@@ -1,5 +1,6 @@
-"""`make demo` as a new user runs it: its last words are the login, the page answers with it,
-and Ctrl-C (here SIGTERM to make) stops the server, the watcher and the worker with it."""
+"""`make demo` as a new user runs it: its last words are the login and that the demo runs (said
+once the server answers), the page answers with that login, and Ctrl-C (here SIGTERM to make)
+stops the server, the watcher and the worker with it."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import pytest
 from tests.helpers import PROJECT
 
 pytestmark = pytest.mark.slow
-BANNER_END = "Stop       Ctrl-C"
+BANNER_END = "The demo is running. Stop it with Ctrl-C."
 
 
 def project_copy(into: Path) -> Path:
@@ -89,9 +90,10 @@ def test_make_demo_ends_with_the_login_and_stops_whole(tmp_path):
         out = read_until(make, BANNER_END, 180)
         assert BANNER_END in out, out[-3000:]
         lines = [line for line in out.splitlines() if line.strip() and not line.startswith("make")]
-        before = lines[: lines.index("  Callproof demo is running")]
+        before = lines[: lines.index("  Callproof demo login")]
         assert len(before) == 1 and before[0].startswith("Preparing the demo"), f"the login is lost among: {before}"
         assert lines[-1].strip() == BANNER_END and "the Inbox: settle send-message-killed" in out
+        assert "Logs       var/server.log, var/watch.log, var/worker.log" in out
         assert read_until(make, "\n", 2) == "", "nothing may follow the banner"
         password = re.search(r"Password +(\S+)", out)
         assert password and f"Open       http://{address}/" in out

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -30,7 +32,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
+def wheel_build(tmp_path_factory) -> tuple[Path, str]:
+    """The wheel, and what building it printed."""
     out = tmp_path_factory.mktemp("dist")
     # Built from a copy: setuptools writes build/ and callproof.egg-info into the tree it builds,
     # and two builds of one tree at once (two xdist workers) broke each other.
@@ -38,12 +41,26 @@ def wheel(tmp_path_factory) -> Path:
         PROJECT, tmp_path_factory.mktemp("source") / "callproof",
         ignore=shutil.ignore_patterns(".venv", "var", "build", "*.egg-info", "__pycache__", ".git", "tests"),
     ))  # fmt: skip
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-q", "-w", str(out)],
-        check=True, capture_output=True,
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-w", str(out)],
+        check=True, capture_output=True, text=True,
     )  # fmt: skip
-    [built] = out.glob("callproof-*.whl")
-    return built
+    [path] = out.glob("callproof-*.whl")
+    return path, built.stdout + built.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel(wheel_build) -> Path:
+    return wheel_build[0]
+
+
+def test_the_wheel_builds_without_a_setuptools_warning(wheel_build):
+    """A build that warns teaches people to skip its output. Issue 37: setuptools warned about each
+    folder of templates/, static/ and the catalogue (BuildBackendWarning: "Package
+    'evidence.static.css' is absent from the packages configuration"), at every build."""
+    _, printed = wheel_build
+    assert "Successfully built callproof" in printed
+    assert re.findall(r"\w+Warning\b.*", printed) == [], printed[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +121,28 @@ def test_the_writer_runs_from_its_wheel_with_no_third_party_package(writer_only,
     (out / "index.html").write_bytes((out / "index.html").read_bytes() + b" ")
     assert run(writer_only, callproof, "verify-evidence", str(out), cwd=tmp_path).returncode == 1
     assert os.path.isdir(run_dir / "receipts") and not (tmp_path / "db.sqlite3").exists()
+
+
+def test_the_guides_the_help_cites_are_installed_with_the_command(writer_only, tmp_path):
+    """`callproof --help` sends people to guides; an installed wheel has no checkout, so it names
+    them as `callproof docs NAME`, which prints the guide shipped in the wheel (issue 37: it cited
+    docs/runtime-authors.md, a file no install has)."""
+    callproof = str(writer_only / "callproof")
+    helped = run(writer_only, callproof, "--help", cwd=tmp_path)
+    assert helped.returncode == 0
+    text = " ".join(helped.stdout.decode().split())  # argparse wraps lines where it likes
+    assert "docs/" not in text and ".md" not in text, "no path of a checkout"
+    cited = set(re.findall(r"callproof docs ([\w-]+)", text))
+    assert cited >= {"runtime-authors", "operations"}, text
+    for name in cited:
+        guide = run(writer_only, callproof, "docs", name, cwd=tmp_path)
+        assert guide.returncode == 0, guide.stderr.decode()
+        assert guide.stdout.decode() == (PROJECT / "docs" / f"{name}.md").read_text(encoding="utf-8")
+    listed = run(writer_only, callproof, "docs", cwd=tmp_path).stdout.decode()
+    assert {line.split()[0] for line in listed.splitlines()} == {path.stem for path in (PROJECT / "docs").glob("*.md")}
+    assert "runtime-authors      A guide for runtime authors" in listed
+    unknown = run(writer_only, callproof, "docs", "nonesuch", cwd=tmp_path)
+    assert unknown.returncode == 2 and b"the guides: INTERFACES" in unknown.stderr and unknown.stdout == b""
 
 
 def test_the_mcp_proxy_from_the_wheel_alone_says_which_extra_to_install(writer_only, tmp_path):
@@ -198,10 +237,24 @@ def test_the_dashboard_runs_from_its_wheel_with_its_templates_and_stylesheet(whe
         assert completed.returncode == 0, (args, completed.stderr.decode()[-2000:])
         return completed.stdout.decode()
 
-    step("django-admin", "migrate", "--noinput", "-v", "0")
+    # A first start as the README's install section has it, before a secret key is made: one line
+    # that names the variable and how to make one (issue 37: Django's 20-line traceback).
+    unkeyed = {
+        name: value for name, value in env.items() if name not in {"DJANGO_SECRET_KEY", "DJANGO_SETTINGS_MODULE"}
+    }
+    first = subprocess.run(["python", "-m", "evidence", "migrate"], cwd=home, env=unkeyed, capture_output=True,
+                           text=True, check=False)  # fmt: skip
+    assert first.returncode == 1 and first.stdout == "", first.stderr
+    [said] = first.stderr.splitlines()
+    assert said.startswith("error: DJANGO_SECRET_KEY is not set") and "secrets.token_urlsafe(50)" in said
+    made = step("python", *shlex.split(said.split("with: ", 1)[1])[1:])
+    assert len(made.strip()) >= 50, "the command it gives makes a key"
+    assert not (home / "db.sqlite3").exists(), "nothing was done"
+
+    step("python", "-m", "evidence", "migrate", "--noinput", "-v", "0")
     step("callproof", "demo", str(home / "runs"))
-    step("django-admin", "import_runs", str(home / "runs"))
-    step("django-admin", "collectstatic", "--noinput", "-v", "0")
+    step("python", "-m", "evidence", "import_runs", str(home / "runs"))
+    step("python", "-m", "evidence", "collectstatic", "--noinput", "-v", "0")
     status, listed, stylesheet, css_status, is_css, in_chinese = step("python", "-c", DASHBOARD_PROBE).split()
     assert (status, listed, css_status, is_css, in_chinese) == ("200", "True", "200", "True", "True"), stylesheet
     assert stylesheet.startswith("/static/css/site.") and stylesheet != "/static/css/site.css", "hashed by the manifest"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from http import HTTPStatus
@@ -56,6 +57,21 @@ def test_demo_login_prints_a_working_login_at_the_address_served(client):
     assert out.getvalue().startswith("Log in at http://127.0.0.1:8765/ as ")
     username, password = out.getvalue().split(" as ")[1].strip().split(" / ")
     response = client.post(reverse("login"), {"username": username, "password": password})
+    assert response.status_code == 302 and client.get(reverse("runs")).status_code == 200
+
+
+@pytest.mark.django_db
+def test_demo_login_banner_is_the_login_and_claims_nothing_runs(client):
+    """It serves nothing, so it says nothing of a running demo or of stopping one: `make demo` adds
+    that once its server answers (tests/test_make_demo.py). Issue 37: it said "demo is running"."""
+    out = StringIO()
+    call_command("demo_login", "--banner", "--url", "http://127.0.0.1:8765/", stdout=out)
+    banner = out.getvalue()
+    assert "  Callproof demo login\n    Open       http://127.0.0.1:8765/\n    User       demo\n" in banner
+    assert not re.search(r"running|Ctrl-C|Stop|var/", banner), banner
+    password = re.search(r"Password   (\S+)", banner)
+    assert password is not None
+    response = client.post(reverse("login"), {"username": "demo", "password": password.group(1)})
     assert response.status_code == 302 and client.get(reverse("runs")).status_code == 200
 
 
@@ -136,8 +152,8 @@ def test_check_deploy_is_clean_in_production_settings():
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({}, "DJANGO_SECRET_KEY must be set"),
-        ({"DJANGO_DEBUG": "0"}, "DJANGO_SECRET_KEY must be set"),
+        ({}, "DJANGO_SECRET_KEY is not set"),
+        ({"DJANGO_DEBUG": "0"}, "DJANGO_SECRET_KEY is not set"),
         ({"DJANGO_DEBUG": "1", "DJANGO_HTTPS": "maybe"}, "DJANGO_HTTPS must be 0 or 1"),
         ({"DJANGO_DEBUG": "yes"}, "DJANGO_DEBUG must be 0 or 1"),
     ],
@@ -180,7 +196,10 @@ def test_manage_py_names_a_missing_setting_in_one_line():
         [sys.executable, "manage.py", "check"], cwd=PROJECT, env=settings_env(), capture_output=True, text=True
     )
     assert completed.returncode == 1
-    assert completed.stderr == "error: DJANGO_SECRET_KEY must be set when DJANGO_DEBUG=0\n"
+    assert completed.stderr == (
+        "error: DJANGO_SECRET_KEY is not set, and the dashboard needs one unless DJANGO_DEBUG=1; make one, kept secret "
+        "and the same on every start, with: python3 -c 'import secrets; print(secrets.token_urlsafe(50))'\n"
+    )
 
 
 def test_five_failed_logins_lock_that_name_out_from_that_address(client, django_user_model):

@@ -17,7 +17,9 @@ class Command(BaseCommand):
         parser.add_argument("--username", default="demo")
         parser.add_argument("--url", default="http://127.0.0.1:8000/", help="where the dashboard is served")
         parser.add_argument(
-            "--banner", action="store_true", help="print a short block to end the demo's start-up with, not one line"
+            "--banner",
+            action="store_true",
+            help="print the login as a short block (`make demo` shows it), not one line",
         )
 
     def handle(self, *args, username: str, url: str, banner: bool, **options) -> None:
@@ -30,19 +32,17 @@ class Command(BaseCommand):
         if not banner:
             self.stdout.write(f"Log in at {url} as {username} / {password}")
             return
-        # The last thing `make demo` prints, so that it is not lost among the install's lines.
+        # The login only: this command serves nothing. `make demo` prints the block once its server
+        # answers, and adds what only it knows (that the demo runs, its logs, how to stop it).
         self.stdout.write(
             "\n".join(
                 (
                     "",
-                    "  Callproof demo is running",
+                    "  Callproof demo login",
                     f"    Open       {url}",
                     f"    User       {username}",
                     f"    Password   {password}",
                     "    Start at   the Inbox: settle send-message-killed",
-                    "    Logs       var/server.log, var/watch.log, var/worker.log",
-                    "    Stop       Ctrl-C",
-                    "",
                 )
             )
         )
