@@ -113,6 +113,15 @@ WORDS: dict[str, Promise] = {
 }
 
 
+# The roles (evidence/roles.py), as a refusal names them.
+ROLE_WORDS: dict[str, Promise] = {
+    "viewer": pgettext_lazy("role", "viewer"),
+    "confirmer": pgettext_lazy("role", "confirmer"),
+    "exporter": pgettext_lazy("role", "exporter"),
+    "admin": pgettext_lazy("role", "admin"),
+}
+
+
 def word(value: object) -> str:
     """The reader's word for a protocol value; an unforeseen value as it is."""
     text = value if isinstance(value, str) else str(value)

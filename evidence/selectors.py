@@ -613,6 +613,7 @@ class StaleItem:
     triage_reason: str = ""
     triage_until: dt.datetime | None = None
     triage_on_change: bool = False
+    in_doubt: bool = False  # a call waiting for its target or a person: the page offers to settle it
 
 
 def stale_findings(*, view: str = triage.OPEN, now: dt.datetime | None = None) -> QuerySet[Finding]:
@@ -662,7 +663,10 @@ def stale_items(findings: Iterable[Finding], now: dt.datetime | None = None) -> 
         elif (call := calls.get((finding.run_id, finding.call_id))) is not None:
             _, _, status, updated_at, created_at, decision, reason = call
             since = updated_at or created_at
-            item = StaleItem("call", run_id, finding.call_id, status, since, None, None, f"{decision}: {reason}")
+            item = StaleItem(
+                "call", run_id, finding.call_id, status, since, None, None, f"{decision}: {reason}",
+                in_doubt=protocol.in_doubt(decision),
+            )  # fmt: skip
             items.append(dataclasses.replace(item, **triaged))
     return items
 

@@ -47,3 +47,4 @@ urlpatterns = [
 ]
 
 handler400 = "evidence.views.errors.bad_request"
+handler403 = "evidence.views.errors.forbidden"

@@ -143,6 +143,9 @@ def age(since: dt.datetime | None) -> str:
     )
 
 
+register.simple_tag(decision_text.resume_command, name="resume_command")
+
+
 @register.filter
 def decision_reason(reason: str) -> SafeString:
     """A recovery decision's reason in the reader's language (evidence.decision_text)."""
