@@ -112,3 +112,16 @@ def test_the_stale_page_offers_to_settle_a_stale_call_in_doubt(logged_in, demo):
     for run_id in ("send-message-killed", "write-file-killed"):
         call = Call.objects.get(run__run_id=run_id)
         assert f'<a class="action" href="/runs/{run_id}/calls/{call.call_id}/">Settle the call</a>' in html
+
+
+def test_the_api_docs_are_a_page_behind_the_login_that_loads_nothing_from_elsewhere(client, logged_in, demo):
+    import re
+
+    html = content(logged_in.get("/api/docs"))
+    assert 'id="swagger-ui"' in html and "/static/ninja/swagger-ui-bundle.js" in html
+    # Every address the page names is this site's own (no CDN): a path, or a fragment.
+    addresses = re.findall(r'(?:src|href)="([^"]*)"', html)
+    assert addresses and all(a.startswith(("/", "#")) and not a.startswith("//") for a in addresses), addresses
+    logged_in.logout()
+    refused = client.get("/api/docs")
+    assert refused.status_code == HTTPStatus.FOUND and refused["Location"].startswith("/accounts/login/")

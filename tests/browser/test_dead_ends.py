@@ -104,3 +104,22 @@ def test_times_are_in_the_readers_zone_with_utc_in_the_tooltip(chromium, live_se
     assert shown.get_attribute("title") == tooltip
     screenshot(page, f"dead-ends-times-{zone.replace('/', '-')}")
     context.close()
+
+
+def test_the_api_docs_render_every_operation_from_our_own_files(page, demo, live_server):
+    outside: list[str] = []
+    refused: list[str] = []
+    page.on("request", lambda request: outside.append(request.url) if not request.url.startswith(live_server.url) else None)
+    page.on("console", lambda message: refused.append(message.text) if "Content Security Policy" in message.text else None)
+    log_in(page)
+    page.goto("/api/docs")
+    expect(page.get_by_role("heading", name="The JSON API")).to_be_visible()
+    operations = page.locator("#swagger-ui .opblock")
+    expect(operations.first).to_be_visible()
+    from evidence.api import api
+
+    described = api.get_openapi_schema()["paths"]
+    expect(operations).to_have_count(sum(len(methods) for methods in described.values()))
+    expect(page.locator("#swagger-ui")).to_contain_text("/api/runs")
+    screenshot(page, "dead-ends-api-docs")
+    assert outside == [] and refused == []
