@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlencode
 
-from django.db.models import Case, Count, DateTimeField, OuterRef, Q, QuerySet, Subquery, TextField, Value, When
+from django.db.models import Case, Count, DateTimeField, Max, OuterRef, Q, QuerySet, Subquery, TextField, Value, When
 from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -159,6 +159,35 @@ def search(*, query: str, limit: int = 20) -> list[Target]:
             run_id=_data(run_id),
         )
         matches.append(Target("submission", run_id, submission_id, label))
+    if not matches:
+        matches += _calls_naming(query, limit=limit)
+    return matches
+
+
+# What a person types that no key holds (a recipient's address, a file's path) is looked for in
+# the arguments of the newest calls only: a range of the primary key, read once per search (not
+# per keystroke: the box is a form). A call older than that is found by its run or call_id.
+ARGUMENTS_SCANNED = 100_000
+
+
+def _calls_naming(query: str, *, limit: int) -> list[Target]:
+    """The newest calls (of the last ``ARGUMENTS_SCANNED``) whose arguments contain ``query``,
+    any case: at most ``limit``."""
+    newest = Call.objects.aggregate(newest=Max("pk"))["newest"]
+    if newest is None:
+        return []
+    calls = Call.objects.filter(pk__gt=newest - ARGUMENTS_SCANNED, args__icontains=query).order_by("-pk")
+    matches = []
+    for run_id, call_id, status, tool in calls.values_list("run__run_id", "call_id", "status", "tool")[:limit]:
+        label = format_html(
+            _("call {call_id}… ({status} {tool}) in {run_id}: its arguments name {query}"),
+            call_id=_data(call_id[:16]),
+            status=_data_word(status) if status else _("no receipt"),
+            tool=_data(tool),
+            run_id=_data(run_id),
+            query=_data(query),
+        )
+        matches.append(Target("call", run_id, call_id, label))
     return matches
 
 

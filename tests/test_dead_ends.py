@@ -125,3 +125,23 @@ def test_the_api_docs_are_a_page_behind_the_login_that_loads_nothing_from_elsewh
     logged_in.logout()
     refused = client.get("/api/docs")
     assert refused.status_code == HTTPStatus.FOUND and refused["Location"].startswith("/accounts/login/")
+
+
+def test_search_finds_a_recipients_address_in_a_calls_arguments(logged_in, demo):
+    from evidence.models import Call
+
+    call = Call.objects.get(run__run_id="send-message-killed")
+    assert call.args["to"] == "customer@example.com"
+    found = logged_in.get(reverse("search"), {"q": "Customer@Example.com"})
+    assert found.status_code == HTTPStatus.FOUND  # the one match: its page
+    assert found["Location"] == f"/runs/send-message-killed/calls/{call.call_id}/"
+
+
+def test_search_reads_the_arguments_of_the_newest_calls_only(logged_in, demo, monkeypatch):
+    from evidence import selectors
+    from evidence.models import Call
+
+    newer = Call.objects.filter(pk__gt=Call.objects.get(run__run_id="send-message-killed").pk).count()
+    monkeypatch.setattr(selectors, "ARGUMENTS_SCANNED", newer)  # the window ends just after it
+    html = content(logged_in.get(reverse("search"), {"q": "customer@example.com"}))
+    assert f"No call among the newest {newer} has it in its arguments either." in html

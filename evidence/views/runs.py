@@ -71,7 +71,8 @@ def search(request: HtmxHttpRequest) -> HttpResponse:
     matches = selectors.search(query=query)
     if len(matches) == 1:
         return redirect(url_of(matches[0].kind, matches[0].run_id, matches[0].key))
-    return render(request, "receipts/search.html", {"q": query, "matches": matches})
+    context = {"q": query, "matches": matches, "scanned": selectors.ARGUMENTS_SCANNED}
+    return render(request, "receipts/search.html", context)
 
 
 @require_GET

@@ -123,3 +123,12 @@ def test_the_api_docs_render_every_operation_from_our_own_files(page, demo, live
     expect(page.locator("#swagger-ui")).to_contain_text("/api/runs")
     screenshot(page, "dead-ends-api-docs")
     assert outside == [] and refused == []
+
+
+def test_search_finds_the_call_that_wrote_to_a_recipient(page, demo):
+    log_in(page)
+    page.locator("#site-search").fill("customer@example.com")
+    page.get_by_role("button", name="Find").click()
+    call = Call.objects.get(run__run_id="send-message-killed")
+    page.wait_for_url(f"**/runs/send-message-killed/calls/{call.call_id}/")
+    expect(page.locator("main")).to_contain_text("customer@example.com")
