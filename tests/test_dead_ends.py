@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import html as html_module
+import json
+import re
+import shlex
+import subprocess
+import sys
 from http import HTTPStatus
 
 import pytest
 from django.urls import reverse
 
+from evidence import selectors
+from evidence.inbox import inbox_total
+from evidence.models import Call, Finding
 from tests.helpers import content, join
 
 pytestmark = pytest.mark.django_db
@@ -20,7 +29,7 @@ def exporter(client, demo, django_user_model):
 
 @pytest.mark.parametrize(
     ("language", "said"),
-    [("en", "Ask for one on"), ("zh-hans", "在")],
+    [("en", "Ask for one on"), ("zh-hans", "请在")],
 )
 def test_the_evidence_link_before_any_export_says_to_ask_for_one_on_the_run_page(exporter, language, said):
     exporter.cookies["callproof_language"] = language
@@ -55,16 +64,12 @@ def test_not_allowed_names_the_role_needed_and_who_can_give_it(client, demo, dja
 
 def test_a_refusal_to_triage_names_the_confirmer_role(client, demo, django_user_model):
     client.force_login(join(django_user_model.objects.create_user("vera"), "viewer"))
-    from evidence.models import Finding
-
     finding = Finding.objects.get(code="submission_conflict")
     html = content(client.post(reverse("triage_action", args=[finding.pk]), {"action": "acknowledge", "reason": "x"}))
     assert "it needs the <strong>confirmer</strong> role" in html
 
 
 def test_a_filtered_empty_inbox_says_how_many_need_a_person_in_all(logged_in, demo):
-    from evidence.inbox import inbox_total
-
     waiting = inbox_total()
     assert waiting > 1  # the demo's real items: calls in doubt, a tampered receipt, a conflict, a stale reservation
     html = content(logged_in.get(reverse("inbox"), {"run": "clean-run"}))
@@ -76,27 +81,16 @@ def test_a_filtered_empty_inbox_says_how_many_need_a_person_in_all(logged_in, de
 
 
 def test_a_call_the_runtime_can_check_says_how_to_resume_with_the_command_that_does(logged_in, demo):
-    import shlex
-
-    from evidence.models import Call
-
     call = Call.objects.get(run__run_id="write-file-killed")
     assert call.decision == "query"
     html = content(logged_in.get(reverse("call", args=[call.run.run_id, call.call_id])))
     assert 'id="resume-how"' in html and "docs/runtime-authors.md" in html
     command = html.split('<code class="command" translate="no">', 1)[1].split("</code>", 1)[0]
-    import html as html_module
-
     words = shlex.split(html_module.unescape(command))
     assert words[:7] == ["python", "-m", "receipts", "call", call.run.path, "--tool", "write_file"]
     assert words[words.index("--attempt") + 1] == str(call.attempt)
-    import json
-
     assert json.loads(words[words.index("--args") + 1]) == call.args
     # The command does what the page says: the same call_id, the target asked, nothing run twice.
-    import subprocess
-    import sys
-
     ran = subprocess.run([sys.executable, *words[1:]], capture_output=True, text=True, check=False)
     said = json.loads(ran.stdout)
     assert ran.returncode == 0 and said["call_id"] == call.call_id
@@ -106,8 +100,6 @@ def test_a_call_the_runtime_can_check_says_how_to_resume_with_the_command_that_d
 
 
 def test_the_stale_page_offers_to_settle_a_stale_call_in_doubt(logged_in, demo):
-    from evidence.models import Call
-
     html = content(logged_in.get(reverse("reservations")))
     for run_id in ("send-message-killed", "write-file-killed"):
         call = Call.objects.get(run__run_id=run_id)
@@ -115,8 +107,6 @@ def test_the_stale_page_offers_to_settle_a_stale_call_in_doubt(logged_in, demo):
 
 
 def test_the_api_docs_are_a_page_behind_the_login_that_loads_nothing_from_elsewhere(client, logged_in, demo):
-    import re
-
     html = content(logged_in.get("/api/docs"))
     assert 'id="swagger-ui"' in html and "/static/ninja/swagger-ui-bundle.js" in html
     # Every address the page names is this site's own (no CDN): a path, or a fragment.
@@ -128,19 +118,14 @@ def test_the_api_docs_are_a_page_behind_the_login_that_loads_nothing_from_elsewh
 
 
 def test_search_finds_a_recipients_address_in_a_calls_arguments(logged_in, demo):
-    from evidence.models import Call
-
     call = Call.objects.get(run__run_id="send-message-killed")
-    assert call.args["to"] == "customer@example.com"
+    assert isinstance(call.args, dict) and call.args["to"] == "customer@example.com"
     found = logged_in.get(reverse("search"), {"q": "Customer@Example.com"})
     assert found.status_code == HTTPStatus.FOUND  # the one match: its page
     assert found["Location"] == f"/runs/send-message-killed/calls/{call.call_id}/"
 
 
 def test_search_reads_the_arguments_of_the_newest_calls_only(logged_in, demo, monkeypatch):
-    from evidence import selectors
-    from evidence.models import Call
-
     newer = Call.objects.filter(pk__gt=Call.objects.get(run__run_id="send-message-killed").pk).count()
     monkeypatch.setattr(selectors, "ARGUMENTS_SCANNED", newer)  # the window ends just after it
     html = content(logged_in.get(reverse("search"), {"q": "customer@example.com"}))

@@ -78,7 +78,9 @@ def test_the_stale_page_offers_to_settle_a_stale_call_in_doubt(page, demo):
 
 
 @pytest.mark.parametrize(("zone", "language"), [("Asia/Shanghai", "en"), ("America/New_York", "zh-hans")])
-def test_times_are_in_the_readers_zone_with_utc_in_the_tooltip(chromium, live_server, demo, django_user_model, zone, language):
+def test_times_are_in_the_readers_zone_with_utc_in_the_tooltip(
+    chromium, live_server, demo, django_user_model, zone, language
+):
     join(django_user_model.objects.create_user("alice", password=PASSWORD), "viewer")
     context = chromium.new_context(base_url=live_server.url, timezone_id=zone)
     context.add_cookies([{"name": "callproof_language", "value": language, "url": live_server.url}])
@@ -109,8 +111,12 @@ def test_times_are_in_the_readers_zone_with_utc_in_the_tooltip(chromium, live_se
 def test_the_api_docs_render_every_operation_from_our_own_files(page, demo, live_server):
     outside: list[str] = []
     refused: list[str] = []
-    page.on("request", lambda request: outside.append(request.url) if not request.url.startswith(live_server.url) else None)
-    page.on("console", lambda message: refused.append(message.text) if "Content Security Policy" in message.text else None)
+    page.on(
+        "request", lambda request: outside.append(request.url) if not request.url.startswith(live_server.url) else None
+    )
+    page.on(
+        "console", lambda message: refused.append(message.text) if "Content Security Policy" in message.text else None
+    )
     log_in(page)
     page.goto("/api/docs")
     expect(page.get_by_role("heading", name="The JSON API")).to_be_visible()
