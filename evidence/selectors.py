@@ -358,7 +358,7 @@ NEED_WORDS = {
     "query": (ngettext_lazy("%(count)s call in doubt the runtime can check",
                             "%(count)s calls in doubt the runtime can check", "count"),
               gettext_lazy("resume the run: it will ask the target whether the effect happened"),
-              gettext_lazy("Look at the call")),
+              gettext_lazy("How to resume")),
 }  # fmt: skip
 
 
@@ -376,6 +376,8 @@ def run_needs(*, run: Run, summary: RunSummary) -> list[Need]:
         counted_words, detail, action = NEED_WORDS[kind]
         severity = WARNING if kind == "query" else ERROR
         url = _one_call_url(run, kind) if count == 1 else ""
+        if url and kind == "query":
+            url += "#resume-how"  # the call page's command that resumes it
         if not url:
             inbox_kind = "in doubt" if kind in ("confirm", "query", "missing") else "tampered"
             url = f"{reverse('inbox')}?{urlencode({'run': run.run_id, 'kind': inbox_kind})}"

@@ -97,6 +97,8 @@ def test_a_call_the_runtime_can_check_says_how_to_resume_with_the_command_that_d
     assert said["status"] == "committed" and said["reused"] is True
     inbox = content(logged_in.get(reverse("inbox")))
     assert f'/runs/write-file-killed/calls/{call.call_id}/#resume-how">How to resume</a>' in inbox
+    run_page = content(logged_in.get(reverse("run", args=["write-file-killed"])))
+    assert f'href="/runs/write-file-killed/calls/{call.call_id}/#resume-how">How to resume</a>' in run_page
 
 
 def test_the_stale_page_offers_to_settle_a_stale_call_in_doubt(logged_in, demo):
