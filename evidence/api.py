@@ -1,9 +1,8 @@
 """The JSON API: what the pages show, for scripts (``/api/``).
 
 django-ninja (maintained, Django-native) gives typed schemas and the OpenAPI
-description from the same code (``/api/openapi.json``); its interactive docs page
-is off, because it loads scripts from a CDN that the Content-Security-Policy and
-a closed network both refuse. Every list is a GET, reads through the same
+description from the same code (``/api/openapi.json``); its interactive docs are
+the page ``/api/docs`` (Swagger UI from django-ninja's own files, no CDN). Every list is a GET, reads through the same
 selectors as the pages, pages long lists by key (``?cursor=`` from the previous
 page's ``next``), and needs a login that may browse: a session (the dashboard's
 cookie) or ``Authorization: Bearer <token>`` (``manage.py api_token``).

@@ -9,6 +9,8 @@ record's own words. A reason no pattern knows (an older writer's) is shown as da
 from __future__ import annotations
 
 import re
+import shlex
+from typing import Any
 
 from django.utils.functional import Promise
 from django.utils.html import format_html
@@ -16,6 +18,8 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy
 
 from evidence import i18n
+from receipts import protocol
+from receipts.tools import BUILTIN_ADAPTERS
 
 _STATUS = r"(?P<status>[^,:]+)"
 _QUOTED = r"(?P<{}>'[^']*'|\"[^\"]*\"|None)"
@@ -98,3 +102,21 @@ def reason_shown(reason: str) -> SafeString:
             values = {name: _value(name, text) for name, text in match.groupdict().items()}
             return format_html(str(said), **values) if values else format_html("{}", said)
     return format_html('<span translate="no">{}</span>', reason)
+
+
+# A command longer than this is not one to copy from a page: the page then says ARGS.
+RESUME_ARGS_MAX = 2000
+
+
+def resume_command(call: Any) -> str | None:
+    """The command that makes a built-in tool's call again, as a resuming runtime makes it: the
+    same run directory, tool, arguments and attempt give the same call_id, and the writer asks
+    the target before anything runs (docs/runtime-authors.md, "From the command line"). None for
+    another tool, which only its own runtime can call."""
+    if call.tool not in BUILTIN_ADAPTERS:
+        return None
+    args = protocol.canonical_json(call.args).decode() if call.args is not None else ""
+    words = ["python", "-m", "receipts", "call", call.run.path, "--tool", call.tool]
+    if call.attempt is not None:
+        words += ["--attempt", str(call.attempt)]
+    return shlex.join(words) + " --args " + (shlex.quote(args) if args and len(args) <= RESUME_ARGS_MAX else "ARGS")

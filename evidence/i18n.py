@@ -11,6 +11,8 @@ import datetime as dt
 
 from django.utils import formats
 from django.utils.functional import Promise
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 from django.utils.translation import get_language, gettext, ngettext, pgettext_lazy
 
 from receipts import protocol
@@ -34,6 +36,14 @@ def shown_time(moment: object) -> str:
         # Django's "Y" writes the year 1 as "1": the protocol's own form keeps four digits.
         return protocol.human_time(instant)
     return formats.date_format(instant.replace(tzinfo=None), "DATETIME_FORMAT") + " UTC"
+
+
+def time_html(moment: dt.datetime) -> SafeString:
+    """The one way a page shows a time: ``<time datetime="…Z" title="… UTC" data-local>`` with the
+    UTC text (``shown_time``). static/js/dashboard.js rewrites the text in the reader's own time
+    zone and keeps the UTC in the tooltip; without JavaScript the page says UTC."""
+    utc = shown_time(moment)
+    return format_html('<time datetime="{}" title="{}" data-local>{}</time>', protocol.format_time(moment), utc, utc)
 
 
 def span(seconds: int) -> str:
@@ -111,6 +121,15 @@ WORDS: dict[str, Promise] = {
     "acknowledged": pgettext_lazy("triage", "acknowledged"),
     "snoozed": pgettext_lazy("triage", "snoozed"),
     "open": pgettext_lazy("triage", "open"),
+}
+
+
+# The roles (evidence/roles.py), as a refusal names them.
+ROLE_WORDS: dict[str, Promise] = {
+    "viewer": pgettext_lazy("role", "viewer"),
+    "confirmer": pgettext_lazy("role", "confirmer"),
+    "exporter": pgettext_lazy("role", "exporter"),
+    "admin": pgettext_lazy("role", "admin"),
 }
 
 

@@ -43,7 +43,8 @@ class JSONTextField(models.TextField):
 
     PostgreSQL's ``jsonb`` refuses ``\u0000``, which JSON allows in any string
     (the writer can write one), and would re-order what was written; text keeps
-    it as it came, on both databases. Nothing queries inside these values.
+    it as it came, on both databases. Only the search box reads inside one: a call's
+    arguments, as text (``selectors.search``).
     """
 
     # For django-stubs: any JSON value goes in and comes out, not the text it is kept as.

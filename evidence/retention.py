@@ -93,8 +93,7 @@ def _english(value: object) -> object:
 
 def _shown(value: object) -> object:
     if isinstance(value, dt.datetime):
-        exact = protocol.format_time(value)
-        return format_html('<time datetime="{}" title="{}">{}</time>', exact, exact, i18n.shown_time(value))
+        return i18n.time_html(value)
     if isinstance(value, Why | _Joined):
         return value.shown()
     if isinstance(value, tuple):  # codes, in a list as the reader's language writes one

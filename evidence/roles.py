@@ -11,7 +11,11 @@ Retention is applied on the server (`manage.py apply_retention`, or the worker's
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
+
+from django.core.exceptions import PermissionDenied
 
 BROWSE = "receipts.browse"
 TRIAGE = "receipts.triage_finding"
@@ -30,6 +34,35 @@ ROLES: dict[str, tuple[str, ...]] = {
         "receipts.manage_notifications",
     ),
 }  # fmt: skip
+
+
+class MissingPermission(PermissionDenied):
+    """Refused for want of one permission: the 403 page names the roles that hold it."""
+
+    def __init__(self, permission: str) -> None:
+        super().__init__(permission)
+        self.permission = permission
+
+
+def requires(permission: str) -> Callable[[Callable], Callable]:
+    """Django's ``permission_required(..., raise_exception=True)``, with the permission kept on the
+    refusal, so that the page can say which role gives it (``roles_with``) and who can give one."""
+
+    def decorate(view: Callable) -> Callable:
+        @functools.wraps(view)
+        def guarded(request: Any, *args: Any, **kwargs: Any) -> Any:
+            if not request.user.has_perm(permission):
+                raise MissingPermission(permission)
+            return view(request, *args, **kwargs)
+
+        return guarded
+
+    return decorate
+
+
+def roles_with(permission: str) -> list[str]:
+    """The roles that hold ``permission``, in the table's order."""
+    return [role for role, permissions in ROLES.items() if permission in permissions]
 
 
 def ensure_roles(apps: Any = None) -> dict[str, Any]:

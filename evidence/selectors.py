@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlencode
 
-from django.db.models import Case, Count, DateTimeField, OuterRef, Q, QuerySet, Subquery, TextField, Value, When
+from django.db.models import Case, Count, DateTimeField, Max, OuterRef, Q, QuerySet, Subquery, TextField, Value, When
 from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -159,6 +159,35 @@ def search(*, query: str, limit: int = 20) -> list[Target]:
             run_id=_data(run_id),
         )
         matches.append(Target("submission", run_id, submission_id, label))
+    if not matches:
+        matches += _calls_naming(query, limit=limit)
+    return matches
+
+
+# What a person types that no key holds (a recipient's address, a file's path) is looked for in
+# the arguments of the newest calls only: a range of the primary key, read once per search (not
+# per keystroke: the box is a form). A call older than that is found by its run or call_id.
+ARGUMENTS_SCANNED = 100_000
+
+
+def _calls_naming(query: str, *, limit: int) -> list[Target]:
+    """The newest calls (of the last ``ARGUMENTS_SCANNED``) whose arguments contain ``query``,
+    any case: at most ``limit``."""
+    newest = Call.objects.aggregate(newest=Max("pk"))["newest"]
+    if newest is None:
+        return []
+    calls = Call.objects.filter(pk__gt=newest - ARGUMENTS_SCANNED, args__icontains=query).order_by("-pk")
+    matches = []
+    for run_id, call_id, status, tool in calls.values_list("run__run_id", "call_id", "status", "tool")[:limit]:
+        label = format_html(
+            _("call {call_id}… ({status} {tool}) in {run_id}: its arguments name {query}"),
+            call_id=_data(call_id[:16]),
+            status=_data_word(status) if status else _("no receipt"),
+            tool=_data(tool),
+            run_id=_data(run_id),
+            query=_data(query),
+        )
+        matches.append(Target("call", run_id, call_id, label))
     return matches
 
 
@@ -331,7 +360,7 @@ NEED_WORDS = {
     "query": (ngettext_lazy("%(count)s call in doubt the runtime can check",
                             "%(count)s calls in doubt the runtime can check", "count"),
               gettext_lazy("resume the run: it will ask the target whether the effect happened"),
-              gettext_lazy("Look at the call")),
+              gettext_lazy("How to resume")),
 }  # fmt: skip
 
 
@@ -349,6 +378,8 @@ def run_needs(*, run: Run, summary: RunSummary) -> list[Need]:
         counted_words, detail, action = NEED_WORDS[kind]
         severity = WARNING if kind == "query" else ERROR
         url = _one_call_url(run, kind) if count == 1 else ""
+        if url and kind == "query":
+            url += "#resume-how"  # the call page's command that resumes it
         if not url:
             inbox_kind = kind if kind in (states.TAMPERED, states.DISPUTED) else states.IN_DOUBT
             url = f"{reverse('inbox')}?{urlencode({'run': run.run_id, 'kind': inbox_kind})}"
@@ -615,6 +646,7 @@ class StaleItem:
     triage_reason: str = ""
     triage_until: dt.datetime | None = None
     triage_on_change: bool = False
+    in_doubt: bool = False  # a call waiting for its target or a person: the page offers to settle it
 
 
 def stale_findings(*, view: str = triage.OPEN, now: dt.datetime | None = None) -> QuerySet[Finding]:
@@ -664,7 +696,10 @@ def stale_items(findings: Iterable[Finding], now: dt.datetime | None = None) -> 
         elif (call := calls.get((finding.run_id, finding.call_id))) is not None:
             _, _, status, updated_at, created_at, decision, reason = call
             since = updated_at or created_at
-            item = StaleItem("call", run_id, finding.call_id, status, since, None, None, f"{decision}: {reason}")
+            item = StaleItem(
+                "call", run_id, finding.call_id, status, since, None, None, f"{decision}: {reason}",
+                in_doubt=protocol.in_doubt(decision),
+            )  # fmt: skip
             items.append(dataclasses.replace(item, **triaged))
     return items
 

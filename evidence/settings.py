@@ -217,6 +217,8 @@ INSTALLED_APPS = [
     "django.contrib.humanize",  # intcomma: a million events reads as 1,000,000
     "django_htmx",
     "template_partials",
+    # django-ninja's own Swagger UI files (static/ninja/), served from here: the API docs need no CDN.
+    "ninja",
     "axes",
     # Django's tasks API (the backport) and its database backend: the queue is a table.
     "django_tasks",

@@ -13,6 +13,8 @@ from evidence.views import notifications, ship
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("metrics", views.metrics, name="metrics"),
+    # Before the API's own URLs: a page behind the login like every other, not the API's 401.
+    path("api/docs", views.api_docs, name="api_docs"),
     path("api/", api.urls()),
     # callproof ship: agent hosts with a host key (evidence/shipping.py)
     path("ship/v1/push", ship.push, name="ship_push"),
@@ -51,3 +53,4 @@ urlpatterns = [
 ]
 
 handler400 = "evidence.views.errors.bad_request"
+handler403 = "evidence.views.errors.forbidden"

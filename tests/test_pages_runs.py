@@ -12,7 +12,7 @@ from http import HTTPStatus
 import pytest
 from django.urls import reverse
 
-from evidence import importer
+from evidence import i18n, importer
 from evidence.models import Run
 from receipts import durable, protocol, runtime
 from tests.helpers import content, first_call_of, state_badge
@@ -208,7 +208,7 @@ def test_a_history_that_starts_with_reused_shows_when_the_task_was_created(logge
     importer.run_import(path=run_dir)
     page = content(logged_in.get("/runs/lost/"))
     created_at = protocol.parse_time(document["creation_result"]["created_at"])
-    shown = f'<time datetime="{protocol.format_time(created_at)}" title="{protocol.format_time(created_at)}">'
+    shown = f'<time datetime="{protocol.format_time(created_at)}" title="{i18n.shown_time(created_at)}" data-local>'
     assert f"The ledger's history of this submission starts with “reused”: its creation, at {shown}" in page
 
 

@@ -80,6 +80,7 @@ ACTS = [
     Act("inbox", "get", lambda: reverse("inbox"), EVERY_ROLE),
     Act("retention", "get", lambda: reverse("retention"), EVERY_ROLE),
     Act("hosts", "get", lambda: reverse("hosts"), EVERY_ROLE),
+    Act("api_docs", "get", lambda: reverse("api_docs"), EVERY_ROLE),
     Act("export_request", "get", lambda: reverse("export_request", args=["clean-run"]), ()),
     Act("export_request", "post", lambda: reverse("export_request", args=["clean-run"]), ("exporter",),
         success=SEE_OTHER),

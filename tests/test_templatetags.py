@@ -56,7 +56,8 @@ def test_when_is_one_format_in_utc_for_datetimes_and_rfc3339_text():
     moment = dt.datetime(2026, 11, 30, 13, 4, 5, 123456, tzinfo=dt.timezone(dt.timedelta(hours=1)))
     shown = str(dashboard.when(moment))
     exact = "2026-11-30T12:04:05.123456Z"
-    assert shown == f'<time datetime="{exact}" title="{exact}">2026-11-30 12:04:05 UTC</time>'
+    utc = "2026-11-30 12:04:05 UTC"
+    assert shown == f'<time datetime="{exact}" title="{utc}" data-local>{utc}</time>'
     assert str(dashboard.when("2026-11-30T12:04:05.123456Z")) == shown
     assert dashboard.when(None) == "—" and dashboard.when("not a time") == "not a time"
 

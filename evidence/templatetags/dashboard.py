@@ -141,8 +141,8 @@ def call_decision(call: object) -> SafeString:
 
 @register.filter
 def when(moment: object) -> str:
-    """One time format on every page, in the reader's language (``i18n.shown_time``); the
-    exact instant, RFC 3339, in the element's datetime and tooltip.
+    """One time format on every page (``i18n.time_html``): the reader's language and time zone,
+    UTC in the tooltip, the exact instant, RFC 3339, in the element's datetime.
 
     Takes a datetime, or an RFC 3339 string as records hold them.
     """
@@ -154,8 +154,7 @@ def when(moment: object) -> str:
             return text
     if not isinstance(moment, dt.datetime):
         return "—"
-    exact = protocol.format_time(moment)
-    return format_html('<time datetime="{}" title="{}">{}</time>', exact, exact, i18n.shown_time(moment))
+    return i18n.time_html(moment)
 
 
 @register.filter
@@ -169,6 +168,9 @@ def age(since: dt.datetime | None) -> str:
         i18n.shown_time(since),
         i18n.age_text(since),
     )
+
+
+register.simple_tag(decision_text.resume_command, name="resume_command")
 
 
 @register.filter

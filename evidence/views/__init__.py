@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from evidence.metrics import DashboardCollector, may_scrape
+from evidence.views.api_docs import api_docs
 from evidence.views.audit import audit
 from evidence.views.calls import call, confirm, replay
 from evidence.views.claims import claim_action
@@ -53,6 +54,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
 
 
 __all__ = [
+    "api_docs",
     "audit",
     "call",
     "claim_action",

@@ -7,7 +7,6 @@ from http import HTTPStatus
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
@@ -21,6 +20,7 @@ from evidence.forms import ConfirmForm
 from evidence.models import Call, Run
 from evidence.pagination import cursor_page, first_rows
 from evidence.proxy import client_address
+from evidence.roles import requires
 from evidence.views.common import (
     HtmxHttpRequest,
     choice,
@@ -104,7 +104,7 @@ def may_settle(user) -> bool:
 
 
 @require_POST
-@permission_required("receipts.confirm_call", raise_exception=True)
+@requires("receipts.confirm_call")
 def confirm(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpResponse:
     if settings.EVIDENCE_READ_ONLY:
         raise PermissionDenied("this deployment only browses")

@@ -12,9 +12,10 @@ from django.shortcuts import render
 from django.urls import Resolver404, resolve, reverse
 from django.utils.translation import gettext_lazy
 
+from evidence import i18n
 from evidence.forms import ConfirmForm
 from evidence.models import Call, Run
-from evidence.roles import BROWSE, role_givers
+from evidence.roles import BROWSE, MissingPermission, role_givers, roles_with
 from evidence.views.calls import call_page, may_settle
 from evidence.views.common import HtmxHttpRequest, Refused, form_page
 
@@ -31,6 +32,14 @@ def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
 
 def no_role(request: HttpRequest) -> HttpResponse:
     return render(request, "no_role.html", {"admins": role_givers()}, status=HTTPStatus.FORBIDDEN)
+
+
+def forbidden(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """A refusal that says which role would allow it, and who can give one (a refusal for another
+    reason, a deployment that only browses, says only that it is not allowed)."""
+    roles = roles_with(exception.permission) if isinstance(exception, MissingPermission) else []
+    context = {"roles": [i18n.ROLE_WORDS.get(role, role) for role in roles], "admins": role_givers() if roles else []}
+    return render(request, "403.html", context, status=HTTPStatus.FORBIDDEN)
 
 
 # The fields a person typed, shown back by a refusal (the page that holds the form, to send it

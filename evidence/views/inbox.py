@@ -37,6 +37,8 @@ def inbox_page(request: HtmxHttpRequest) -> HttpResponseBase:
         "kind": kind,
         "severity": severity,
         "run_id": run_id,
+        # An empty page under a filter says how many wait in all, with the way back to them.
+        "filtered": bool(kind or severity or run_id or view != triage.OPEN),
         "query": query_without(request, "page", "format"),
     }
     template = "receipts/inbox.html#inbox-list" if request.htmx else "receipts/inbox.html"

@@ -7,9 +7,8 @@ from pathlib import Path
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied
-from django.http import FileResponse, Http404, HttpResponse, HttpResponseBase
+from django.http import FileResponse, HttpResponse, HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -20,6 +19,7 @@ from evidence import exports, listings, retention, selectors
 from evidence.forms import LegalHoldForm
 from evidence.models import Export, Run
 from evidence.pagination import cursor_page, first_rows
+from evidence.roles import requires
 from evidence.views.common import (
     HtmxHttpRequest,
     choice,
@@ -71,7 +71,8 @@ def search(request: HtmxHttpRequest) -> HttpResponse:
     matches = selectors.search(query=query)
     if len(matches) == 1:
         return redirect(url_of(matches[0].kind, matches[0].run_id, matches[0].key))
-    return render(request, "receipts/search.html", {"q": query, "matches": matches})
+    context = {"q": query, "matches": matches, "scanned": selectors.ARGUMENTS_SCANNED}
+    return render(request, "receipts/search.html", context)
 
 
 @require_GET
@@ -149,7 +150,7 @@ def run(request: HtmxHttpRequest, run_id: str) -> HttpResponseBase:
 
 
 @require_POST
-@permission_required("receipts.export_evidence", raise_exception=True)
+@requires("receipts.export_evidence")
 def export_request(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     """Queue an export of the run's redacted evidence for the worker, and answer at once: the
     exports panel (htmx), or back to the run page; a refusal is said there, nothing queued."""
@@ -171,37 +172,41 @@ def export_request(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
 
 
 @require_GET
-@permission_required("receipts.export_evidence", raise_exception=True)
+@requires("receipts.export_evidence")
 def export_panel(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     """The run's newest exports, with their progress: what the run page polls while one runs."""
     run = get_run_or_404(run_id)
-    return render(request, "receipts/run.html#exports", {"run": run, "exports": exports.recent(run)})
+    # Polled by htmx, the panel alone; opened as an address (a bookmark, a new tab), a page.
+    template = "receipts/run.html#exports" if request.htmx else "receipts/exports.html"
+    return render(request, template, {"run": run, "exports": exports.recent(run)})
 
 
 @require_GET
-@permission_required("receipts.export_evidence", raise_exception=True)
+@requires("receipts.export_evidence")
 def export_download(request: HtmxHttpRequest, run_id: str, export_id: int) -> HttpResponseBase:
     """A finished export's zip, streamed from EVIDENCE_EXPORT_ROOT."""
     export = get_object_or_404(Export, pk=export_id, run__run_id=run_id)
-    return _zip_response(exports.ready_file(export), export.run)
+    return _zip_response(request, exports.ready_file(export), export.run)
 
 
 @require_GET
-@permission_required("receipts.export_evidence", raise_exception=True)
+@requires("receipts.export_evidence")
 def run_evidence(request: HtmxHttpRequest, run_id: str) -> HttpResponseBase:
     """The run's newest finished export (the stable link); exports are asked for on the run page."""
     run = get_run_or_404(run_id)
-    return _zip_response(exports.newest_file(run), run)
+    return _zip_response(request, exports.newest_file(run), run)
 
 
-def _zip_response(path: Path | None, run: Run) -> HttpResponseBase:
+def _zip_response(request: HtmxHttpRequest, path: Path | None, run: Run) -> HttpResponseBase:
     if path is None:
-        raise Http404("no evidence of this run is ready: ask for an export on the run's page")
+        # A page of its own, not Django's 404 (whose message never reaches the page): it says
+        # what to do, in the reader's language.
+        return render(request, "receipts/no_evidence.html", {"run": run}, status=HTTPStatus.NOT_FOUND)
     return FileResponse(path.open("rb"), as_attachment=True, filename=f"{exports.stem_of(run)}.zip")
 
 
 @require_POST
-@permission_required("receipts.set_legal_hold", raise_exception=True)
+@requires("receipts.set_legal_hold")
 def legal_hold(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     """Set or lift a legal hold, with a reason that is stored, audited and shown."""
     if settings.EVIDENCE_READ_ONLY:

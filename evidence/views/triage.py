@@ -6,7 +6,6 @@ from http import HTTPStatus
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -18,7 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 from evidence import claims, selectors, triage
 from evidence.forms import TriageForm
 from evidence.models import AuditEntry, Finding
-from evidence.roles import TRIAGE
+from evidence.roles import TRIAGE, requires
 from evidence.views.common import HtmxHttpRequest
 from receipts import protocol
 
@@ -86,7 +85,7 @@ def _safe_next(request: HtmxHttpRequest, value: str | None) -> str:
 
 
 @require_POST
-@permission_required(TRIAGE, raise_exception=True)
+@requires(TRIAGE)
 def triage_action(request: HtmxHttpRequest, finding_id: int) -> HttpResponse:
     if settings.EVIDENCE_READ_ONLY:
         raise PermissionDenied("this deployment only browses")

@@ -37,3 +37,31 @@ document.addEventListener("htmx:beforeSwap", (event) => {
     event.detail.shouldSwap = false;
   }
 });
+
+// Times in the reader's own time zone. The server writes every time once (evidence/i18n.py,
+// time_html): <time datetime="…Z" title="… UTC" data-local>… UTC</time>. Here its text becomes
+// the same instant in this browser's zone, in the page's language, the UTC staying in the
+// tooltip; without JavaScript the page says UTC.
+function localTime(element) {
+  const instant = new Date(element.getAttribute("datetime"));
+  if (Number.isNaN(instant.getTime())) {
+    return;
+  }
+  const chinese = document.documentElement.lang.toLowerCase().startsWith("zh");
+  const format = new Intl.DateTimeFormat(chinese ? "zh-Hans" : "en", {
+    year: "numeric", month: chinese ? "numeric" : "2-digit", day: chinese ? "numeric" : "2-digit",
+    hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23", timeZoneName: "short",
+  });
+  const part = Object.fromEntries(format.formatToParts(instant).map((p) => [p.type, p.value]));
+  const time = `${part.hour}:${part.minute}:${part.second} ${part.timeZoneName}`;
+  element.textContent = chinese
+    ? `${part.year}年${part.month}月${part.day}日 ${time}`
+    : `${part.year}-${part.month}-${part.day} ${time}`;
+}
+
+function localTimes(root) {
+  root.querySelectorAll("time[data-local]").forEach(localTime);
+}
+
+localTimes(document);
+document.addEventListener("htmx:load", (event) => localTimes(event.detail.elt));

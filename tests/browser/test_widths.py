@@ -61,6 +61,9 @@ def pages() -> list[tuple[str, str]]:
         ("search", "/search/?q="),
         ("not-found", "/runs/no-such-run/"),
         ("bad-request", "/findings/?code=nonsense"),
+        ("exports", "/runs/clean-run/exports/"),
+        ("no-evidence", "/runs/clean-run/evidence.zip"),
+        ("api-docs", "/api/docs"),
     ]
 
 
