@@ -33,18 +33,25 @@ def reason_field(help_text: StrOrPromise, **options) -> forms.CharField:
 
 
 class ConfirmForm(forms.Form):
-    """The fields the interface docs name; ``confirm_queryable`` is the second tick for a queryable call."""
+    """The fields the interface docs name; ``confirm_queryable`` is the second tick for a queryable call.
+
+    The form checks shapes (a known choice, a bounded length, a digest); what a settle needs (an
+    answer, a reason, the call_id typed) is ``settle.field_problems``'s, said for every field at once,
+    so nothing here is required."""
 
     resolution = forms.ChoiceField(
         choices=[("committed", _("It happened (committed)")), ("rejected", _("It did not happen (rejected)"))],
         widget=forms.RadioSelect,
+        required=False,
     )
     reason = reason_field(
         _("What you checked, so the runtime's operator can follow it."),
         widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        required=False,
     )
     confirm_call_id = forms.CharField(
         label=_("Type the first 12 characters of the call_id"),
+        required=False,
         max_length=64,
         widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false", "size": 14}),
     )
@@ -52,6 +59,23 @@ class ConfirmForm(forms.Form):
     confirm_queryable = forms.BooleanField(
         required=False, label=_("Decide anyway, although the runtime could ask the target itself")
     )
+
+    def settle_fields(self) -> dict:
+        """What ``settle.settle_call`` and ``settle.field_problems`` take, from what the form took
+        (a field it refused is empty: its own error is the one shown)."""
+        data = self.cleaned_data
+        return {
+            "resolution": data.get("resolution", ""),
+            "reason": data.get("reason", ""),
+            "typed_call_id": data.get("confirm_call_id", ""),
+            "confirm_queryable": data.get("confirm_queryable", False),
+        }
+
+    def add_problems(self, problems: dict[str, str]) -> None:
+        """The settle's problems beside their fields, but for a field the form already refused."""
+        for field, message in problems.items():
+            if field not in self.errors:
+                self.add_error(field, message)
 
 
 # How long a snooze lasts: until the import sees the finding change, for a while, or until a time.

@@ -44,12 +44,15 @@ class SettleError(Exception):
         *,
         existing: HumanDecision | None = None,
         field: str | None = None,
+        problems: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.existing = existing
         self.field = field  # the form's field the message is about, to be shown beside it
+        # Every field that does not hold, each with its message: a person fixes them all in one go.
+        self.problems = problems if problems is not None else ({field: str(message)} if field else {})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +100,6 @@ def settle_call(
             if existing.confirmation_id == wanted:
                 return Settlement(existing, False)
             raise SettleError(HTTPStatus.CONFLICT, _already_decided(existing), existing=existing)
-        _refuse_what_the_form_lacks(call, resolution, reason, typed_call_id)
         if not may_be_settled(call):
             if not call.receipt_present:
                 message = _(
@@ -112,9 +114,12 @@ def settle_call(
             # The decision is about the receipt the dashboard imported and showed, not whatever
             # digest a form carries: a digest of the bytes on disk now would pass the writer's check.
             raise SettleError(HTTPStatus.CONFLICT, _receipt_changed(run, call))
-        if needs_second_tick(call) and not confirm_queryable:
-            message = _("The runtime can check this call with its target by itself. Tick the box to decide anyway.")
-            raise SettleError(HTTPStatus.BAD_REQUEST, message, field="confirm_queryable")
+        problems = field_problems(
+            call, resolution=resolution, reason=reason, typed_call_id=typed_call_id, confirm_queryable=confirm_queryable
+        )
+        if problems:
+            field, message = next(iter(problems.items()))
+            raise SettleError(HTTPStatus.BAD_REQUEST, message, field=field, problems=problems)
         try:
             with transaction.atomic():
                 decision = HumanDecision.objects.create(
@@ -202,16 +207,23 @@ def _write_back(run: Run, call: Call, decision: HumanDecision) -> dict:
     return document
 
 
-def _refuse_what_the_form_lacks(call: Call, resolution: str, reason: str, typed_call_id: str) -> None:
+def field_problems(
+    call: Call, *, resolution: str, reason: str, typed_call_id: str, confirm_queryable: bool
+) -> dict[str, str]:
+    """Every field of a settle that does not hold, at once, in the form's order: the field's name
+    and what to do. Nothing when all hold (the state of the call is checked elsewhere)."""
+    problems = {}
     if resolution not in protocol.RESOLUTIONS:
-        message = _("Choose whether the call happened (committed) or not (rejected).")
-        raise SettleError(HTTPStatus.BAD_REQUEST, message, field="resolution")
+        problems["resolution"] = _("Choose whether the call happened (committed) or not (rejected).")
     if not reason.strip():
-        message = _("Give the reason for your decision: the runtime's operator reads it.")
-        raise SettleError(HTTPStatus.BAD_REQUEST, message, field="reason")
+        problems["reason"] = _("Give the reason for your decision: the runtime's operator reads it.")
     if typed_call_id.strip().lower() != call.call_id[:12]:
-        message = _("Type the first 12 characters of this call's call_id to confirm.")
-        raise SettleError(HTTPStatus.BAD_REQUEST, message, field="confirm_call_id")
+        problems["confirm_call_id"] = _("Type the first 12 characters of this call's call_id to confirm.")
+    if needs_second_tick(call) and not confirm_queryable:
+        problems["confirm_queryable"] = _(
+            "The runtime can check this call with its target by itself. Tick the box to decide anyway."
+        )
+    return problems
 
 
 def _data(value: object) -> SafeString:

@@ -152,7 +152,7 @@ def test_anonymous_posts_go_to_the_login(client, demo):
     ("changes", "message"),
     [
         ({"confirm_call_id": "000000000000"}, "Type the first 12 characters"),
-        ({"reason": "   "}, "This field is required"),
+        ({"reason": "   "}, "Give the reason for your decision"),
         ({"resolution": "maybe"}, "Select a valid choice"),
         ({"receipt_sha256": "not a digest"}, "did not come back with the form"),
     ],
@@ -169,7 +169,7 @@ def test_a_form_that_does_not_hold_is_400_and_records_nothing(as_confirmer, demo
     ("changes", "field", "message"),
     [
         ({"confirm_call_id": "000000000000"}, "confirm_call_id", "call_id to confirm"),
-        ({"reason": "   "}, "reason", "This field is required"),
+        ({"reason": "   "}, "reason", "Give the reason for your decision"),
     ],
 )
 def test_an_error_sits_beside_its_field_which_says_it_is_invalid(as_confirmer, demo, changes, field, message):
@@ -181,7 +181,27 @@ def test_an_error_sits_beside_its_field_which_says_it_is_invalid(as_confirmer, d
     assert described and f"id_{field}_error" in described.group(1).split()
     beside = re.search(rf'<[^>]+id="id_{field}_error"[^>]*>([^<]*)<', html)
     assert beside and message in beside.group(1)
-    assert html.count(message) == 1, "said once, beside the field, not again above the form"
+    summary = re.search(r'<div class="error-summary" id="settle-errors" role="alert".*?</div>', html, re.S)
+    assert summary and f'href="#id_{field}"' in summary.group(0) and message in summary.group(0)
+    assert html.count(message) == 2, "said beside the field, and in the summary that links to it"
+
+
+def test_every_field_that_does_not_hold_is_said_at_once(as_confirmer, demo):
+    """What the form refuses (an unknown answer) and what the settle needs (a reason, the call_id
+    typed) in one answer, each beside its field: not one a post."""
+    call = first_call_of(RUN)
+    response = as_confirmer.post(confirm_url(call), form_for(call, resolution="maybe", reason="", confirm_call_id="x"))
+    html = content(response)
+    assert response.status_code == HTTPStatus.BAD_REQUEST
+    for field, message in [
+        ("resolution", "Select a valid choice"),
+        ("reason", "Give the reason for your decision"),
+        ("confirm_call_id", "Type the first 12 characters of this call"),
+    ]:
+        beside = re.search(rf'id="id_{field}_error"[^>]*>([^<]*)<', html)
+        assert beside and message in beside.group(1), field
+    assert 'value="x"' in html, "what was typed is kept"
+    nothing_recorded(demo / RUN, call)
 
 
 def test_an_old_form_posted_again_after_the_call_was_settled_says_it_was_settled(as_confirmer, demo):

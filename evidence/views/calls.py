@@ -113,22 +113,21 @@ def confirm(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpResponse
     assert request.user.is_authenticated  # permission_required above lets no anonymous visitor in
     form = ConfirmForm(request.POST)
     if not form.is_valid():
+        # Every field at once: what the form refused, and the settle's rules on what it took.
+        form.add_problems(settle.field_problems(call, **form.settle_fields()))
         return call_page(request, run, call, form=form, status=HTTPStatus.BAD_REQUEST)
     try:
         settlement = settle.settle_call(
             run=run,
             call=call,
             user=request.user,
-            resolution=form.cleaned_data["resolution"],
-            reason=form.cleaned_data["reason"],
-            typed_call_id=form.cleaned_data["confirm_call_id"],
             receipt_sha256=form.cleaned_data["receipt_sha256"],
-            confirm_queryable=form.cleaned_data["confirm_queryable"],
             client_address=client_address(request),
+            **form.settle_fields(),
         )
     except settle.SettleError as refused:
-        if refused.field is not None:  # beside its field (aria-invalid, described by the message)
-            form.add_error(refused.field, refused.message)
+        if refused.problems:  # each beside its field (aria-invalid, described by its message), and summed up
+            form.add_problems(refused.problems)
             return call_page(request, run, call, form=form, status=refused.status)
         return call_page(request, run, call, form=form, error=refused.message, status=refused.status)
     decision = settlement.decision

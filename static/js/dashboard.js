@@ -27,6 +27,26 @@ function beingEdited(field) {
   return field.type !== "hidden" && field.value !== field.defaultValue;
 }
 
+// A poll keeps the keyboard's place and the page's scroll: the swap replaces the focused link
+// with its twin, and htmx gives the focus back only to an element with an id. Each focusable
+// element is known by a stable key (its id, else what it is and where it goes), found again in
+// the new content and focused, and the page is scrolled back to where the person left it.
+const FOCUSABLE = "a[href], button, input, select, textarea, summary, [tabindex]";
+let keptPlace = null;
+
+function stableKey(element) {
+  if (element.id) {
+    return `#${element.id}`;
+  }
+  const what = ["href", "name", "value"].map((name) => element.getAttribute(name));
+  return [element.tagName, ...what, element.textContent.trim()].join("\u0000");
+}
+
+function twinOf(key, index) {
+  const twins = Array.from(document.querySelectorAll(FOCUSABLE)).filter((element) => stableKey(element) === key);
+  return twins[Math.min(index, twins.length - 1)];
+}
+
 document.addEventListener("htmx:beforeSwap", (event) => {
   const source = event.detail.requestConfig && event.detail.requestConfig.elt;
   if (!source || !source.hasAttribute("data-poll-visible")) {
@@ -35,6 +55,14 @@ document.addEventListener("htmx:beforeSwap", (event) => {
   const fields = event.detail.target.querySelectorAll('form[method="post"] :is(input, textarea, select)');
   if (Array.from(fields).some((field) => !field.closest("[hx-preserve]") && beingEdited(field))) {
     event.detail.shouldSwap = false;
+    return;
+  }
+  const active = document.activeElement;
+  keptPlace = { x: window.scrollX, y: window.scrollY, key: null, index: 0 };
+  if (active && active !== document.body && event.detail.target.contains(active)) {
+    keptPlace.key = stableKey(active);
+    const same = Array.from(document.querySelectorAll(FOCUSABLE)).filter((e) => stableKey(e) === keptPlace.key);
+    keptPlace.index = same.indexOf(active);
   }
 });
 
@@ -65,3 +93,17 @@ function localTimes(root) {
 
 localTimes(document);
 document.addEventListener("htmx:load", (event) => localTimes(event.detail.elt));
+document.addEventListener("htmx:afterSettle", () => {
+  if (!keptPlace) {
+    return;
+  }
+  const place = keptPlace;
+  keptPlace = null;
+  if (place.key && (!document.activeElement || document.activeElement === document.body)) {
+    const twin = twinOf(place.key, place.index);
+    if (twin) {
+      twin.focus({ preventScroll: true });
+    }
+  }
+  window.scrollTo(place.x, place.y);
+});

@@ -43,6 +43,11 @@ def test_no_page_has_an_accessibility_violation(chromium, live_server, demo, dja
         checked.append((name, AXE.run(page)))
         if scheme == "dark":  # the light ones are test_widths.py's
             screenshot(page, f"dark-{width}-{name}")
+    # A refused settle: its error summary, and each field marked invalid beside its message.
+    page.goto(f"/runs/send-message-killed/calls/{Call.objects.get(run__run_id='send-message-killed').call_id}/")
+    page.get_by_role("button", name="Settle this call").click()
+    page.get_by_role("alert").wait_for()
+    checked.append(("call-refused", AXE.run(page)))
     context.close()
     context, page, _ = logged_in(chromium, live_server, "newcomer", width, scheme)
     assert page.get_by_role("heading", name="You have no role yet").is_visible()

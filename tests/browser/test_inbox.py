@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 
 import pytest
 from django.contrib.auth.models import User
@@ -51,3 +52,52 @@ def test_an_operator_settles_every_call_in_the_inbox_and_sees_each_leave(page, d
     screenshot(page, "inbox-after")
     expect(page.locator("#inbox-list tbody")).to_contain_text("conflict")
     expect(page.locator("#inbox-list tbody")).to_contain_text("stale reservation")
+
+
+KEEPS_FOCUS_AND_SCROLL = "() => [document.activeElement.getAttribute('href'), window.scrollY]"
+
+
+def test_the_live_refresh_keeps_the_keyboards_place_and_the_scroll(page, demo):
+    """The inbox refreshes itself every 10 s: a new run in doubt arrives under the runs root, the
+    list is swapped, and the link the keyboard was on (and the page's scroll) stay where they were."""
+    from evidence import importer
+
+    join(User.objects.get(username="alice"), "confirmer")
+    page.set_viewport_size({"width": 390, "height": 500})
+    log_in(page)
+    page.goto("/inbox/")
+    investigate = page.locator("#inbox-list").get_by_role("link", name="Investigate")
+    investigate.focus()
+    page.keyboard.press("Tab")
+    page.keyboard.press("Shift+Tab")  # the keyboard's own way there
+    expect(investigate).to_be_focused()
+    before = page.evaluate(KEEPS_FOCUS_AND_SCROLL)
+    assert before[1] > 0, "the link is down the page: the scroll is tested too"
+
+    shutil.copytree(demo / "send-message-killed", demo / "send-message-killed-again")
+    importer.run_import(path=demo / "send-message-killed-again")
+    expect(page.locator("#inbox-list")).to_contain_text("send-message-killed-again", timeout=25_000)
+
+    assert page.evaluate(KEEPS_FOCUS_AND_SCROLL) == before
+    expect(page.locator("#inbox-list").get_by_role("link", name="Investigate")).to_be_focused()
+    page.keyboard.press("Enter")  # the same key still acts on it
+    expect(page.get_by_role("region", name="Altered after it was written: investigate")).to_be_visible()
+
+
+def test_the_live_run_page_keeps_the_keyboards_place(page, live_demo):
+    """The run page refreshes itself every 3 s while its run is live: an event arrives, the body is
+    swapped, and the focused link keeps the focus."""
+    from evidence import importer
+    from receipts import durable
+
+    log_in(page)
+    page.goto("/runs/send-message-killed/")
+    replay = page.locator("#run-body").get_by_role("link", name="recovery decisions")
+    replay.focus()
+    expect(replay).to_be_focused()
+    events = page.locator("#run-body dl.facts dd").nth(3)
+    shown = events.inner_text()
+    durable.append_event(live_demo / "send-message-killed", "note", {"text": "still at work"})
+    importer.run_import(path=live_demo / "send-message-killed")
+    expect(events).not_to_have_text(shown, timeout=15_000)
+    expect(page.locator("#run-body").get_by_role("link", name="recovery decisions")).to_be_focused()

@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from evidence.models import Call, HumanDecision
 from receipts.demo import run_writer
-from tests.browser.conftest import log_in, screenshot
+from tests.browser.conftest import PASSWORD, log_in, screenshot
 from tests.helpers import join
 
 pytestmark = pytest.mark.browser
@@ -131,3 +131,89 @@ def test_a_decision_made_away_from_the_runs_host_waits_for_it_then_shows_deliver
     page.reload()
     expect(page.get_by_role("region", name="Settled by a person")).to_contain_text(f"Delivered to host {owner}")
     screenshot(page, "settle-delivered")
+
+
+PHONE = {"width": 390, "height": 844}
+QUESTION = "This call is in doubt: did it happen?"
+
+
+def phone_page(chromium, live_server, **options):
+    """A confirmer's browser at a phone's width."""
+    join(User.objects.create_user("alice", password=PASSWORD), "viewer", "confirmer")
+    context = chromium.new_context(viewport=PHONE, base_url=live_server.url, **options)
+    context.set_default_timeout(10_000)
+    return context, context.new_page()
+
+
+def on_screen(page, locator) -> bool:
+    box = locator.bounding_box()
+    return box is not None and box["y"] >= -1 and box["y"] + box["height"] <= page.viewport_size["height"] + 1
+
+
+def test_at_a_phones_width_the_question_and_its_answers_are_on_the_first_screen(chromium, live_server, demo):
+    call = Call.objects.get(run__run_id="send-message-killed")
+    context, page = phone_page(chromium, live_server)
+    log_in(page)
+    page.goto(f"/runs/send-message-killed/calls/{call.call_id}/")
+    panel = page.get_by_role("region", name=QUESTION)
+    answer = panel.get_by_label("It happened (committed)")
+    figures = {"panel": panel.bounding_box()["y"], "answers": answer.bounding_box()["y"]}
+    print(f"at 390 px: the panel starts at {figures['panel']:.0f} px, its first answer at {figures['answers']:.0f} px")
+    screenshot(page, "390-settle-first-screen")
+    assert on_screen(page, panel.get_by_role("heading", name=QUESTION)) and on_screen(page, answer), figures
+    context.close()
+
+
+def test_every_field_that_does_not_hold_is_said_at_once_in_a_summary_that_takes_focus(chromium, live_server, demo):
+    call = Call.objects.get(run__run_id="send-message-killed")
+    context, page = phone_page(chromium, live_server)
+    log_in(page)
+    page.goto(f"/runs/send-message-killed/calls/{call.call_id}/")
+    panel = page.get_by_role("region", name=QUESTION)
+    panel.get_by_label("Reason").fill("   ")
+    panel.get_by_label("Type the first 12 characters of the call_id").fill("000000000000")  # the settle's rule
+    panel.get_by_role("button", name="Settle this call").click()  # no answer chosen either
+
+    summary = page.get_by_role("alert")
+    expect(summary).to_be_focused()
+    assert on_screen(page, summary), "the page lands on the summary, not at its top"
+    expect(summary.get_by_role("link")).to_have_text(
+        [re.compile("^Choose whether the call happened"), re.compile("^Give the reason for your decision"),
+         re.compile("^Type the first 12 characters")]
+    )  # fmt: skip
+    call_id_box = panel.get_by_label("Type the first 12 characters of the call_id")
+    expect(call_id_box).to_have_value("000000000000")  # everything typed is kept
+    expect(call_id_box).to_have_attribute("aria-invalid", "true")
+    expect(call_id_box).to_have_accessible_description(re.compile("Type the first 12 characters of this call"))
+    screenshot(page, "390-settle-summary")
+
+    summary.get_by_role("link", name=re.compile("Type the first 12")).click()
+    expect(call_id_box).to_be_focused()
+    page.keyboard.press("Control+A")
+    page.keyboard.type(call.call_id[:12])
+    panel.get_by_label("It did not happen (rejected)").check()
+    panel.get_by_label("Reason").fill("Nothing in the mail log.")
+    panel.get_by_role("button", name="Settle this call").click()
+    expect(page.get_by_role("status")).to_contain_text("Settled as rejected")
+    assert HumanDecision.objects.get().reason == "Nothing in the mail log."
+    context.close()
+
+
+def test_without_javascript_the_answer_lands_on_the_summary_with_what_was_typed(chromium, live_server, demo):
+    call = Call.objects.get(run__run_id="send-message-killed")
+    context, page = phone_page(chromium, live_server, java_script_enabled=False)
+    log_in(page)
+    page.goto(f"/runs/send-message-killed/calls/{call.call_id}/")
+    panel = page.get_by_role("region", name=QUESTION)
+    panel.get_by_label("It happened (committed)").check()
+    panel.get_by_label("Type the first 12 characters of the call_id").fill(call.call_id[:12])
+    panel.get_by_role("button", name="Settle this call").click()
+    expect(page).to_have_url(re.compile("#settle-errors$"))
+    summary = page.get_by_role("alert")
+    expect(summary).to_contain_text("Give the reason for your decision")
+    expect(summary).to_be_focused()  # autofocus: HTML's, not a script's
+    assert on_screen(page, summary)
+    expect(panel.get_by_label("It happened (committed)")).to_be_checked()
+    expect(panel.get_by_label("Type the first 12 characters of the call_id")).to_have_value(call.call_id[:12])
+    assert not HumanDecision.objects.exists()
+    context.close()

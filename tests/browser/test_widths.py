@@ -129,3 +129,66 @@ def test_at_a_phones_width_each_lists_key_columns_are_on_the_screen(chromium, li
     context.close()
     assert off_screen == {url: [] for url in KEY_COLUMNS}
     assert settle is not None and settle["x"] >= 0 and settle["x"] + settle["width"] <= 390
+
+
+# WCAG 2.2's 2.5.8 (target size, minimum): each target is at least 24 by 24 CSS px, or its 24 px
+# circle (centred on its box) meets no other target and no other small target's circle (the
+# spacing exception). A control's label is part of its target: a click on it acts on the control.
+SMALL_TARGETS = r"""() => {
+  const MIN = 24, EPSILON = 0.01;
+  const boxOf = (element) => {
+    const boxes = [element, ...(element.labels || [])].map((e) => e.getBoundingClientRect())
+      .filter((b) => b.width && b.height);
+    if (!boxes.length) return null;
+    const left = Math.min(...boxes.map((b) => b.left)), top = Math.min(...boxes.map((b) => b.top));
+    const right = Math.max(...boxes.map((b) => b.right)), bottom = Math.max(...boxes.map((b) => b.bottom));
+    return { left, top, right, bottom, width: right - left, height: bottom - top,
+             x: (left + right) / 2, y: (top + bottom) / 2 };
+  };
+  const selector = "a[href], button, input:not([type=hidden]), select, textarea, summary";
+  const targets = [];
+  for (const element of document.querySelectorAll(selector)) {
+    const style = getComputedStyle(element);
+    if (style.visibility === "hidden" || element.closest(".visually-hidden")) continue;
+    const box = boxOf(element);
+    if (!box || box.right <= 0 || box.bottom + scrollY <= 0) continue;  // not drawn, or the skip link off-screen
+    targets.push({ element, box, small: box.width < MIN - EPSILON || box.height < MIN - EPSILON });
+  }
+  const distanceToBox = (x, y, b) => Math.hypot(Math.max(b.left - x, 0, x - b.right),
+                                                Math.max(b.top - y, 0, y - b.bottom));
+  const failing = [];
+  for (const target of targets.filter((t) => t.small)) {
+    const crowded = targets.some((other) => other !== target && other.element !== target.element && (
+      distanceToBox(target.box.x, target.box.y, other.box) < MIN / 2 - EPSILON
+      || (other.small && Math.hypot(target.box.x - other.box.x, target.box.y - other.box.y) < MIN - EPSILON)));
+    if (crowded) {
+      const element = target.element, box = target.box;
+      const name = (element.textContent.trim() || element.name || "").slice(0, 30);
+      failing.push(`${element.tagName.toLowerCase()} "${name}" ${Math.round(box.width)}x${Math.round(box.height)}`);
+    }
+  }
+  return [failing, targets.filter((t) => t.small).length];
+}"""
+
+
+@pytest.mark.parametrize("language", ["en", "zh-hans"])
+def test_at_a_phones_width_every_target_is_24_px_or_spaced_apart(
+    chromium, live_server, demo, django_user_model, language
+):
+    join(django_user_model.objects.create_user("alice", password=PASSWORD), "viewer", "confirmer")
+    context = chromium.new_context(viewport={"width": 390, "height": 844}, base_url=live_server.url)
+    context.add_cookies([{"name": "callproof_language", "value": language, "url": live_server.url}])
+    page = context.new_page()
+    page.goto("/accounts/login/")
+    small, under = {}, {}
+    small["login"], under["login"] = page.evaluate(SMALL_TARGETS)
+    page.locator("#id_username").fill("alice")
+    page.locator("#id_password").fill(PASSWORD)
+    page.locator("#id_password").press("Enter")
+    page.wait_for_url("**/")
+    for name, url in pages():
+        page.goto(url)
+        small[name], under[name] = page.evaluate(SMALL_TARGETS)
+    context.close()
+    print(f"targets under 24 px at 390 ({language}), spaced apart or not: {under}")
+    assert {name: found for name, found in small.items() if found} == {}
