@@ -12,7 +12,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import pgettext
 
-from evidence import charts, decision_text, i18n, people
+from evidence import audit_words, charts, decision_text, i18n, people
 from evidence.views.common import url_of
 from receipts import protocol
 from receipts.reader import states
@@ -26,6 +26,12 @@ register.simple_tag(charts.activity_strip, name="activity_strip")
 
 # The kind of each word's badge, shared with the evidence page the verifier renders.
 BADGE_CLASSES = states.KINDS
+
+
+@register.filter
+def audit_action(code: object) -> str:
+    """``{{ entry.action|audit_action }}``: the action in the reader's words ("" for an unforeseen one)."""
+    return audit_words.action(code)
 
 
 @register.filter
