@@ -189,3 +189,16 @@ def _value(words: Mapping[str, str], value: Any) -> SafeString:
         joiner = pgettext("between sentences", "; ")
         return format_html_join(joiner, "{}", ((_value(words, each),) for each in value))
     return data(value)
+
+
+def identity_problems(identity: Any) -> SafeString:
+    """What an identity check found (``protocol.IdentityCheck.summary``), in the reader's
+    language: each problem a sentence, worded; one that is not, as data."""
+    problems = getattr(identity, "problems", ())
+    if not problems:
+        return data(getattr(identity, "summary", lambda: "")())
+    worded = (
+        detail(problem.key, problem.values, problem) if isinstance(problem, findings.Sentence) else data(problem)
+        for _code, problem, _stored, _recomputed in problems
+    )
+    return format_html_join(pgettext("between sentences", "; "), "{}", ((each,) for each in worded))

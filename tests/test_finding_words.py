@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 from django.utils import translation
+from django.utils.translation import gettext
 
-from evidence import audit_words, doubt_text, finding_words, importer
+from evidence import audit_words, doubt_text, finding_words, importer, triage
 from evidence.models import AuditEntry, Finding, Run
 from receipts import findings, protocol, runtime, tools
 from receipts.findings import CODES, SENTENCES, FindingRecord, Sentence
@@ -83,9 +84,11 @@ def test_every_sentence_has_a_chinese_translation_with_no_english_word_of_its_ow
     assert set(audit_words.ACTIONS) == {
         value for name, value in vars(AuditEntry).items() if name.isupper() and isinstance(value, str)
     }
-    for words in audit_words.ACTIONS.values():
-        with translation.override("zh-hans"):
-            assert english_words(str(words)) == [], words
+    with translation.override("zh-hans"):
+        for code in audit_words.ACTIONS:
+            assert audit_words.action(code) and english_words(audit_words.action(code)) == [], code
+        for _action, _pattern, msgid in audit_words.REASONS:
+            assert fixed_words(gettext(msgid)) == [], msgid
 
 
 # --- a finding's detail -------------------------------------------------------------
@@ -178,7 +181,8 @@ def test_a_broken_run_imported_keeps_each_findings_sentence_and_the_pages_word_t
     for finding in found:
         assert finding.sentence, finding.code
         assert findings.spoken(finding.sentence, finding.detail_values) == finding.detail
-    for url in (reverse("run", args=[run.run_id]), "/findings/", "/inbox/"):
+    edited = reverse("call", args=[run.run_id, receipt.stem])
+    for url in (reverse("run", args=[run.run_id]), "/findings/", "/inbox/", edited):
         response = chinese.get(url)
         assert response.status_code == HTTPStatus.OK
         page = content(response)
@@ -186,6 +190,8 @@ def test_a_broken_run_imported_keeps_each_findings_sentence_and_the_pages_word_t
         for finding in found.filter(run=run):
             if fixed_words(SENTENCES[finding.sentence]) and url != "/inbox/":
                 assert f'<span translate="no">{finding.detail}</span>' not in page, finding.detail
+    # The call page says what its identity check found (live, from the receipt) in Chinese too.
+    assert "input_sha256 不是参数的摘要" in content(chinese.get(edited))
 
 
 # --- what the target shows ----------------------------------------------------------
@@ -230,8 +236,34 @@ def test_the_audit_page_words_each_action_and_keeps_its_code(chinese, tmp_path):
     page = content(chinese.get("/audit/"))
     assert english_on(page) == []
     with translation.override("zh-hans"):
-        for action, words in audit_words.ACTIONS.items():
-            assert f"{words} <code>{action}</code>" in page
+        for action in audit_words.ACTIONS:
+            assert f"{audit_words.action(action)} <code>{action}</code>" in page
     csv = downloaded(chinese.get("/audit/?list=actions&format=csv")).decode()
     assert all(action in csv for action in audit_words.ACTIONS)
     assert "法律保全" not in csv  # downloads keep the action's code, never the page's words
+
+
+def test_what_triage_adds_to_a_reason_is_worded_and_the_persons_words_stay_as_written(chinese, tmp_path):
+    run = a_run(tmp_path)
+    finding = FindingRecord("stale_call", "receipts/x.json", Sentence("stale_call.since", status="prepared", since="t"))
+    importer.store_findings(run, [finding], protocol.utc_now())
+    stored = Finding.objects.get(run=run, subject="receipts/x.json")
+    person = chinese.get("/").wsgi_request.user
+    now = protocol.utc_now()
+    triage.act(finding=stored, user=person, action=triage.SNOOZE, reason="waiting on ops", on_change=True,
+               until=now + dt.timedelta(days=1), now=now)  # fmt: skip
+    entry = AuditEntry.objects.get(action=AuditEntry.SNOOZED)
+    assert entry.reason.startswith("waiting on ops (snoozed until ") and entry.reason.endswith(" or until it changes)")
+    # The import sees the finding change: the snooze ends, and the import says why.
+    changed = FindingRecord("stale_call", "receipts/x.json", Sentence("stale_call.since", status="unknown", since="t"))
+    importer.store_findings(run, [changed], protocol.utc_now())
+    ended = AuditEntry.objects.get(action=AuditEntry.TRIAGE_ENDED)
+    assert ended.reason == "snoozed no longer: it changed (detail): unknown since t, unconfirmed"
+    for url in ("/audit/", reverse("triage", args=[stored.pk])):
+        page = content(chinese.get(url))
+        assert english_on(page) == [], url
+        assert '<span translate="no">waiting on ops</span>（暂缓至 ' in page
+        ended_said = "已暂缓状态结束：它发生了变化（<code>detail</code>）："
+        assert ended_said + '<span translate="no">unknown since t, unconfirmed</span>' in page
+        assert "snoozed until" not in page and "no longer" not in page
+    assert AuditEntry.objects.filter(reason__contains="(snoozed until").count() == 1  # stored as written

@@ -35,6 +35,12 @@ def audit_action(code: object) -> str:
 
 
 @register.filter
+def audit_reason(entry: object) -> SafeString:
+    """``{{ entry|audit_reason }}``: its reason, what the system added to it in the reader's words."""
+    return audit_words.reason(entry)
+
+
+@register.filter
 def lookup(mapping: object, key: str) -> object:
     return mapping.get(key, "") if isinstance(mapping, dict) else ""
 

@@ -24,3 +24,9 @@ def finding_detail(finding: object) -> SafeString:
     return finding_words.detail(
         getattr(finding, "sentence", ""), getattr(finding, "detail_values", None), getattr(finding, "detail", "")
     )
+
+
+@register.filter
+def identity_summary(identity: object) -> SafeString:
+    """``{{ identity|identity_summary }}``: what its identity check found, in the reader's language."""
+    return finding_words.identity_problems(identity)
