@@ -76,6 +76,13 @@ FACTS = {
     "mail_sent": gettext_noop("sent to {to}, from {sender}"),
     "mail_subject": gettext_noop("subject “{subject}”"),
     "mail_answered": gettext_noop("the server answered {reply}"),
+    "sql_look": gettext_noop("look in table {table} for the row whose {column} is {call_id}"),
+    "sql_not_connected": gettext_noop("this dashboard does not connect to the database: {look}"),
+    "sql_unreadable": gettext_noop("table {table} cannot be read: {error}"),
+    "sql_no_row": gettext_noop("table {table} has no row whose {column} is {call_id}"),
+    "sql_row": gettext_noop("table {table} holds the row whose {column} is {call_id}: {row}"),
+    "sql_other_values": gettext_noop("its values are not the call's args"),
+    "sql_other_row": gettext_noop("the receipt's result records another row"),
 }
 
 

@@ -246,14 +246,14 @@ def _said(value: object) -> str:
 def spoken(key: str, values: Mapping[str, Any], catalogue: Mapping[str, str] = SENTENCES) -> str:
     """The English sentence ``key`` of ``catalogue`` with stored ``values`` (nested ones said
     too): what ``Sentence(key, **values)`` wrote."""
-    return catalogue[key].format(**{name: _spoken_value(value) for name, value in values.items()})
+    return catalogue[key].format(**{name: _spoken_value(value, catalogue) for name, value in values.items()})
 
 
-def _spoken_value(value: Any) -> str:
+def _spoken_value(value: Any, catalogue: Mapping[str, str]) -> str:
     if isinstance(value, dict):
-        return spoken(value["key"], value["values"])
+        return spoken(value["key"], value["values"], catalogue)
     if isinstance(value, list):
-        return "; ".join(map(_spoken_value, value))
+        return "; ".join(_spoken_value(each, catalogue) for each in value)
     return str(value)
 
 

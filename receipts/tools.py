@@ -64,6 +64,14 @@ FACTS: dict[str, str] = {
     "mail_sent": "sent to {to}, from {sender}",
     "mail_subject": "subject “{subject}”",
     "mail_answered": "the server answered {reply}",
+    # the SQL adapter (receipts.adapters.sql)
+    "sql_look": "look in table {table} for the row whose {column} is {call_id}",
+    "sql_not_connected": "this dashboard does not connect to the database: {look}",
+    "sql_unreadable": "table {table} cannot be read: {error}",
+    "sql_no_row": "table {table} has no row whose {column} is {call_id}",
+    "sql_row": "table {table} holds the row whose {column} is {call_id}: {row}",
+    "sql_other_values": "its values are not the call's args",
+    "sql_other_row": "the receipt's result records another row",
 }
 
 

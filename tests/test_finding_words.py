@@ -212,6 +212,21 @@ def test_what_a_built_in_target_shows_is_worded_and_an_adapters_own_fact_stays_a
         assert findings.spoken(fact.key, fact.values, tools.FACTS) == fact
 
 
+def test_a_nested_fact_is_worded_inside_its_sentence(tmp_path):
+    from receipts.adapters.sql import SqlRow
+
+    adapter = SqlRow(name="add_row", connect=None, table="orders", columns=["item"])
+    evidence = adapter.evidence(tmp_path, {"item": "pen"}, "c1")
+    assert evidence.facts == ("this dashboard does not connect to the database: look in table orders for the row "
+                              "whose call_id is c1",)  # fmt: skip
+    with translation.override("zh-hans"):
+        (shown,) = doubt_text.facts(evidence)
+    assert str(shown) == (
+        '本仪表盘不连接该数据库：在表 <span translate="no">orders</span> 中查找 <span translate="no">call_id</span>'
+        ' 为 <span translate="no">c1</span> 的行'
+    )
+
+
 def test_a_call_page_in_chinese_says_what_the_target_shows_in_chinese(chinese, demo):
     from evidence.models import Call
 
