@@ -30,7 +30,7 @@ from evidence import hosts, importer, stats
 from evidence.models import Call, Host, HumanDecision
 from receipts import protocol, runtime
 from receipts.durable import UnsafePath, not_a_symlink
-from receipts.findings import STICKY, FindingRecord
+from receipts.findings import STICKY, FindingRecord, Sentence
 from receipts.recovery import decide
 
 log = logging.getLogger("callproof.delivery")
@@ -116,7 +116,8 @@ def refuse(decision: HumanDecision, why: str, now: dt.datetime) -> None:
             again = decide(status=call.status or None, error_kind=call.error_kind or None, queryable=call.queryable,
                            verification=call.verification)  # fmt: skip
             Call.objects.filter(pk=call.pk).update(decision=again.decision, decision_reason=again.reason)
-        detail = f"{decision.actor}'s decision ({decision.resolution}, {decision.reason!r}) was not written: {why}"
+        detail = Sentence("decision_undeliverable.why", actor=decision.actor, resolution=decision.resolution,
+                          reason=repr(decision.reason), why=why)  # fmt: skip
         finding = FindingRecord("decision_undeliverable", f"decision/{decision.call_id}", detail,
                                 call_id=decision.call_id, scope=STICKY)  # fmt: skip
         importer.store_findings(run, [finding], now)

@@ -18,7 +18,8 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from receipts import doubt
+from evidence.finding_words import data, said
+from receipts import doubt, tools
 from receipts.tools import short_text
 
 # What the built-in tools' calls were meant to do (receipts.doubt.describe, word for word).
@@ -44,13 +45,45 @@ QUERIED = (
 )
 
 
-def data(value: object) -> SafeString:
-    """Text a record, a person or an adapter wrote: never translated."""
-    return format_html('<span translate="no">{}</span>', value)
-
-
 def code(value: object) -> SafeString:
     return format_html("<code>{}</code>", value)
+
+
+# What the built-in evidence functions find (receipts.tools.FACTS, word for word).
+FACTS = {
+    "result_not_object": gettext_noop("the receipt's result is not an object"),
+    "result_not_returned": gettext_noop("the receipt's result is not what a receipted function returns"),
+    "unreadable": gettext_noop("the evidence could not be read: {error}"),
+    "no_outbox": gettext_noop("there is no outbox.jsonl: no message was ever sent in this run"),
+    "outbox_unreadable": gettext_noop("outbox.jsonl cannot be read: {problem}"),
+    "outbox_line": gettext_noop("line {number}: message {message_id} to {to}, sent at {sent_at}"),
+    "not_the_recorded_line": gettext_noop("none of these lines is the one the receipt's result records"),
+    "outbox_tail": gettext_noop(
+        "no line of the last {tail} MiB of outbox.jsonl carries this call_id ({count} lines searched), and the "
+        "whole file is {size} MiB: search it for {call_id} (the runtime, resuming, reads it whole)"
+    ),
+    "no_outbox_line": gettext_noop("no line of outbox.jsonl carries this call_id ({count} lines searched)"),
+    "same_message": gettext_noop("{count} line(s) without a call_id hold the same recipient and body"),
+    "torn_lines": gettext_noop("{count} line(s) are not whole JSON (a write that stopped short?)"),
+    "no_path": gettext_noop("the call's args name no path and content"),
+    "path_leaves": gettext_noop("the path {path} leaves the workspace"),
+    "file_missing": gettext_noop("{path} does not exist"),
+    "file_unsafe": gettext_noop("{path}: {problem}"),
+    "file_other_bytes": gettext_noop("{path} holds other bytes: sha256 {found}…, the call writes {expected}…"),
+    "file_other_recorded": gettext_noop("{path} holds sha256 {found}…, the receipt records {recorded}…"),
+    "file_exact": gettext_noop("{path} holds exactly what the call writes (sha256 {found}…)"),
+    "mail_not_asked": gettext_noop("no mail server is asked from here: search the mailbox for Message-ID {message_id}"),
+    "mail_sent": gettext_noop("sent to {to}, from {sender}"),
+    "mail_subject": gettext_noop("subject “{subject}”"),
+    "mail_answered": gettext_noop("the server answered {reply}"),
+    "sql_look": gettext_noop("look in table {table} for the row whose {column} is {call_id}"),
+    "sql_not_connected": gettext_noop("this dashboard does not connect to the database: {look}"),
+    "sql_unreadable": gettext_noop("table {table} cannot be read: {error}"),
+    "sql_no_row": gettext_noop("table {table} has no row whose {column} is {call_id}"),
+    "sql_row": gettext_noop("table {table} holds the row whose {column} is {call_id}: {row}"),
+    "sql_other_values": gettext_noop("its values are not the call's args"),
+    "sql_other_row": gettext_noop("the receipt's result records another row"),
+}
 
 
 def _described(tool: str, args: Any) -> tuple[str, dict[str, str], dict[str, SafeString]] | None:
@@ -101,8 +134,14 @@ def reading(tool: str, evidence: doubt.Evidence | None, *, queried: bool = False
 
 
 def facts(evidence: doubt.Evidence | None) -> tuple[SafeString, ...]:
-    """What an evidence function found: data, as it wrote it."""
-    return tuple(data(fact) for fact in evidence.facts) if evidence is not None else ()
+    """What an evidence function found: a built-in one's facts (``receipts.tools.Fact``) in the
+    reader's language, the values they quote as data; any other fact as data, as written."""
+    if evidence is None:
+        return ()
+    return tuple(
+        said(FACTS, tools.FACTS, fact.key, fact.values, fact) if isinstance(fact, tools.Fact) else data(fact)
+        for fact in evidence.facts
+    )
 
 
 def elsewhere(host: object) -> SafeString:

@@ -1,8 +1,8 @@
 """A short title for each finding code, in the reader's language (docs/glossary.md).
 
 The code itself (``stale_call``) is the protocol's name and what people search for: pages
-show it as it is, as code, and this title beside it. The reader's own sentence (a
-finding's detail) is data, shown as it was written. Every code the reader can emit
+show it as it is, as code, and this title beside it. A finding's detail is worded from its
+sentence and values (evidence/finding_words.py). Every code the reader can emit
 (``receipts.findings.CODES``) has a title here; tests/test_finding_titles.py says so.
 """
 

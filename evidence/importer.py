@@ -19,6 +19,7 @@ import dataclasses
 import datetime as dt
 import functools
 import hashlib
+import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -36,7 +37,7 @@ from evidence.read_ahead import db_time as _time
 from receipts import durable, protocol, signing
 from receipts.durable import json_file
 from receipts.findings import ACTIVITY as ACTIVITY_SCOPE
-from receipts.findings import FILES, LEDGER, FindingRecord, storable_text
+from receipts.findings import FILES, LEDGER, FindingRecord, Sentence, storable_text
 from receipts.reader import (
     BATCH_EVENTS,
     DEFAULT_LIMITS,
@@ -187,7 +188,14 @@ def run_import_lock(run_id: str) -> Iterator[None]:
 
 FINDING_VALUES = (
     "detail", "severity", "scope", "call_id", "stored_value", "recomputed_value", "evidence", "record_key",
+    "sentence", "detail_values",
 )  # fmt: skip
+
+
+def _as_column(record: FindingRecord, name: str) -> Any:
+    """A finding's value as the bulk upsert's raw SQL takes it: JSON as its text."""
+    value = getattr(record, name)
+    return json.dumps(value, ensure_ascii=False) if name == "detail_values" else value
 
 
 def _store_findings(run: Run | None, findings: Iterable[FindingRecord], now: dt.datetime, root: str = "") -> set:
@@ -213,7 +221,7 @@ def _store_findings(run: Run | None, findings: Iterable[FindingRecord], now: dt.
     moment = _time(now, _is_postgres())
     columns = ("run_id", "code", "subject", *FINDING_VALUES, "root", "first_seen", "last_seen", "closed_at")
     rows = (
-        (run.pk, r.code, r.subject[:400], *(getattr(r, name) for name in FINDING_VALUES), "", moment, moment, None)
+        (run.pk, r.code, r.subject[:400], *(_as_column(r, name) for name in FINDING_VALUES), "", moment, moment, None)
         for r in unique
     )
     bulk_upsert(
@@ -671,7 +679,7 @@ def run_import(
             listing = listing or Listing.of(path)
             report = _import_run_locked(run, path, limits, now, force, progress, batch_size, listing)
         except Exception as error:  # noqa: BLE001 - one run's surprise must not stop the others
-            detail = f"{type(error).__name__}: {error}"[:2000]
+            detail = Sentence("import_failed.error", error=f"{type(error).__name__}: {error}"[:2000])
             with transaction.atomic():
                 _store_findings(run, [FindingRecord("import_failed", "import", detail)], now)
                 stats.refresh_run_summary(run)
@@ -821,16 +829,14 @@ def refresh_planner_statistics(stored: dict[type[Model], int]) -> None:
                 cursor.execute(f"ANALYZE {connection.ops.quote_name(table)}")
 
 
-def _reuses_archived_id(path: Path, archived_birth: str, archived_at: dt.datetime | None) -> str:
+def _reuses_archived_id(path: Path, archived_birth: str, archived_at: dt.datetime | None) -> Sentence | str:
     """Why the directory at ``path`` is not what is left of the archived run of its name, or ""
     when it may be (its steer.json is the archived run's, or the archived run's is not known)."""
     if not archived_birth or birth_digest(path) == archived_birth:
         return ""
-    return (
-        f"run_id {path.name} was archived at {protocol.format_time(archived_at) if archived_at else 'some time'}; "
-        "this directory holds another run under its id (its steer.json is not the archived run's): it is "
-        "not imported, and retention leaves it where it is. Give it a run_id of its own to import it"
-    )
+    if archived_at is None:
+        return Sentence("archived_run_id_reused.some_time", run_id=path.name)
+    return Sentence("archived_run_id_reused.at", run_id=path.name, archived_at=protocol.format_time(archived_at))
 
 
 def _claimed_elsewhere(path: Path, recorded: str | None, owner: str | None, host: Host) -> str | None:
@@ -1065,7 +1071,7 @@ def root_import(
             continue
         other = _claimed_elsewhere(path, recorded.path if recorded else None, owners.get(path.name), host)
         if other is not None:
-            detail = f"run_id {path.name} is already imported from {other}: this copy is not imported"
+            detail = Sentence("duplicate_run_id.elsewhere", run_id=path.name, other=other)
             root_problems.append(FindingRecord("duplicate_run_id", path.name, detail))
         elif force or recorded is None or not recorded.may_be_unchanged(path, now):
             changed.append((path, None))
@@ -1079,7 +1085,7 @@ def root_import(
             reports.append(run_import(path=path, limits=limits, now=now, force=force, progress=progress,
                                       listing=listed, host=host))  # fmt: skip
         except ClaimedElsewhereError as claimed:
-            detail = f"run_id {path.name} is already imported from {claimed}: this copy is not imported"
+            detail = Sentence("duplicate_run_id.elsewhere", run_id=path.name, other=claimed)
             root_problems.append(FindingRecord("duplicate_run_id", path.name, detail))
     with transaction.atomic():  # after the imports: some are found under the runs' own locks
         seen = _store_findings(None, root_problems, now, root=root_key)
@@ -1143,9 +1149,11 @@ def _judge_abandoned(rows: list[tuple], now: dt.datetime) -> None:
         with transaction.atomic():
             if abandoned:
                 since = protocol.human_time(last_event_at or changed_at)
-                detail = (
-                    f"not finished (state {state or 'none'!r}) and no event since {since}: no longer checked "
-                    "every pass; resume the run, or end it with `python -m receipts state`"
+                detail = Sentence(
+                    "run_abandoned.silent",
+                    state=repr(state or "none"),
+                    since=since,
+                    command="`python -m receipts state`",
                 )
                 _store_findings(
                     run, [FindingRecord("run_abandoned", ABANDONED_SUBJECT, detail, scope=ACTIVITY_SCOPE)], now

@@ -25,7 +25,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext, pgettext_lazy
 
-from evidence import hosts, i18n, selectors, triage
+from evidence import finding_words, hosts, i18n, selectors, triage
 from evidence.models import Call, Finding, Host, with_run
 from evidence.pagination import Segment, every_row
 from receipts import protocol, states
@@ -95,8 +95,9 @@ class InboxItem:
     triage_reason: str = ""
     triage_until: dt.datetime | None = None
     triage_on_change: bool = False
-    # What a page shows for ``detail`` when the dashboard wrote it (a call in doubt, a silent
-    # host), in the reader's language; "" for a finding, whose detail is the reader's (data).
+    # What a page shows for ``detail``, in the reader's language: the dashboard's own sentence
+    # (a call in doubt, a silent host), or a finding's sentence worded from its values
+    # (evidence/finding_words.py; the stored detail as data when it has none).
     note: SafeString | str = ""
     tool: str = ""  # a call's tool (what a notification rule may filter on)
 
@@ -296,7 +297,8 @@ def _finding_items(findings: list[Finding], now: dt.datetime) -> list[InboxItem]
         items.append(InboxItem(kind, f.severity, since, f.run.run_id, f.subject, f.detail,
                                "reservation" if kind == STALE else "finding", f.code, f.pk, f.stored_value,
                                f.recomputed_value, f.triage, f.triage_by, f.triage_at, f.triage_reason,
-                               f.triage_until, f.triage_on_change))  # fmt: skip
+                               f.triage_until, f.triage_on_change,
+                               finding_words.detail(f.sentence, f.detail_values, f.detail)))  # fmt: skip
     return items
 
 

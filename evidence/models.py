@@ -425,6 +425,11 @@ class Finding(models.Model):
     # What could not be kept anywhere else: a ledger line whose seq was taken, as written.
     evidence = models.TextField(blank=True)
     record_key = models.CharField(max_length=64, blank=True)  # the submission record it is about, if any
+    # The detail's sentence (receipts.findings.SENTENCES) and the values it quotes, so that a page
+    # words it in the reader's language (evidence/finding_words.py); "" for a detail written
+    # before, which is shown as it was stored.
+    sentence = models.CharField(max_length=80, blank=True, default="", db_default="")
+    detail_values = models.JSONField(default=dict, blank=True)
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()
     closed_at = models.DateTimeField(null=True)

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 from receipts.runtime import CallOutcome, Executor
-from receipts.tools import NOT_DONE, Evidence, OutcomeUnknown, Rejected
+from receipts.tools import NOT_DONE, Evidence, Fact, OutcomeUnknown, Rejected
 
 __all__ = [
     "CallInDoubt",
@@ -189,7 +189,7 @@ class FunctionAdapter:
         assert self._evidence is not None
         if result is not None:
             if not isinstance(result, Mapping) or "returned" not in result:
-                return Evidence("unclear", ("the receipt's result is not what a receipted function returns",))
+                return Evidence("unclear", (Fact("result_not_returned"),))
             return cast(Evidence, _settled(self._evidence(**args, call_id=call_id, result=result["returned"])))
         return cast(Evidence, _settled(self._evidence(**args, call_id=call_id)))
 

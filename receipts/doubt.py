@@ -24,6 +24,7 @@ from receipts.tools import (
     PRESENT,
     UNCLEAR,
     Evidence,
+    Fact,
     send_message_evidence,
     short_text,
     write_file_evidence,
@@ -79,7 +80,7 @@ def evidence_for(
     try:
         return function(Path(run_dir), args, call_id)
     except Exception as error:  # noqa: BLE001 - another runtime's function: its failure is a fact, not a page error
-        return Evidence(UNCLEAR, (f"the evidence could not be read: {type(error).__name__}: {error}",))
+        return Evidence(UNCLEAR, (Fact("unreadable", error=f"{type(error).__name__}: {error}"),))
 
 
 @dataclasses.dataclass(frozen=True)

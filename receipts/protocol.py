@@ -20,6 +20,8 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
+from receipts.findings import Sentence
+
 IDENTITY_V1 = "call-id-v1"
 IDENTITY_V2 = "call-id-v2"
 IDENTITIES = (IDENTITY_V1, IDENTITY_V2)
@@ -245,15 +247,13 @@ def check_receipt_identity(
             problems.append((*wrong, _clip(receipt.get(SIGNATURE_FIELD)), ""))
     declared = receipt.get("call_id")
     if declared != call_id:
-        problems.append(
-            ("receipt_name_mismatch", "the receipt's call_id is not the call it is filed as", _clip(declared), call_id)
-        )
+        problems.append(("receipt_name_mismatch", Sentence("receipt_name_mismatch.declared"), _clip(declared), call_id))
     stored_contract = receipt.get("contract_sha256")
     if stored_contract is not None and contract_sha256 and stored_contract != contract_sha256:
         problems.append(
             (
                 "contract_mismatch",
-                "the receipt was made under another contract than the run's",
+                Sentence("contract_mismatch.receipt"),
                 _clip(stored_contract),
                 contract_sha256,
             )
@@ -262,7 +262,7 @@ def check_receipt_identity(
     stored_input = receipt.get("input_sha256")
     if stored_input is not None and isinstance(args, dict) and stored_input != input_sha256(args):
         problems.append(
-            ("input_digest_mismatch", "input_sha256 is not the digest of args", _clip(stored_input), input_sha256(args))
+            ("input_digest_mismatch", Sentence("input_digest_mismatch.args"), _clip(stored_input), input_sha256(args))
         )
     identity = receipt.get("identity", IDENTITY_V1)
     contract = stored_contract if stored_contract is not None else contract_sha256
@@ -275,18 +275,18 @@ def check_receipt_identity(
     }
     missing = []
     if identity not in IDENTITIES:
-        missing.append(f"unknown identity formula {_clip(identity, 40)!r}")
+        missing.append(Sentence("identity_unverifiable.formula", identity=repr(_clip(identity, 40))))
     if type(inputs["attempt"]) is not int:
-        missing.append("no attempt")
+        missing.append(Sentence("identity_unverifiable.attempt"))
     if not isinstance(contract, str) or not contract:
-        missing.append("no contract_sha256 here or in steer.json")
+        missing.append(Sentence("identity_unverifiable.contract"))
     if not isinstance(inputs["tool"], str) or not isinstance(args, dict):
-        missing.append("no tool name or args")
+        missing.append(Sentence("identity_unverifiable.tool"))
     if identity == IDENTITY_V2 and (not isinstance(inputs["tool_version"], str) or not inputs["tool_version"]):
-        missing.append("call-id-v2 without tool_version")
+        missing.append(Sentence("identity_unverifiable.tool_version"))
     recomputed = ""
     if missing or not isinstance(contract, str):  # a contract that is no text is among the missing
-        problems.append(("identity_unverifiable", "; ".join(missing), "", ""))
+        problems.append(("identity_unverifiable", Sentence("identity_unverifiable.missing", missing=missing), "", ""))
     else:
         version = inputs["tool_version"] if identity == IDENTITY_V2 else None
         recomputed = make_call_id(contract, inputs["attempt"], inputs["tool"], args, version, identity)
@@ -294,7 +294,7 @@ def check_receipt_identity(
             problems.append(
                 (
                     "identity_mismatch",
-                    f"{identity} over contract, attempt {inputs['attempt']}, tool and args gives another call_id",
+                    Sentence("identity_mismatch.recomputed", identity=identity, attempt=inputs["attempt"]),
                     _clip(declared),
                     recomputed,
                 )
@@ -314,11 +314,11 @@ def _outcome_problems(receipt: Mapping[str, Any]) -> list[tuple[str, str, str, s
     """A committed receipt's outcome against its digest."""
     stored = receipt.get("output_sha256")
     if not isinstance(receipt.get("result"), dict) or not isinstance(stored, str):
-        return [("identity_unverifiable", "committed without a result object and its output_sha256", "", "")]
+        return [("identity_unverifiable", Sentence("identity_unverifiable.outcome"), "", "")]
     recomputed = input_sha256(receipt["result"])
     if stored == recomputed:
         return []
-    return [("output_digest_mismatch", "output_sha256 is not the digest of result", _clip(stored), recomputed)]
+    return [("output_digest_mismatch", Sentence("output_digest_mismatch.result"), _clip(stored), recomputed)]
 
 
 def _clip(value: Any, limit: int = 200) -> str:
@@ -445,9 +445,9 @@ def signature_problem(document: Mapping[str, Any], key: SigningKey) -> tuple[str
     """``(finding code, detail)`` when a record of a run signed with ``key`` does not verify."""
     stored = document.get(SIGNATURE_FIELD)
     if stored is None:
-        return ("signature_missing", "the run is signed, and this record carries no signature")
+        return ("signature_missing", Sentence("signature_missing.record"))
     if not isinstance(stored, str) or not hmac.compare_digest(stored, signature_of(document, key)):
-        return ("signature_invalid", f"the signature does not verify with the run's key {key.key_id}")
+        return ("signature_invalid", Sentence("signature_invalid.record", key_id=key.key_id))
     return None
 
 
@@ -498,22 +498,22 @@ def confirmation_problem(
     anyone could write would let an agent confirm its own effects.
     """
     if not isinstance(confirmation, dict) or confirmation.get("schema") != CONFIRMATION_SCHEMA:
-        return f"not a {CONFIRMATION_SCHEMA} document"
+        return Sentence("confirmation_invalid.schema", schema=CONFIRMATION_SCHEMA)
     if signing_key is not None and (wrong := signature_problem(confirmation, signing_key)) is not None:
         return wrong[1]
     if confirmation.get("call_id") != call_id:
-        return "names another call_id"
+        return Sentence("confirmation_invalid.other_call")
     resolution = confirmation.get("resolution")
     if resolution not in RESOLUTIONS:
-        return f"resolution {_clip(resolution, 40)!r} is neither committed nor rejected"
+        return Sentence("confirmation_invalid.resolution", resolution=repr(_clip(resolution, 40)))
     if receipt_sha256 is None:
-        return "there is no receipt to confirm"
+        return Sentence("confirmation_invalid.no_receipt")
     if confirmation.get("receipt_sha256") != receipt_sha256:
-        return "the receipt changed since the person saw it"
+        return Sentence("confirmation_invalid.receipt_changed")
     if confirmation.get("confirmation_id") != confirmation_id(call_id, resolution, receipt_sha256):
-        return "confirmation_id does not match"
+        return Sentence("confirmation_invalid.confirmation_id")
     if not isinstance(confirmation.get("reason"), str) or not confirmation["reason"].strip():
-        return "no reason given"
+        return Sentence("confirmation_invalid.no_reason")
     return None
 
 

@@ -30,9 +30,55 @@ from receipts.durable import (
     write_all,
     write_durable,
 )
+from receipts.findings import Sentence
 from receipts.protocol import WRITER_DIR, canonical_json, format_time, human_time, sha256_hex, utc_now
 
 PRESENT, ABSENT, UNCLEAR = "present", "absent", "unclear"
+
+
+# What the built-in targets' evidence functions say they found, in English (the dashboard words
+# each in the reader's language from its key and values: evidence/doubt_text.py).
+FACTS: dict[str, str] = {
+    "result_not_object": "the receipt's result is not an object",
+    "result_not_returned": "the receipt's result is not what a receipted function returns",
+    "unreadable": "the evidence could not be read: {error}",
+    "no_outbox": "there is no outbox.jsonl: no message was ever sent in this run",
+    "outbox_unreadable": "outbox.jsonl cannot be read: {problem}",
+    "outbox_line": "line {number}: message {message_id} to {to}, sent at {sent_at}",
+    "not_the_recorded_line": "none of these lines is the one the receipt's result records",
+    "outbox_tail": (
+        "no line of the last {tail} MiB of outbox.jsonl carries this call_id ({count} lines searched), and the "
+        "whole file is {size} MiB: search it for {call_id} (the runtime, resuming, reads it whole)"
+    ),
+    "no_outbox_line": "no line of outbox.jsonl carries this call_id ({count} lines searched)",
+    "same_message": "{count} line(s) without a call_id hold the same recipient and body",
+    "torn_lines": "{count} line(s) are not whole JSON (a write that stopped short?)",
+    "no_path": "the call's args name no path and content",
+    "path_leaves": "the path {path} leaves the workspace",
+    "file_missing": "{path} does not exist",
+    "file_unsafe": "{path}: {problem}",
+    "file_other_bytes": "{path} holds other bytes: sha256 {found}…, the call writes {expected}…",
+    "file_other_recorded": "{path} holds sha256 {found}…, the receipt records {recorded}…",
+    "file_exact": "{path} holds exactly what the call writes (sha256 {found}…)",
+    "mail_not_asked": "no mail server is asked from here: search the mailbox for Message-ID {message_id}",
+    "mail_sent": "sent to {to}, from {sender}",
+    "mail_subject": "subject “{subject}”",
+    "mail_answered": "the server answered {reply}",
+    # the SQL adapter (receipts.adapters.sql)
+    "sql_look": "look in table {table} for the row whose {column} is {call_id}",
+    "sql_not_connected": "this dashboard does not connect to the database: {look}",
+    "sql_unreadable": "table {table} cannot be read: {error}",
+    "sql_no_row": "table {table} has no row whose {column} is {call_id}",
+    "sql_row": "table {table} holds the row whose {column} is {call_id}: {row}",
+    "sql_other_values": "its values are not the call's args",
+    "sql_other_row": "the receipt's result records another row",
+}
+
+
+class Fact(Sentence):
+    """A fact an evidence function found, in English, with its key (``FACTS``) and values."""
+
+    catalogue = FACTS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,13 +305,13 @@ def send_message_evidence(
     The writer always reads the whole outbox.
     """
     if result is not None and not isinstance(result, Mapping):
-        return Evidence(UNCLEAR, ("the receipt's result is not an object",))
+        return Evidence(UNCLEAR, (Fact("result_not_object"),))
     try:
         fd = open_file(Path(run_dir) / "outbox.jsonl", Path(run_dir), os.O_RDONLY)
     except FileNotFoundError:
-        return Evidence(ABSENT, ("there is no outbox.jsonl: no message was ever sent in this run",))
+        return Evidence(ABSENT, (Fact("no_outbox"),))
     except UnsafePath as unsafe:
-        return Evidence(UNCLEAR, (f"outbox.jsonl cannot be read: {unsafe}",))
+        return Evidence(UNCLEAR, (Fact("outbox_unreadable", problem=unsafe),))
     carrying, matching, without_id, torn, count = [], [], 0, 0, 0
     # Streamed: an outbox has no size limit, and a line past any cap would be "not there".
     with os.fdopen(fd, "rb") as outbox:
@@ -296,20 +342,18 @@ def send_message_evidence(
         if matching:
             return Evidence(PRESENT, tuple(matching))
         if carrying:
-            return Evidence(UNCLEAR, (*carrying, "none of these lines is the one the receipt's result records"))
+            return Evidence(UNCLEAR, (*carrying, Fact("not_the_recorded_line")))
     elif carrying:
         return Evidence(PRESENT, tuple(carrying))
     if skipped:
         return Evidence(UNCLEAR, (
-            f"no line of the last {tail // 2**20} MiB of outbox.jsonl carries this call_id ({count} lines "
-            f"searched), and the whole file is {size / 2**20:.0f} MiB: search it for {call_id} (the runtime, "
-            "resuming, reads it whole)",
+            Fact("outbox_tail", tail=tail // 2**20, count=count, size=f"{size / 2**20:.0f}", call_id=call_id),
         ))  # fmt: skip
-    facts = [f"no line of outbox.jsonl carries this call_id ({count} lines searched)"]
+    facts = [Fact("no_outbox_line", count=count)]
     if without_id:
-        facts.append(f"{without_id} line(s) without a call_id hold the same recipient and body")
+        facts.append(Fact("same_message", count=without_id))
     if torn:
-        facts.append(f"{torn} line(s) are not whole JSON (a write that stopped short?)")
+        facts.append(Fact("torn_lines", count=torn))
     return Evidence(UNCLEAR if without_id or torn else ABSENT, tuple(facts))
 
 
@@ -326,9 +370,12 @@ def _outbox_line(
         return ""
     if message.get("call_id") == call_id:
         sent_at = message.get("sent_at")
-        fact = (
-            f"line {number}: message {short_text(message.get('message_id'))} to {short_text(message.get('to'))}, "
-            f"sent at {short_text(human_time(sent_at) if isinstance(sent_at, str) else sent_at)}"
+        fact = Fact(
+            "outbox_line",
+            number=number,
+            message_id=short_text(message.get("message_id")),
+            to=short_text(message.get("to")),
+            sent_at=short_text(human_time(sent_at) if isinstance(sent_at, str) else sent_at),
         )
         return fact, result is not None and _is_the_recorded_line(line, message, result)
     if "call_id" not in message and message.get("to") == args.get("to") and message.get("body") == args.get("body"):
@@ -352,28 +399,30 @@ def write_file_evidence(
     """
     path, content = args.get("path"), args.get("content")
     if result is not None and not isinstance(result, Mapping):
-        return Evidence(UNCLEAR, ("the receipt's result is not an object",))
+        return Evidence(UNCLEAR, (Fact("result_not_object"),))
     if not isinstance(path, str) or not isinstance(content, str):
-        return Evidence(UNCLEAR, ("the call's args name no path and content",))
+        return Evidence(UNCLEAR, (Fact("no_path"),))
     parts = posixpath.normpath(path).split("/")
     if parts[0] in ("", ".", "..") or ".." in parts:
-        return Evidence(UNCLEAR, (f"the path {path!r} leaves the workspace",))
+        return Evidence(UNCLEAR, (Fact("path_leaves", path=repr(path)),))
     try:
         found = _sha256_below(Path(run_dir), ["workspace", *parts])
     except FileNotFoundError:
-        return Evidence(ABSENT, (f"workspace/{path} does not exist",))
+        return Evidence(ABSENT, (Fact("file_missing", path=f"workspace/{path}"),))
     except UnsafePath as unsafe:
-        return Evidence(UNCLEAR, (f"workspace/{path}: {unsafe}",))
+        return Evidence(UNCLEAR, (Fact("file_unsafe", path=f"workspace/{path}", problem=unsafe),))
     expected = sha256_hex(content.encode("utf-8"))
     if found != expected:
         return Evidence(
             UNCLEAR,
-            (f"workspace/{path} holds other bytes: sha256 {found[:12]}…, the call writes {expected[:12]}…",),
+            (Fact("file_other_bytes", path=f"workspace/{path}", found=found[:12], expected=expected[:12]),),
         )
     if result is not None and result.get("file_sha256") != found:
         recorded = short_text(result.get("file_sha256"), 12)
-        return Evidence(UNCLEAR, (f"workspace/{path} holds sha256 {found[:12]}…, the receipt records {recorded}…",))
-    return Evidence(PRESENT, (f"workspace/{path} holds exactly what the call writes (sha256 {found[:12]}…)",))
+        return Evidence(
+            UNCLEAR, (Fact("file_other_recorded", path=f"workspace/{path}", found=found[:12], recorded=recorded),)
+        )
+    return Evidence(PRESENT, (Fact("file_exact", path=f"workspace/{path}", found=found[:12]),))
 
 
 def _sha256_below(root: Path, parts: list[str]) -> str:

@@ -71,6 +71,15 @@ def user(django_user_model):
 
 
 @pytest.fixture
+def chinese(client, django_user_model):
+    """Someone who sees every page and form, reading in Chinese (their browser asks for it)."""
+    ada = django_user_model.objects.create_user("ada", password="a-long-password-1")
+    client.force_login(join(ada, "admin", "confirmer", "exporter"))
+    client.defaults["HTTP_ACCEPT_LANGUAGE"] = "zh-CN,zh;q=0.9,en;q=0.5"
+    return client
+
+
+@pytest.fixture
 def logged_in(client, user):
     """Django's test client, logged in as ``user``."""
     client.force_login(user)

@@ -121,7 +121,7 @@ def test_taking_over_a_live_claim_asks_first_then_is_audited(demo, people):
     last = audit(AuditEntry.CLAIMED)[-1]
     assert last.user_id == dave.pk and last.reason == f"taken over from #{carol.pk} carol, whose claim was live"
     audit_page = content(as_person(dave).get(reverse("audit") + "?list=actions"))
-    assert f'<code title="a person said they are on an inbox item">{AuditEntry.CLAIMED}</code>' in audit_page
+    assert "a person said they are on an inbox item" in audit_page and AuditEntry.CLAIMED in audit_page
     assert f"taken over from #{carol.pk} carol, whose claim was live" in audit_page
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import html
 import subprocess
 import sys
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.urls import reverse
+from django.utils.html import strip_tags
 
 from evidence import importer
 from evidence.apps import register_evidence_adapters
@@ -53,7 +55,10 @@ def test_the_panel_shows_the_row_of_a_configured_sql_adapter(run_dir, logged_in,
     register_evidence_adapters(["receipts.adapters.sql:sqlite_factory"])
     page = content(logged_in.get(url))
     assert "This call is in doubt" in page and 'badge-info">present' in page
-    assert f"table notes holds the row whose call_id is {call_id}: title=deploy, body=&lt;script&gt;" in page
+    # The fact in the reader's language, each value in it marked as data (and escaped).
+    shown = html.unescape(strip_tags(page))
+    assert f"table notes holds the row whose call_id is {call_id}: title=deploy, body=<script>" in shown
+    assert '<span translate="no">title=deploy, body=&lt;script&gt;' in page
     assert "Insert a row into table notes, keyed by the call_id in call_id" in page
     assert "<script>alert(1)</script>" not in logged_in.get(url).content.decode(), "escaped"
 

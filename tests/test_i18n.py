@@ -163,15 +163,6 @@ def test_a_translation_adds_no_markup_and_keeps_its_placeholders():
     assert checked > 500
 
 
-@pytest.fixture
-def chinese(client, django_user_model):
-    """Someone who sees every page and form, reading in Chinese (their browser asks for it)."""
-    ada = django_user_model.objects.create_user("ada", password="a-long-password-1")
-    client.force_login(join(ada, "admin", "confirmer", "exporter"))
-    client.defaults["HTTP_ACCEPT_LANGUAGE"] = "zh-CN,zh;q=0.9,en;q=0.5"
-    return client
-
-
 def every_page_in_every_state(client) -> list[str]:
     """Every page of the demo, with a settled call, a legal hold, triaged findings and hosts so
     that their panels show too."""

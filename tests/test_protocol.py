@@ -341,8 +341,15 @@ def test_the_rooms_import_only_what_the_layout_says():
         completed = subprocess.run([sys.executable, "-c", code, module], capture_output=True, text=True, check=True)
         loaded[module] = set(completed.stdout.split())
     assert not loaded["receipts.reader"] & {"receipts.runtime", "receipts.tasks", "receipts.tools", "receipts.durable"}
-    # ... and the table of states (``receipts.states``), standard library with no import of its own.
-    assert loaded["receipts.recovery"] == {"receipts", "receipts.protocol", "receipts.recovery", "receipts.states"}
+    # ... findings: a leaf, the sentences the protocol's problems are said in (docs/architecture.md);
+    # and the table of states (``receipts.states``), standard library with no import of its own.
+    assert loaded["receipts.recovery"] == {
+        "receipts",
+        "receipts.findings",
+        "receipts.protocol",
+        "receipts.recovery",
+        "receipts.states",
+    }
     # The pages' read layer reaches the recovery rules without the reader; only the
     # evidence of a call in doubt (the adapters' evidence, in receipts.tools) opens files,
     # through the writer's confined opens (durable: no symlink below the run followed).

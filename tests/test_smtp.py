@@ -208,10 +208,11 @@ def test_the_call_page_shows_the_message_id_of_an_email_killed_after_sending(run
     importer.run_import(path=run_dir)
     page = content(logged_in.get(reverse("call", args=[run_dir.name, call_id])))
     assert "This call is in doubt" in page
-    assert f"search the mailbox for Message-ID &lt;{call_id}@callproof.invalid&gt;" in page
+    # The fact in the reader's language, the Message-ID in it as data.
+    assert f'search the mailbox for Message-ID <span translate="no">&lt;{call_id}@callproof.invalid&gt;</span>' in page
     # the sentence as a person reads it (its values are marked as data)
     assert "Send an e-mail to ops@example.com: “Deployed”" in html.unescape(strip_tags(page))
-    assert "subject “Deployed”" in page
+    assert 'subject “<span translate="no">Deployed</span>”' in page
 
 
 @pytest.mark.slow

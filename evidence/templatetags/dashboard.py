@@ -12,7 +12,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import pgettext
 
-from evidence import charts, decision_text, i18n, inbox, people
+from evidence import audit_words, charts, decision_text, i18n, inbox, people
 from evidence.views.common import url_of
 from receipts import protocol, states
 
@@ -27,6 +27,18 @@ register.filter("kind_label", inbox.kind_label)  # an inbox kind as a page says 
 
 # The kind of each word's badge, shared with the evidence page the verifier renders.
 BADGE_CLASSES = states.KINDS
+
+
+@register.filter
+def audit_action(code: object) -> str:
+    """``{{ entry.action|audit_action }}``: the action in the reader's words ("" for an unforeseen one)."""
+    return audit_words.action(code)
+
+
+@register.filter
+def audit_reason(entry: object) -> SafeString:
+    """``{{ entry|audit_reason }}``: its reason, what the system added to it in the reader's words."""
+    return audit_words.reason(entry)
 
 
 @register.filter

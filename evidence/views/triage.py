@@ -11,12 +11,12 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.utils.translation import gettext_lazy, pgettext_lazy
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_POST
 
 from evidence import claims, selectors, triage
 from evidence.forms import TriageForm
-from evidence.models import AuditEntry, Finding
+from evidence.models import Finding
 from evidence.roles import TRIAGE, requires
 from evidence.views.common import HtmxHttpRequest
 from receipts import protocol
@@ -28,13 +28,6 @@ DONE = {
     triage.UNSNOOZE: gettext_lazy("No longer snoozed: it is back in the inbox."),
 }
 # What the history says of each act, beside the audit's own word for it (shown as code).
-ACTS = {
-    AuditEntry.ACKNOWLEDGED: pgettext_lazy("triage act", "acknowledged"),
-    AuditEntry.UNACKNOWLEDGED: pgettext_lazy("triage act", "acknowledgement undone"),
-    AuditEntry.SNOOZED: pgettext_lazy("triage act", "snoozed"),
-    AuditEntry.UNSNOOZED: pgettext_lazy("triage act", "snooze undone"),
-    AuditEntry.TRIAGE_ENDED: pgettext_lazy("triage act", "triage ended by the import"),
-}
 
 
 def may_triage(user) -> bool:
@@ -61,19 +54,12 @@ def _page(
         "finding": finding,
         "form": form or TriageForm(initial={"next": back}),
         "may_triage": may_triage(request.user) and finding.closed_at is None,
-        "history": _with_acts(selectors.triage_history(finding=finding)),
+        "history": selectors.triage_history(finding=finding),
         "triage_error": error,
         "back": back,
         **claims.box(claims.item_of_finding(finding), protocol.utc_now()),
     }
     return render(request, "receipts/triage.html", context, status=status)
-
-
-def _with_acts(history: list[AuditEntry]) -> list[AuditEntry]:
-    for entry in history:
-        act = ACTS.get(entry.action)
-        entry.shown_action = str(act) if act is not None else ""  # type: ignore[attr-defined]
-    return history
 
 
 def _safe_next(request: HtmxHttpRequest, value: str | None) -> str:

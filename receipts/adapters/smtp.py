@@ -25,7 +25,7 @@ from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
-from receipts.tools import UNCLEAR, Evidence, OutcomeUnknown, Rejected, short_text
+from receipts.tools import UNCLEAR, Evidence, Fact, OutcomeUnknown, Rejected, short_text
 
 DEFAULT_DOMAIN = "callproof.invalid"  # .invalid never resolves: a Message-ID's right side needs no real host
 _DOMAIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
@@ -221,10 +221,14 @@ def email_evidence(
     recipients = args.get("to") if isinstance(args, Mapping) else None
     shown = ", ".join(map(short_text, recipients)) if isinstance(recipients, list) else short_text(recipients)
     facts = [
-        f"no mail server is asked from here: search the mailbox for Message-ID {message_id(call_id, domain)}",
-        f"sent to {short_text(shown, 300)}, from {short_text(args.get('from') if isinstance(args, Mapping) else None)}",
-        f"subject “{short_text(args.get('subject') if isinstance(args, Mapping) else None, 200)}”",
+        Fact("mail_not_asked", message_id=message_id(call_id, domain)),
+        Fact(
+            "mail_sent",
+            to=short_text(shown, 300),
+            sender=short_text(args.get("from") if isinstance(args, Mapping) else None),
+        ),
+        Fact("mail_subject", subject=short_text(args.get("subject") if isinstance(args, Mapping) else None, 200)),
     ]
     if isinstance(result, Mapping):
-        facts.append(f"the server answered {short_text(result.get('reply'))}")
+        facts.append(Fact("mail_answered", reply=short_text(result.get("reply"))))
     return Evidence(UNCLEAR, tuple(facts))

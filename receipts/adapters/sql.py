@@ -23,7 +23,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from receipts.tools import ABSENT, NOT_DONE, PRESENT, UNCLEAR, Evidence, OutcomeUnknown, Rejected, short_text
+from receipts.tools import ABSENT, NOT_DONE, PRESENT, UNCLEAR, Evidence, Fact, OutcomeUnknown, Rejected, short_text
 
 __all__ = ["SqlRow", "postgres_factory", "sqlite_factory"]
 
@@ -140,7 +140,7 @@ class SqlRow:
         return self.connect()
 
     def where_to_look(self, call_id: str) -> str:
-        return f"look in table {self.table} for the row whose {self.key_column} is {call_id}"
+        return Fact("sql_look", table=self.table, column=self.key_column, call_id=call_id)
 
     # --- the adapter -------------------------------------------------------------
 
@@ -223,7 +223,7 @@ class SqlRow:
         """The row keyed by the call_id, read only; ``present`` when it holds the call's args (and the result's row)."""
         look = self.where_to_look(call_id)
         if self.connect is None:
-            return Evidence(UNCLEAR, (f"this dashboard does not connect to the database: {look}",))
+            return Evidence(UNCLEAR, (Fact("sql_not_connected", look=look),))
         try:
             connection = self.connect()
             try:
@@ -231,16 +231,18 @@ class SqlRow:
             finally:
                 _close(connection)
         except Exception as error:  # noqa: BLE001 - evidence never raises: it says what it could not read
-            return Evidence(UNCLEAR, (f"table {self.table} cannot be read: {type(error).__name__}: {error}", look))
+            return Evidence(
+                UNCLEAR, (Fact("sql_unreadable", table=self.table, error=f"{type(error).__name__}: {error}"), look)
+            )
         if row is None:
-            return Evidence(ABSENT, (f"table {self.table} has no row whose {self.key_column} is {call_id}",))
-        fact = f"table {self.table} holds the row whose {self.key_column} is {call_id}: {self._shown(row)}"
+            return Evidence(ABSENT, (Fact("sql_no_row", table=self.table, column=self.key_column, call_id=call_id),))
+        fact = Fact("sql_row", table=self.table, column=self.key_column, call_id=call_id, row=self._shown(row))
         if not isinstance(args, Mapping) or not self._matches(row, args):
-            return Evidence(UNCLEAR, (fact, "its values are not the call's args"))
+            return Evidence(UNCLEAR, (fact, Fact("sql_other_values")))
         if result is not None and (
             not isinstance(result, Mapping) or result.get("row") != self._result(args, call_id)["row"]
         ):
-            return Evidence(UNCLEAR, (fact, "the receipt's result records another row"))
+            return Evidence(UNCLEAR, (fact, Fact("sql_other_row")))
         return Evidence(PRESENT, (fact,))
 
     def _shown(self, row: Mapping[str, Any]) -> str:

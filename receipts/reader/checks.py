@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from receipts import protocol
-from receipts.findings import FindingRecord, storable_text
+from receipts.findings import FindingRecord, Sentence, storable_text
 from receipts.reader.ledger import LedgerCursor
 from receipts.reader.records import RunFiles
 from receipts.reader.safe_open import Limits, Unsafe, considered, list_names, open_dir, read_regular
@@ -29,8 +29,10 @@ class RunContext:
         """A finding that shows what the file says beside what it should say."""
         self.finding(code, subject, detail, stored_value=stored[:200], recomputed_value=recomputed, **values)
 
-    def finding(self, code: str, subject: str, detail: str, **values: str) -> None:
-        self.out.findings.append(FindingRecord(code, subject, detail, **values))
+    def finding(self, code: str, subject: str, detail: str, **fields: str) -> None:
+        """A finding; ``detail`` is a ``Sentence`` (its key and values kept with it), ``fields``
+        the record's others (``call_id``, ``record_key``)."""
+        self.out.findings.append(FindingRecord(code, subject, detail, **fields))  # type: ignore[arg-type]
 
     def read_json(self, name: str, dir_fd: int, subject: str) -> tuple[Any, str] | None:
         """The parsed document and the digest of its bytes, or ``None``: after a finding, or
@@ -43,12 +45,12 @@ class RunContext:
             self.finding(unsafe.code, subject, unsafe.detail)
             return None
         except OSError as error:
-            self.finding("unsafe_path", subject, f"cannot be read: {error.strerror}")
+            self.finding("unsafe_path", subject, Sentence("unsafe_path.unreadable", error=error.strerror))
             return None
         try:
             return protocol.load_json_strict(data), hashlib.sha256(data).hexdigest()
         except ValueError as error:
-            self.finding("invalid_json", subject, str(error))
+            self.finding("invalid_json", subject, Sentence("invalid_json.parse", error=error))
             return None
 
     def folder(self, run_fd: int, name: str) -> int | None:
@@ -70,7 +72,7 @@ class RunContext:
             try:
                 name.encode("utf-8")
             except UnicodeEncodeError:
-                self.finding("unsafe_path", f"{folder}/{name}", "the file name is not UTF-8: not read")
+                self.finding("unsafe_path", f"{folder}/{name}", Sentence("unsafe_path.name_not_utf8"))
                 continue
             names.append(name)
         return names
@@ -97,7 +99,7 @@ class RunContext:
             self.finding(
                 "unstorable_value",
                 subject,
-                f"U+0000 in {', '.join(changed)}: stored with U+FFFD in its place; the file keeps the original",
+                Sentence("unstorable_value.fields", fields=", ".join(changed)),
             )
 
     def past_stale_age(self, since: dt.datetime | None) -> TypeGuard[dt.datetime]:

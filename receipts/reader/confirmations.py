@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from receipts import protocol
+from receipts.findings import Sentence
 from receipts.reader.checks import RunContext
 from receipts.reader.records import ConfirmationRecord, text, time_field
 
@@ -21,7 +22,7 @@ def read_confirmations(
     found: dict[str, ConfirmationRecord] = {}
     if dir_fd is None:
         return found
-    too_long = f"file name over {protocol.MAX_CALL_ID_LENGTH} characters"
+    too_long = Sentence("unsafe_path.confirmation_name_too_long", limit=protocol.MAX_CALL_ID_LENGTH)
     for name, stem, subject in run.call_files(dir_fd, "confirmations", too_long):
         parsed = run.read_json(name, dir_fd, subject)
         if parsed is None:

@@ -10,7 +10,7 @@ import stat
 from pathlib import Path
 
 from receipts import protocol
-from receipts.findings import FindingRecord, storable_text
+from receipts.findings import FindingRecord, Sentence, storable_text
 from receipts.protocol import LEDGER_NAME as LEDGER
 from receipts.protocol import RUN_FOLDERS
 from receipts.reader.safe_open import signature_from
@@ -63,16 +63,16 @@ def discover_runs(root: Path) -> Discovery:
     root = Path(root)
     label = storable_text(str(root))
     if ".." in root.parts:
-        return Discovery(root, [], [FindingRecord("unsafe_path", label, "a path with '..' in it: not followed")])
+        return Discovery(root, [], [FindingRecord("unsafe_path", label, Sentence("unsafe_path.dot_dot"))])
     if label != str(root):
-        return Discovery(root, [], [FindingRecord("unsafe_path", label, "the path is not UTF-8: not followed")])
+        return Discovery(root, [], [FindingRecord("unsafe_path", label, Sentence("unsafe_path.root_not_utf8"))])
     if root.is_symlink():
-        return Discovery(root, [], [FindingRecord("unsafe_path", label, "the root is a symlink: not followed")])
+        return Discovery(root, [], [FindingRecord("unsafe_path", label, Sentence("unsafe_path.root_symlink"))])
     if not root.is_dir():
-        return Discovery(root, [], [FindingRecord("unsafe_path", label, "not a directory")])
+        return Discovery(root, [], [FindingRecord("unsafe_path", label, Sentence("unsafe_path.not_a_directory"))])
     if looks_like_run(root):
         if not protocol.valid_run_id(root.name):
-            return Discovery(root, [], [FindingRecord("unsafe_path", root.name, "not a valid run_id")])
+            return Discovery(root, [], [FindingRecord("unsafe_path", root.name, Sentence("unsafe_path.root_run_id"))])
         return Discovery(root.parent, [root.name], [])
     runs: list[str] = []
     findings: list[FindingRecord] = []
@@ -80,7 +80,9 @@ def discover_runs(root: Path) -> Discovery:
         with os.scandir(root) as listing:
             entries = sorted((entry.name, entry) for entry in listing)
     except OSError as error:
-        return Discovery(root, [], [FindingRecord("unsafe_path", label, f"cannot be listed: {error.strerror}")])
+        return Discovery(
+            root, [], [FindingRecord("unsafe_path", label, Sentence("unsafe_path.not_listed", error=error.strerror))]
+        )
     for name, entry in entries:
         # The entry's type as the listing gave it: no stat per entry, for a root of 20,000 runs
         # that a watch lists every pass (DirEntry stats only where the file system gives no type).
@@ -89,18 +91,16 @@ def discover_runs(root: Path) -> Discovery:
         except OSError:
             continue  # gone since it was listed
         if stat.S_ISLNK(kind):
-            findings.append(FindingRecord("unsafe_path", name, "a symlink in the runs root: not followed"))
+            findings.append(FindingRecord("unsafe_path", name, Sentence("unsafe_path.symlink_in_root")))
         elif not stat.S_ISDIR(kind):
             if stat.S_ISREG(kind):
-                findings.append(FindingRecord("not_a_run", name, "a regular file, not a run directory: left alone"))
+                findings.append(FindingRecord("not_a_run", name, Sentence("not_a_run.regular_file")))
             else:
-                findings.append(FindingRecord("unsafe_path", name, "not a regular file or directory: not opened"))
+                findings.append(FindingRecord("unsafe_path", name, Sentence("unsafe_path.special_file")))
         elif name.startswith("."):
-            findings.append(FindingRecord("not_a_run", name, "a dot-directory, not a run directory: left alone"))
+            findings.append(FindingRecord("not_a_run", name, Sentence("not_a_run.dot_directory")))
         elif not protocol.valid_run_id(name):
-            findings.append(
-                FindingRecord("unsafe_path", name, "not a valid run_id (1-128 of A-Za-z0-9._-, no leading dot)")
-            )
+            findings.append(FindingRecord("unsafe_path", name, Sentence("unsafe_path.run_id")))
         else:
             runs.append(name)
     return Discovery(root, runs, findings)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from receipts import protocol
-from receipts.findings import storable_text
+from receipts.findings import Sentence, storable_text
 from receipts.protocol import RUN_FOLDERS
 from receipts.reader.checks import RunContext
 from receipts.reader.confirmations import read_confirmations
@@ -64,7 +64,8 @@ def read_run_files(
     try:
         run_fd = open_dir(run.run_dir)
     except (Unsafe, OSError) as error:
-        run.finding("unsafe_path", str(run.run_dir), str(error))
+        said = error.detail if isinstance(error, Unsafe) else Sentence("unsafe_path.os_error", error=error)
+        run.finding("unsafe_path", str(run.run_dir), said)
         return run.out
     folders: dict[str, int | None] = {}
     try:
@@ -103,10 +104,10 @@ def _read_state(run: RunContext, run_fd: int) -> None:
     if not protocol.is_whole_number(attempts):
         attempts = None
     if not isinstance(name, str) or attempts is None:
-        run.finding("schema_error", "state.json", f"needs a string name and attempts from 0 to {protocol.MAX_INT}")
+        run.finding("schema_error", "state.json", Sentence("schema_error.state", max=protocol.MAX_INT))
     name = name[:64] if isinstance(name, str) else ""
     if "\x00" in name:
-        run.finding("unstorable_value", "state.json", "U+0000 in name: stored with U+FFFD in its place")
+        run.finding("unstorable_value", "state.json", Sentence("unstorable_value.state_name"))
     run.out.state = storable_text(name)
     run.out.attempts = attempts
 
@@ -116,7 +117,7 @@ def _read_steer(
 ) -> protocol.SigningKey | None:
     """The receipts' contract, from steer.json; the run's signing key when it is signed with one of ``keys``."""
     if not _exists(run_fd, "steer.json"):
-        run.finding("schema_error", "steer.json", "missing: receipts' contract cannot be checked")
+        run.finding("schema_error", "steer.json", Sentence("schema_error.steer_missing"))
         return None
     parsed = run.read_json("steer.json", run_fd, "steer.json")
     if parsed is None:
@@ -125,7 +126,7 @@ def _read_steer(
     contract = steer.get("contract_sha256") if isinstance(steer, dict) else None
     signing_key = _check_signed_run(run, steer, keys, require_signed) if isinstance(steer, dict) else None
     if not isinstance(contract, str) or not protocol.HEX64_RE.fullmatch(contract):
-        run.finding("schema_error", "steer.json", "contract_sha256 must be 64 lowercase hex digits")
+        run.finding("schema_error", "steer.json", Sentence("schema_error.steer_contract"))
         return signing_key
     run.out.contract_sha256 = contract
     return signing_key
@@ -141,12 +142,12 @@ def _check_signed_run(
     key_id = steer.get("signing_key_id")
     if key_id is None:
         if require_signed:
-            run.finding("signature_missing", "steer.json", "an unsigned run, where only signed runs are accepted")
+            run.finding("signature_missing", "steer.json", Sentence("signature_missing.unsigned_run"))
     elif signing_key is None:
         run.finding(
             "signature_unchecked",
             "steer.json",
-            f"signed with key {str(key_id)[:40]!r}, which this reader does not have: no signature was checked",
+            Sentence("signature_unchecked.key", key_id=repr(str(key_id)[:40])),
         )
     elif (wrong := protocol.signature_problem(steer, signing_key)) is not None:
         run.finding(wrong[0], "steer.json", wrong[1])
@@ -158,16 +159,14 @@ def _cross_check(run: RunContext, receipt_files: set[str], confirmations: dict[s
     call ids that have one), a receipt it does not name, an open call unconfirmed too long."""
     _check_against_the_ledger(run)
     for call_id in sorted(run.ledger.call_ids - receipt_files):
-        run.finding(
-            "missing_receipt", call_id, "the ledger names this call but there is no receipt file", call_id=call_id
-        )
+        run.finding("missing_receipt", call_id, Sentence("missing_receipt.ledger"), call_id=call_id)
         run.out.calls.append(CallRecord(call_id=call_id, receipt_present=False))
     for call in run.out.calls:
         if call.receipt_present and call.call_id not in run.ledger.call_ids:
             run.finding(
                 "orphan_receipt",
                 f"receipts/{call.call_id}.json",
-                "no ledger event names this call",
+                Sentence("orphan_receipt.ledger"),
                 call_id=call.call_id,
             )
         confirmation = confirmations.get(call.call_id)
@@ -195,7 +194,7 @@ def _check_against_the_ledger(run: RunContext) -> None:
             run.finding(
                 "committed_event_missing",
                 subject,
-                "committed, but no ledger event records the commit (lost to a kill, or the status was edited)",
+                Sentence("committed_event_missing.ledger"),
                 call_id=call.call_id,
             )
         if call.verification == protocol.VERIFIED and call.call_id in run.ledger.disputed_call_ids:
@@ -203,8 +202,7 @@ def _check_against_the_ledger(run: RunContext) -> None:
             run.finding(
                 "effect_not_shown",
                 subject,
-                "the writer refused to reuse this commit: its target did not show the result (see the ledger's "
-                "reuse_refused event); a person decides",
+                Sentence("effect_not_shown.reuse_refused"),
                 call_id=call.call_id,
             )
 

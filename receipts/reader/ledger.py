@@ -17,7 +17,7 @@ from typing import Any
 
 from receipts import protocol
 from receipts.findings import LEDGER as LEDGER_SCOPE
-from receipts.findings import STICKY, FindingRecord, storable_text
+from receipts.findings import STICKY, FindingRecord, Sentence, storable_text
 from receipts.protocol import LEDGER_NAME as LEDGER
 from receipts.reader.safe_open import DEFAULT_LIMITS, Limits, Unsafe, open_dir, open_regular
 
@@ -116,7 +116,8 @@ def read_ledger(
     try:
         run_fd = open_dir(run_dir)
     except (Unsafe, OSError) as error:
-        yield LedgerBatch([], [FindingRecord("unsafe_path", str(run_dir), str(error))], cursor)
+        said = error.detail if isinstance(error, Unsafe) else Sentence("unsafe_path.os_error", error=error)
+        yield LedgerBatch([], [FindingRecord("unsafe_path", str(run_dir), said)], cursor)
         return
     try:
         try:
@@ -146,7 +147,7 @@ def _read_ledger_fd(
             FindingRecord(
                 "ledger_rewritten",
                 LEDGER,
-                f"the first {cursor.offset} bytes, already imported, have changed: the ledger was read again",
+                Sentence("ledger_rewritten.changed", offset=cursor.offset),
                 stored_value=cursor.prefix_sha256,
                 recomputed_value=digest.hexdigest() if size >= cursor.offset else f"the file is {size} bytes now",
                 scope=STICKY,
@@ -205,7 +206,7 @@ def _skip_oversize_line(
     cursor.last_line_sha256 = line_hash.hexdigest()
     findings.append(
         _ledger_finding(
-            "oversize", cursor.line_no, f"a line of {length - 1} bytes, over {limits.max_line_bytes}: not read"
+            "oversize", cursor.line_no, Sentence("oversize.line", length=length - 1, limit=limits.max_line_bytes)
         )
     )
     return trial
@@ -230,21 +231,23 @@ def _take_line(
         text = protocol.decode_utf8(body)  # decoded once: the event keeps the text
         event = protocol.load_json_text(text)
     except ValueError as error:
-        findings.append(_ledger_finding("invalid_json", line_no, str(error)))
+        findings.append(_ledger_finding("invalid_json", line_no, Sentence("invalid_json.parse", error=error)))
         return
     if type(event) is not dict:
-        findings.append(_ledger_finding("schema_error", line_no, "an event must be a JSON object"))
+        findings.append(_ledger_finding("schema_error", line_no, Sentence("schema_error.event_not_object")))
         return
     get = event.get
     seq, event_type = get("seq"), get("type")
     if not protocol.is_whole_number(seq, minimum=1) or type(event_type) is not str:
         findings.append(
-            _ledger_finding("schema_error", line_no, f"an event needs a seq from 1 to {protocol.MAX_INT} and a type")
+            _ledger_finding("schema_error", line_no, Sentence("schema_error.event_seq", max=protocol.MAX_INT))
         )
         return
     trusted = True
     if signing_key is not None and (wrong := protocol.signature_problem(event, signing_key)) is not None:
-        findings.append(_ledger_finding(wrong[0], line_no, f"seq {seq}: {wrong[1]}: what it says is not taken"))
+        findings.append(
+            _ledger_finding(wrong[0], line_no, Sentence("ledger_line.signature", seq=seq, problem=wrong[1]))
+        )
         trusted = False
     prev = get("prev_sha256")
     if prev is None and cursor.chained:
@@ -252,7 +255,7 @@ def _take_line(
             _ledger_finding(
                 "ledger_chain_broken",
                 line_no,
-                f"seq {seq}: no prev_sha256, but the lines before carry the chain",
+                Sentence("ledger_chain_broken.no_prev", seq=seq),
                 recomputed_value=previous_line_sha,
             )
         )
@@ -263,7 +266,7 @@ def _take_line(
                 _ledger_finding(
                     "ledger_chain_broken",
                     line_no,
-                    f"seq {seq}: prev_sha256 is not the digest of the line before",
+                    Sentence("ledger_chain_broken.prev", seq=seq),
                     stored_value=str(prev)[:200],
                     recomputed_value=previous_line_sha,
                 )
@@ -279,7 +282,7 @@ def _take_line(
         ts = protocol.parse_time(get("ts"))
     except (ValueError, TypeError):
         ts = None
-        findings.append(_ledger_finding("schema_error", line_no, f"seq {seq}: ts is not an RFC 3339 time"))
+        findings.append(_ledger_finding("schema_error", line_no, Sentence("schema_error.event_ts", seq=seq)))
     else:
         if cursor.first_ts is None or ts < cursor.first_ts:
             cursor.first_ts = ts
@@ -289,7 +292,7 @@ def _take_line(
     if call_id is not None:
         call_id = call_id if protocol.valid_call_name(call_id) else None
         if call_id is None:
-            findings.append(_ledger_finding("schema_error", line_no, f"seq {seq}: call_id cannot name a receipt file"))
+            findings.append(_ledger_finding("schema_error", line_no, Sentence("schema_error.event_call_id", seq=seq)))
         else:
             cursor.call_ids.add(call_id)
     submission_id = disposition = request_digest = status = None
@@ -346,7 +349,7 @@ def _storable_event_fields(
             _ledger_finding(
                 "unstorable_value",
                 line_no,
-                f"U+0000 in {', '.join(changed)}: stored with U+FFFD in its place; the ledger keeps the original",
+                Sentence("unstorable_value.event", fields=", ".join(changed)),
             )
         )
     return storable_text(event_type), [storable_text(value) if value else value for value in values.values()]
@@ -359,18 +362,24 @@ MAX_EVIDENCE_CHARS = 64 * 1024
 def _seq_finding(seq: int, last_seq: int, line_no: int, body: bytes, findings: list[FindingRecord]) -> None:
     if seq <= last_seq:
         text = body.decode("utf-8")
-        kept = "whole" if len(text) <= MAX_EVIDENCE_CHARS else f"its first {MAX_EVIDENCE_CHARS} characters"
+        kept = (
+            Sentence("ledger_seq_duplicate.whole", seq=seq, last=last_seq)
+            if len(text) <= MAX_EVIDENCE_CHARS
+            else Sentence("ledger_seq_duplicate.first", seq=seq, last=last_seq, chars=MAX_EVIDENCE_CHARS)
+        )
         findings.append(
             _ledger_finding(
                 "ledger_seq_duplicate",
                 line_no,
-                f"seq {seq} after seq {last_seq}: this line is kept here ({kept}), not as an event",
+                kept,
                 recomputed_value=hashlib.sha256(body).hexdigest(),
                 evidence=text[:MAX_EVIDENCE_CHARS],
             )
         )
     else:
-        findings.append(_ledger_finding("ledger_seq_gap", line_no, f"seq {seq} where {last_seq + 1} was due"))
+        findings.append(
+            _ledger_finding("ledger_seq_gap", line_no, Sentence("ledger_seq_gap.due", seq=seq, due=last_seq + 1))
+        )
 
 
 def _check_submission_event(
@@ -389,19 +398,23 @@ def _check_submission_event(
     # One problem, one finding: a conflict disposition and a second digest for the same id (the
     # writer refuses the second request, so one event often says both) are one row, named by the
     # id. Its detail names the newest event, so a new one for the same id changes it.
-    said = []
-    if disposition == "conflict":
-        said.append(f"disposition conflict ({str(event.get('reason'))[:200]}); no task was written")
+    conflict = disposition == "conflict"
     first = None if digest is None else cursor.submission_digests.setdefault(submission_id, digest)
     second = digest if first is not None and first != digest else None
-    if second:
-        said.append("one client_submission_id seen with two request digests (first, then this one)")
-    if said:
+    if conflict or second:
+        reason = str(event.get("reason"))[:200]
+        said = (
+            Sentence("submission_conflict.both", seq=seq, reason=reason)
+            if conflict and second
+            else Sentence("submission_conflict.disposition", seq=seq, reason=reason)
+            if conflict
+            else Sentence("submission_conflict.digests", seq=seq)
+        )
         findings.append(
             FindingRecord(
                 "submission_conflict",
                 f"submission {submission_id}",
-                f"seq {seq}: " + "; ".join(said),
+                said,
                 stored_value=(first or "") if second else "",
                 recomputed_value=second or "",
                 scope=LEDGER_SCOPE,

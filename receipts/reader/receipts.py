@@ -10,6 +10,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from receipts import protocol
+from receipts.findings import Sentence
 from receipts.reader.checks import RunContext
 from receipts.reader.records import CallRecord, copy_fields, text, time_field
 from receipts.reader.safe_open import signature_of
@@ -43,7 +44,7 @@ class ReceiptReader:
         or only those of ``names`` (file names) when the caller knows which may have changed."""
         if dir_fd is None:
             return
-        too_long = f"file name over {protocol.MAX_CALL_ID_LENGTH} characters: not read"
+        too_long = Sentence("unsafe_path.receipt_name_too_long", limit=protocol.MAX_CALL_ID_LENGTH)
         for name, stem, subject in self.run.call_files(dir_fd, "receipts", too_long, names):
             self.present.add(stem)
             signature = self.listed_signatures.get(name) or signature_of(name, dir_fd)
@@ -68,7 +69,7 @@ class ReceiptReader:
 
     def record(self, receipt: Any, stem: str, file_sha: str, subject: str) -> CallRecord | None:
         if not isinstance(receipt, dict):
-            self.run.finding("schema_error", subject, "a receipt must be a JSON object")
+            self.run.finding("schema_error", subject, Sentence("schema_error.receipt_not_object"))
             return None
         missing = [
             name
@@ -76,7 +77,12 @@ class ReceiptReader:
             if not isinstance(receipt.get(name), kind)
         ]
         if missing:
-            self.run.finding("schema_error", subject, f"missing or wrong type: {', '.join(missing)}", call_id=stem)
+            self.run.finding(
+                "schema_error",
+                subject,
+                Sentence("schema_error.missing_or_wrong_type", fields=", ".join(missing)),
+                call_id=stem,
+            )
             return None
         call = CallRecord(
             call_id=stem,
@@ -129,16 +135,18 @@ def _optional_fields(run: RunContext, receipt: dict[str, Any], call: CallRecord,
             wrong.append(name)
         setattr(call, name, value)
     if wrong:
-        run.finding("schema_error", subject, f"wrong type: {', '.join(wrong)}", call_id=call.call_id)
+        run.finding(
+            "schema_error", subject, Sentence("schema_error.wrong_type", fields=", ".join(wrong)), call_id=call.call_id
+        )
 
 
 def _check_status(run: RunContext, call: CallRecord, subject: str) -> None:
     if call.status == protocol.LEGACY_STATUS:
-        run.finding(
-            "legacy_status", subject, "status 'failed' cannot tell retryable from permanent", call_id=call.call_id
-        )
+        run.finding("legacy_status", subject, Sentence("legacy_status.failed"), call_id=call.call_id)
     elif call.status not in protocol.RECEIPT_STATUSES:
-        run.finding("invalid_status", subject, f"status {call.status!r}", call_id=call.call_id)
+        run.finding(
+            "invalid_status", subject, Sentence("invalid_status.status", status=repr(call.status)), call_id=call.call_id
+        )
 
 
 def check_stale_call(run: RunContext, call: CallRecord) -> None:
@@ -149,6 +157,6 @@ def check_stale_call(run: RunContext, call: CallRecord) -> None:
     run.finding(
         "stale_call",
         f"receipts/{call.call_id}.json",
-        f"{call.status} since {protocol.human_time(since)}, unconfirmed",
+        Sentence("stale_call.since", status=call.status, since=protocol.human_time(since)),
         call_id=call.call_id,
     )

@@ -16,6 +16,8 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
+from receipts.findings import Sentence
+
 MAX_JSON_BYTES = 16 * 1024 * 1024
 MAX_LINE_BYTES = 1024 * 1024
 DEFAULT_STALE_AFTER = dt.timedelta(minutes=15)
@@ -50,7 +52,7 @@ def open_dir(name: str | Path, dir_fd: int | None = None) -> int:
         return os.open(name, _OPEN_FLAGS | os.O_DIRECTORY, dir_fd=dir_fd)
     except OSError as error:
         if error.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise Unsafe("unsafe_path", "a symlink or not a directory: not followed") from None
+            raise Unsafe("unsafe_path", Sentence("unsafe_path.symlink_or_not_directory")) from None
         raise
 
 
@@ -60,14 +62,14 @@ def open_regular(name: str, dir_fd: int) -> tuple[int, os.stat_result]:
         fd = os.open(name, _OPEN_FLAGS, dir_fd=dir_fd)
     except OSError as error:
         if error.errno == errno.ELOOP:
-            raise Unsafe("unsafe_path", "a symlink: not followed") from None
+            raise Unsafe("unsafe_path", Sentence("unsafe_path.symlink")) from None
         if error.errno in (errno.EISDIR, errno.ENXIO):
-            raise Unsafe("unsafe_path", "not a regular file") from None
+            raise Unsafe("unsafe_path", Sentence("unsafe_path.not_regular")) from None
         raise
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         os.close(fd)
-        raise Unsafe("unsafe_path", "not a regular file")
+        raise Unsafe("unsafe_path", Sentence("unsafe_path.not_regular"))
     return fd, info
 
 
@@ -76,12 +78,12 @@ def read_regular(name: str, dir_fd: int, limit: int) -> bytes:
     fd, info = open_regular(name, dir_fd)
     try:
         if info.st_size > limit:
-            raise Unsafe("oversize", f"{info.st_size} bytes, over the limit of {limit}")
+            raise Unsafe("oversize", Sentence("oversize.file", size=info.st_size, limit=limit))
         chunks, total = [], 0
         while chunk := os.read(fd, 1 << 20):
             total += len(chunk)
             if total > limit:  # grew while we read
-                raise Unsafe("oversize", f"over the limit of {limit} bytes")
+                raise Unsafe("oversize", Sentence("oversize.grew", limit=limit))
             chunks.append(chunk)
         return b"".join(chunks)
     finally:

@@ -10,6 +10,7 @@ import hashlib
 from typing import Any
 
 from receipts import protocol
+from receipts.findings import Sentence
 from receipts.reader.checks import RunContext
 from receipts.reader.records import SubmissionRecord, copy_fields, time_field
 from receipts.reader.safe_open import Unsafe, read_regular
@@ -33,7 +34,7 @@ def read_submissions(run: RunContext, dir_fd: int | None, tasks_fd: int | None) 
         run.storable(submission, subject)
         # Two ids that differ only where U+0000 stood are one row: the first stays, the other is named.
         if submission.client_submission_id in seen:
-            run.finding("unstorable_value", subject, "its client_submission_id, stored, is another record's")
+            run.finding("unstorable_value", subject, Sentence("unstorable_value.submission_id"))
             continue
         seen.add(submission.client_submission_id)
         run.out.submissions.append(submission)
@@ -41,15 +42,15 @@ def read_submissions(run: RunContext, dir_fd: int | None, tasks_fd: int | None) 
 
 def _submission_record(run: RunContext, record: Any, name: str, file_sha: str, subject: str) -> SubmissionRecord | None:
     if not isinstance(record, dict):
-        run.finding("schema_error", subject, "a submission record must be a JSON object")
+        run.finding("schema_error", subject, Sentence("schema_error.submission_not_object"))
         return None
     submission_id = record.get("client_submission_id")
     if not isinstance(submission_id, str) or not 1 <= len(submission_id) <= protocol.MAX_SUBMISSION_ID_LENGTH:
-        run.finding("schema_error", subject, "client_submission_id must be a string of 1 to 256 characters")
+        run.finding("schema_error", subject, Sentence("schema_error.submission_id"))
         return None
     key = protocol.submission_key(submission_id)
     if name != f"{key}.json":
-        run.finding("schema_error", subject, "the file name is not sha256(client_submission_id)")
+        run.finding("schema_error", subject, Sentence("schema_error.submission_name"))
         return None
     submission = SubmissionRecord(client_submission_id=submission_id, record_key=key, file_sha256=file_sha)
     texts = ("digest_schema_version", "request_digest", "state", "task_id", "task_path", "task_sha256")
@@ -66,18 +67,18 @@ def _submission_record(run: RunContext, record: Any, name: str, file_sha: str, s
     if submission.state and submission.state not in protocol.SUBMISSION_STATES:
         wrong.append(f"state {submission.state!r}")
     if wrong:
-        run.finding("schema_error", subject, f"missing or wrong type: {', '.join(wrong)}")
+        run.finding("schema_error", subject, Sentence("schema_error.missing_or_wrong_type", fields=", ".join(wrong)))
     if isinstance(request, dict) and submission.digest_schema_version == protocol.DIGEST_SCHEMA:
         try:
             submission.recomputed_digest = protocol.request_digest(request)
         except ValueError as error:  # keys that collide once normalised: no digest is the request's
-            run.finding("schema_error", subject, f"the stored request has no digest: {error}")
+            run.finding("schema_error", subject, Sentence("schema_error.request_digest", error=error))
             return submission
         if submission.recomputed_digest != submission.request_digest:
             run.mismatch(
                 "submission_digest_mismatch",
                 subject,
-                "the stored request does not give the stored request_digest",
+                Sentence("submission_digest_mismatch.request"),
                 submission.request_digest,
                 submission.recomputed_digest,
                 record_key=submission.record_key,
@@ -90,7 +91,7 @@ def _check_task(run: RunContext, submission: SubmissionRecord, tasks_fd: int | N
     if not path:
         return
     if not protocol.safe_task_path(path):
-        run.finding("unsafe_path", subject, f"task_path {path[:200]!r} is not a file in tasks/")
+        run.finding("unsafe_path", subject, Sentence("unsafe_path.task_path", path=repr(path[:200]), folder="tasks/"))
         return
     name = path.removeprefix("tasks/")
     data = None
@@ -119,14 +120,14 @@ def _check_task(run: RunContext, submission: SubmissionRecord, tasks_fd: int | N
             run.finding(
                 "task_missing",
                 subject,
-                f"{path} is absent but the record is {submission.state}",
+                Sentence("task_missing.absent", path=path, state=submission.state),
                 record_key=submission.record_key,
             )
         elif submission.task_file_sha256 != submission.task_sha256:
             run.mismatch(
                 "task_digest_mismatch",
                 subject,
-                f"{path} is not the file the record describes",
+                Sentence("task_digest_mismatch.file", path=path),
                 submission.task_sha256,
                 submission.task_file_sha256,
                 record_key=submission.record_key,
@@ -139,11 +140,15 @@ def _check_stale_reservation(run: RunContext, submission: SubmissionRecord, subj
     since = submission.updated_at or submission.reserved_at
     if not run.past_stale_age(since):
         return
-    digests = ("yes" if submission.task_matches else "no") if submission.task_present else "n/a"
+    which = ("matching" if submission.task_matches else "differing") if submission.task_present else "absent"
     run.finding(
         "stale_reservation",
         subject,
-        f"state {submission.state} since {protocol.human_time(since)}; task {submission.task_id} "
-        f"file present: {'yes' if submission.task_present else 'no'}; digests match: {digests}",
+        Sentence(
+            f"stale_reservation.{which}",
+            state=submission.state,
+            since=protocol.human_time(since),
+            task_id=submission.task_id,
+        ),
         record_key=submission.record_key,
     )
