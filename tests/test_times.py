@@ -152,7 +152,7 @@ def test_retention_says_why_with_the_time_for_people(demo):
 def test_the_doubt_evidence_says_when_a_message_was_sent_for_people(admin, demo):
     call = Call.objects.get(run__run_id="send-message-killed")
     page = content(admin.get(reverse("call", args=["send-message-killed", call.call_id])))
-    assert re.search(r"sent at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", page)
+    assert re.search(r"sent at (<[^>]+>)*\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", page)
 
 
 def test_the_409_of_a_second_decision_says_its_time_for_people(client, demo, django_user_model):
