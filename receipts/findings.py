@@ -230,6 +230,17 @@ class Sentence(str):
         made.key, made.values = key, kept
         return made
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as made (the importer's read-ahead child sends findings to its parent): the
+        # text, key and values as they are, not the text taken for a key.
+        return (_restored, (type(self), str(self), self.key, self.values))
+
+
+def _restored(cls: type[Sentence], text: str, key: str, values: dict[str, Any]) -> Sentence:
+    made = str.__new__(cls, text)
+    made.key, made.values = key, values
+    return made
+
 
 def _value(value: object) -> Any:
     if isinstance(value, Sentence):
