@@ -117,20 +117,22 @@ def test_badges_legends_and_rows_needing_attention_are_told_without_colour(page,
     marks = page.evaluate("""() => {
       const before = e => getComputedStyle(e, "::before").content;
       const badges = {};
-      for (const e of document.querySelectorAll(".badge")) badges[[...e.classList].join(" ")] = before(e);
+      // A state (receipts/states.py) wears its own glyph in the page; other badges their kind's mark.
+      for (const e of document.querySelectorAll(".badge")) {
+        const glyph = e.querySelector(".glyph");
+        badges[e.dataset.state ? "state " + e.dataset.state : [...e.classList].join(" ")] = glyph ? glyph.textContent : before(e);
+      }
       return {
         badges,
-        swatches: Object.fromEntries([...document.querySelectorAll(".swatch")].map(
-          e => [[...e.classList].find(c => c.startsWith("fill-")), getComputedStyle(e).backgroundImage])),
+        legend: [...document.querySelectorAll(".legend-item svg")].map(e => e.innerHTML),
         attention: [...document.querySelectorAll("tr.attention > th")].map(before),
         others: [...document.querySelectorAll("tbody tr:not(.attention) > th")].map(before),
       };
     }""")
     shapes = marks["badges"]
-    assert {"badge badge-ok", "badge badge-warn", "badge badge-bad"} <= set(shapes), shapes
-    assert "none" not in shapes.values() and len(set(shapes.values())) == len(shapes), shapes
-    swatches = marks["swatches"]
-    assert swatches.pop("fill-committed") == "none", "committed is plain, as in the bars"
-    assert {"fill-prepared", "fill-rejected", "fill-settled-committed"} <= set(swatches), swatches
-    assert "none" not in swatches.values() and len(set(swatches.values())) == len(swatches), swatches
+    assert {"badge badge-warn", "badge badge-bad", "state in doubt"} <= set(shapes), shapes
+    assert "none" not in shapes.values() and "" not in shapes.values(), shapes
+    assert len(set(shapes.values())) == len(shapes), f"two kinds of badge share a shape: {shapes}"
+    legend = marks["legend"]
+    assert len(legend) == 7 and len(set(legend)) == 7, "each call state's swatch is drawn as the bar draws it"
     assert marks["attention"] and set(marks["attention"]) != {"none"} and set(marks["others"]) == {"none"}
