@@ -120,7 +120,8 @@ def test_badges_legends_and_rows_needing_attention_are_told_without_colour(page,
       // A state (receipts/states.py) wears its own glyph in the page; other badges their kind's mark.
       for (const e of document.querySelectorAll(".badge")) {
         const glyph = e.querySelector(".glyph");
-        badges[e.dataset.state ? "state " + e.dataset.state : [...e.classList].join(" ")] = glyph ? glyph.textContent : before(e);
+        const name = e.dataset.state ? "state " + e.dataset.state : [...e.classList].join(" ");
+        badges[name] = glyph ? glyph.textContent : before(e);
       }
       return {
         badges,
