@@ -12,6 +12,7 @@ an optional extra that is not installed (it says which).
 from __future__ import annotations
 
 import argparse
+import grp
 import json
 import os
 import sys
@@ -37,14 +38,32 @@ def _read_request(source: str) -> Any:
 
 
 def cmd_init(options: argparse.Namespace) -> int:
+    if options.agents_group and os.environ.get("RECEIPTS_WRITER_SOCKET"):
+        raise ValueError("--agents-group is for a run made here: a writer daemon gives its runs to its own group")
     runtime.run_init(
         Path(options.run_dir),
         contract_sha256=options.contract_sha256,
         attempts=options.attempts,
         identity=options.identity,
     )
+    if options.agents_group:
+        from receipts.serve import give_to_agents
+
+        give_to_agents(Path(options.run_dir), grp.getgrnam(options.agents_group).gr_gid)
     _print({"run_dir": str(options.run_dir), "contract_sha256": options.contract_sha256, "identity": options.identity})
     return EXIT_OK
+
+
+def cmd_serve(options: argparse.Namespace) -> int:
+    from receipts.serve import serve
+
+    if not 0 < options.answer_timeout <= 86400:
+        raise ValueError("--answer-timeout is from 0 to 86400 seconds")
+    if not 0 < options.max_clients <= 4096:
+        raise ValueError("--max-clients is from 1 to 4096")
+    return serve(Path(options.root), Path(options.socket), agents_group=options.agents_group,
+                 settlers=tuple(options.settler), max_clients=options.max_clients,
+                 answer_timeout=options.answer_timeout)  # fmt: skip
 
 
 def cmd_write_task(options: argparse.Namespace) -> int:
@@ -259,7 +278,28 @@ def build_parser() -> argparse.ArgumentParser:
         default=protocol.IDENTITY_V2,
         help="the run's call_id formula, fixed for its life; call-id-v1 only to match a runtime written to the seed",
     )
+    init.add_argument("--agents-group", default=None, metavar="GROUP",
+                      help="for a run a writer daemon serves: its workspace/ and outbox.jsonl are this group's to "
+                      "write (run as root or the daemon's user)")  # fmt: skip
     init.set_defaults(handler=cmd_init)
+
+    served = commands.add_parser(
+        "serve", help="the writer as a daemon: the only user that writes the runs below RUNS_ROOT, for agents that "
+        "reach it by a Unix socket (RECEIPTS_WRITER_SOCKET); the guide: callproof docs RUN_DIRECTORY",
+    )  # fmt: skip
+    served.add_argument("root", metavar="RUNS_ROOT")
+    served.add_argument("--socket", required=True, metavar="PATH", help="the Unix socket to listen on")
+    served.add_argument("--agents-group", default=None, metavar="GROUP",
+                        help="who may call: this group may connect (mode 0660), and writes the runs' workspaces; "
+                        "without it only the daemon's own user can (0600)")  # fmt: skip
+    served.add_argument("--settler", action="append", default=[], metavar="USER",
+                        help="a user (besides the daemon's own and root) whose requests may write a person's "
+                        "decision, such as the dashboard's; repeatable")  # fmt: skip
+    served.add_argument("--max-clients", type=int, default=64, help="connections served at once (64)")
+    served.add_argument("--answer-timeout", type=float, default=3600.0, metavar="SECONDS",
+                        help="how long a call waits for its client's effect, holding its lock (3600); then it "
+                        "is left in doubt, as a killed writer leaves it")  # fmt: skip
+    served.set_defaults(handler=cmd_serve)
 
     task = commands.add_parser("write-task", help="create a task, at most once per submission id")
     task.add_argument("run_dir")

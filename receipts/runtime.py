@@ -22,7 +22,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from receipts import protocol
+from receipts import protocol, runs, tasks
+from receipts.client import describe_adapter, outcome_of
+from receipts.client import writer_socket as writer_socket_from_env
 from receipts.durable import (
     RecordingIncomplete,
     UnsafePath,
@@ -53,13 +55,11 @@ from receipts.runs import (
     require_override,
     run_contract,
     run_identity,
-    run_init,
-    run_set_state,
     run_state,
     unsettled_calls,
 )
 from receipts.signing import key_for_run
-from receipts.tasks import TaskResult, write_task
+from receipts.tasks import TaskResult
 from receipts.tools import (
     BUILTIN_ADAPTERS,
     NOT_DONE,
@@ -122,6 +122,64 @@ class CallOutcome:
         return document
 
 
+def _socket_or_env(writer_socket: str | None) -> str | None:
+    """The writer daemon's socket a request goes to: the one given, else ``RECEIPTS_WRITER_SOCKET``;
+    ``""`` or ``None`` in the end: this process writes."""
+    return (writer_socket if writer_socket is not None else writer_socket_from_env()) or None
+
+
+def run_init(
+    run_dir: Path,
+    *,
+    contract_sha256: str,
+    attempts: int = 1,
+    state: str = "running",
+    identity: str = protocol.IDENTITY_V2,
+    writer_socket: str | None = None,
+) -> None:
+    """``runs.run_init``, by the writer daemon when one serves this process."""
+    served_by = _socket_or_env(writer_socket)
+    if served_by:
+        from receipts import client
+
+        client.request(served_by, "init", Path(run_dir), contract_sha256=contract_sha256, attempts=attempts,
+                       state=state, identity=identity)  # fmt: skip
+        return
+    runs.run_init(Path(run_dir), contract_sha256=contract_sha256, attempts=attempts, state=state, identity=identity)
+
+
+def run_set_state(
+    run_dir: Path, *, state: str, attempts: int, override_unsettled: str | None = None, writer_socket: str | None = None
+) -> None:
+    """``runs.run_set_state``, by the writer daemon when one serves this process."""
+    served_by = _socket_or_env(writer_socket)
+    if served_by:
+        from receipts import client
+
+        client.request(served_by, "set_state", Path(run_dir), state=state, attempts=attempts,
+                       override_unsettled=override_unsettled)  # fmt: skip
+        return
+    runs.run_set_state(Path(run_dir), state=state, attempts=attempts, override_unsettled=override_unsettled)
+
+
+def write_task(
+    run_dir: Path,
+    request: Mapping[str, Any],
+    client_submission_id: str | None = None,
+    *,
+    writer_socket: str | None = None,
+) -> TaskResult:
+    """``tasks.write_task``, by the writer daemon when one serves this process."""
+    served_by = _socket_or_env(writer_socket)
+    if served_by:
+        from receipts import client
+
+        result = client.request(served_by, "write_task", Path(run_dir), request=dict(request),
+                                submission_id=client_submission_id)  # fmt: skip
+        return TaskResult(**result)
+    return tasks.write_task(Path(run_dir), request, client_submission_id)
+
+
 # The calls this thread (or asyncio task) holds the lock of, by run and call_id.
 _CALLS_UNDER_WAY: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
     "receipts_calls_under_way", default=frozenset()
@@ -181,8 +239,13 @@ class _Held:
 class Executor:
     """Runs tool calls through receipts: a committed call is never executed twice."""
 
-    def __init__(self, run_dir: Path, adapters: Mapping[str, Adapter] | None = None) -> None:
+    def __init__(
+        self, run_dir: Path, adapters: Mapping[str, Adapter] | None = None, *, writer_socket: str | None = None
+    ) -> None:
+        """``writer_socket``: a writer daemon's socket (``callproof serve``) that writes this run's
+        records; by default ``RECEIPTS_WRITER_SOCKET``, and ``""`` is this process."""
         self.run_dir = Path(run_dir)
+        self.writer_socket = _socket_or_env(writer_socket)
         self.adapters = dict(BUILTIN_ADAPTERS if adapters is None else adapters)
         misnamed = [key for key, adapter in self.adapters.items() if key != adapter.name]
         if misnamed:
@@ -210,6 +273,14 @@ class Executor:
         adapter = self.adapters.get(tool)
         if adapter is None:
             raise ValueError(f"unknown tool {tool!r}; known: {', '.join(sorted(self.adapters))}")
+        if self.writer_socket:
+            from receipts import client
+
+            document = client.request(
+                self.writer_socket, "call", self.run_dir, adapter, adapter=describe_adapter(adapter),
+                args=dict(args), attempt=attempt, identity=identity, override_unsettled=override_unsettled,
+            )  # fmt: skip
+            return outcome_of(document)
         recorded = recorded_identity(self.run_dir)
         formula = formula_for_new_calls(recorded)
         if recorded is None and identity in protocol.IDENTITIES:
@@ -775,6 +846,7 @@ def confirm_call(
     actor: str,
     receipt_sha256: str,
     confirmed_at: str | None = None,
+    writer_socket: str | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """Write a person's decision about a call in doubt, for the runtime to follow.
 
@@ -788,6 +860,13 @@ def confirm_call(
     recorded once). Raises ``ConfirmationRefused`` otherwise.
     """
     run_dir = Path(run_dir)
+    served_by = _socket_or_env(writer_socket)
+    if served_by:
+        from receipts import client
+
+        answer = client.request(served_by, "confirm", run_dir, call_id=call_id, resolution=resolution, reason=reason,
+                                actor=actor, receipt_sha256=receipt_sha256, confirmed_at=confirmed_at)  # fmt: skip
+        return answer["document"], bool(answer["written"])
     if resolution not in protocol.RESOLUTIONS:
         raise ConfirmationRefused(f"resolution must be one of {', '.join(protocol.RESOLUTIONS)}")
     if not isinstance(reason, str) or not reason.strip():

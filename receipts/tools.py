@@ -10,19 +10,20 @@ opened, nothing changed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from receipts.durable import (
     ShortWriteError,
     UnsafePath,
-    exclusive_lock,
     is_temp_name,
     open_file,
     read_file,
@@ -31,7 +32,7 @@ from receipts.durable import (
     write_durable,
 )
 from receipts.findings import Sentence
-from receipts.protocol import WRITER_DIR, canonical_json, format_time, human_time, sha256_hex, utc_now
+from receipts.protocol import canonical_json, format_time, human_time, sha256_hex, utc_now
 
 PRESENT, ABSENT, UNCLEAR = "present", "absent", "unclear"
 
@@ -251,11 +252,12 @@ class SendMessage:
             "sent_at": format_time(utc_now()),
         }
         line = canonical_json(message) + b"\n"
-        with exclusive_lock(Path(run_dir) / WRITER_DIR / "outbox.lock", root=Path(run_dir)):
-            try:
-                fd = open_file(Path(run_dir) / "outbox.jsonl", Path(run_dir), os.O_RDWR | os.O_CREAT | os.O_APPEND)
-            except UnsafePath as unsafe:
-                raise Rejected(f"the outbox is not written: {unsafe}") from None
+        try:
+            fd = open_file(Path(run_dir) / "outbox.jsonl", Path(run_dir), os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        except UnsafePath as unsafe:
+            raise Rejected(f"the outbox is not written: {unsafe}") from None
+        # The outbox itself is the lock: a writer daemon's agent may write the outbox, never .writer/.
+        with _flocked(fd):
             # A write that stopped short left a torn last line: it stays (it is evidence for
             # the call it belongs to), and this message starts a line of its own.
             size = os.fstat(fd).st_size
@@ -268,8 +270,6 @@ class SendMessage:
                     raise Rejected(f"the outbox took no byte: {error.strerror}", kind="retryable") from error
                 # Part of the line is in the outbox: whether the message counts is not ours to say.
                 raise OutcomeUnknown(f"the outbox write stopped short: {error.strerror}") from error
-            finally:
-                os.close(fd)
         return {"outbox": "outbox.jsonl", "remote_resource_id": message_id, "message_sha256": sha256_hex(line[:-1])}
 
     def evidence(
@@ -277,6 +277,16 @@ class SendMessage:
     ) -> Evidence:
         """The outbox lines carrying this call_id (and, given a result, the one with its digest)."""
         return send_message_evidence(run_dir, args, call_id, result)
+
+
+@contextlib.contextmanager
+def _flocked(fd: int) -> Iterator[None]:
+    """An exclusive ``flock`` on an open file for the block; the file is closed after it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 BUILTIN_ADAPTERS: dict[str, Adapter] = {adapter.name: adapter for adapter in (WriteFile(), SendMessage())}
