@@ -18,6 +18,7 @@ import os
 import re
 import signal
 import stat
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -72,11 +73,14 @@ def failpoint(name: str) -> None:
     wanted = os.environ.get("RECEIPTS_FAILPOINT")
     if wanted == name:
         os._exit(137)
+    # Sent to this thread, not the process: a SIGSTOP sent to the process by one of its threads
+    # (the writer daemon serves each client in its own) can let that thread run on to the next
+    # line before the stop takes it, and the daemon ended where it was to wait for its kill.
     if wanted == f"{name}:stop":
-        os.kill(os.getpid(), signal.SIGSTOP)
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
         os._exit(137)  # continued rather than killed: end as the kill would have
     if wanted == f"{name}:pause":
-        os.kill(os.getpid(), signal.SIGSTOP)
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
 
 
 def json_file(value: Any) -> bytes:

@@ -120,7 +120,8 @@ def give_to_agents(run_dir: Path, gid: int | None) -> None:
     os.close(fd)
     if gid is None:
         return
-    for path, mode in ((workspace, 0o2770), (outbox, 0o660)):
+    # Readable by all, as the records are: the dashboard shows a person what the target holds.
+    for path, mode in ((workspace, 0o2775), (outbox, 0o664)):
         os.chown(path, -1, gid, follow_symlinks=False)
         os.chmod(path, mode)
 

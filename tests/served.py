@@ -113,8 +113,8 @@ class Daemon:
     """``python -m receipts serve ROOT --socket SOCKET``, started and waited for."""
 
     def __init__(self, root: Path, socket: Path, *, account: Account | None = None, options: tuple[str, ...] = (),
-                 **env: str) -> None:  # fmt: skip
-        self.root, self.socket, self.account, self.options, self.env = root, socket, account, options, env
+                 env: dict[str, str] | None = None) -> None:  # fmt: skip
+        self.root, self.socket, self.account, self.options, self.env = root, socket, account, options, env or {}
         self.process: subprocess.Popen | None = None
         self.log = socket.parent / f"daemon-{os.getpid()}-{time.monotonic_ns()}.log"
 

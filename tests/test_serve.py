@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from receipts import client, protocol, runtime
+from receipts import client as client_module
 from receipts.signing import KEY_ENV, key_for_run, load_key
 from tests.helpers import CONTRACT
 from tests.served import AGENTS_GROUP, Daemon, as_user, script_as
@@ -190,7 +191,7 @@ def test_the_signing_key_lives_only_with_the_daemon_and_its_signatures_hold(user
     for path in (keys, key_file):
         os.chown(path, writer.uid, writer.gid)
     with Daemon(root, sock, account=writer, options=("--agents-group", AGENTS_GROUP),
-                RECEIPTS_SIGNING_KEY=str(key_file)):  # fmt: skip
+                env={"RECEIPTS_SIGNING_KEY": str(key_file)}):  # fmt: skip
         run = root / "run-1"
         assert as_user(agent, "init", str(run), "--contract-sha256", CONTRACT, socket=sock).returncode == 0
         outcome = committed(as_user(agent, "call", str(run), "--tool", "write_file", "--args",
@@ -204,6 +205,44 @@ def test_the_signing_key_lives_only_with_the_daemon_and_its_signatures_hold(user
     check = protocol.check_receipt_identity(receipt, call_id=outcome["call_id"], contract_sha256=CONTRACT,
                                             signing_key=key)  # fmt: skip
     assert check.verified and "signature" in receipt
+
+
+@pytest.mark.django_db
+def test_the_dashboards_settle_is_written_by_the_daemon_and_the_agent_follows_it(
+    users, shared_tmp, client, django_user_model, monkeypatch
+):
+    from django.urls import reverse
+
+    from evidence import importer
+    from evidence.models import Call, HumanDecision
+    from tests.helpers import join
+
+    writer, agent = users
+    root, sock = served_dirs(shared_tmp, writer)
+    with Daemon(root, sock, account=writer, options=("--agents-group", AGENTS_GROUP)):
+        run = root / "run-1"
+        assert as_user(agent, "init", str(run), "--contract-sha256", CONTRACT, socket=sock).returncode == 0
+        send = ("call", str(run), "--tool", "send_message", "--args", json.dumps(MESSAGE))
+        assert as_user(agent, *send, socket=sock, RECEIPTS_FAILPOINT="after_effect").returncode == 137
+        importer.root_import(root=root)
+        call = Call.objects.get(run__run_id="run-1")
+        # The dashboard's process reaches the run's writer as the agents do; it is a settler (root here).
+        monkeypatch.setenv(client_module.SOCKET_ENV, str(sock))
+        client.force_login(join(django_user_model.objects.create_user("carol"), "confirmer"))
+        response = client.post(
+            reverse("confirm", args=["run-1", call.call_id]),
+            {"resolution": "committed", "reason": "the mail log shows it", "confirm_call_id": call.call_id[:12],
+             "receipt_sha256": call.file_sha256},
+        )  # fmt: skip
+        assert response.status_code == 303, response.content.decode()[:2000]
+        decision = HumanDecision.objects.get(call_id=call.call_id)
+        assert decision.delivered_at is not None and decision.delivery_error == ""
+        confirmation = run / "confirmations" / f"{call.call_id}.json"
+        assert confirmation.stat().st_uid == writer.uid
+        assert json.loads(confirmation.read_bytes())["actor"] == decision.actor
+        followed = committed(as_user(agent, *send, socket=sock))
+        assert followed["reused"] is True
+    assert len(outbox_lines(run)) == 1
 
 
 # --- the daemon's bounds and refusals (any user) ------------------------------------
