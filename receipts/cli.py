@@ -61,9 +61,11 @@ def cmd_serve(options: argparse.Namespace) -> int:
         raise ValueError("--answer-timeout is from 0 to 86400 seconds")
     if not 0 < options.max_clients <= 4096:
         raise ValueError("--max-clients is from 1 to 4096")
+    if not 0 < options.request_timeout <= 3600:
+        raise ValueError("--request-timeout is from 0 to 3600 seconds")
     return serve(Path(options.root), Path(options.socket), agents_group=options.agents_group,
                  settlers=tuple(options.settler), max_clients=options.max_clients,
-                 answer_timeout=options.answer_timeout)  # fmt: skip
+                 answer_timeout=options.answer_timeout, request_timeout=options.request_timeout)  # fmt: skip
 
 
 def cmd_write_task(options: argparse.Namespace) -> int:
@@ -299,6 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     served.add_argument("--answer-timeout", type=float, default=3600.0, metavar="SECONDS",
                         help="how long a call waits for its client's effect, holding its lock (3600); then it "
                         "is left in doubt, as a killed writer leaves it")  # fmt: skip
+    served.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS",
+                        help="how long a connection may take to send its request (30)")  # fmt: skip
     served.set_defaults(handler=cmd_serve)
 
     task = commands.add_parser("write-task", help="create a task, at most once per submission id")

@@ -235,7 +235,9 @@ class WriterDaemon(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         settlers: tuple[str, ...] = (),
         max_clients: int = DEFAULT_MAX_CLIENTS,
         answer_timeout: float = DEFAULT_ANSWER_TIMEOUT,
+        request_timeout: float = REQUEST_TIMEOUT,
     ) -> None:
+        self.request_timeout = request_timeout
         self.root = Path(os.path.realpath(root))
         self.uid = os.geteuid()
         problems = write_problems(self.root, self.root, self.uid)
@@ -311,7 +313,7 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def _serve(self, sock: socket.socket) -> None:
         peer = peer_of(sock)
-        sock.settimeout(REQUEST_TIMEOUT)
+        sock.settimeout(self.server.request_timeout)
         with sock.makefile("rb") as reader:
             try:
                 message = client.receive(reader)
@@ -329,7 +331,7 @@ class _Handler(socketserver.BaseRequestHandler):
                     _log("error", peer, message, detail=f"{type(error).__name__}: {error}")
             _log("done", peer, message, detail=str(reply.get("error", {}).get("type", "")))
             with contextlib.suppress(OSError, ValueError):
-                sock.settimeout(REQUEST_TIMEOUT)
+                sock.settimeout(self.server.request_timeout)
                 client.send(sock, reply)
 
     def _do(self, message: dict[str, Any], peer: Peer, conversation: _Conversation) -> dict[str, Any]:

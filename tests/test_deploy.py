@@ -20,6 +20,7 @@ from django.db import connection
 from django.test import Client
 
 from evidence.tasks import MAINTENANCE
+from receipts.cli import build_parser
 from tests.helpers import CONTRACT, PROJECT, join
 from tests.subprocess_db import child_env, database_url_for_children, manage, manage_command, normalized_dump
 from tests.volume import synthetic_ledger, synthetic_run
@@ -50,11 +51,16 @@ def test_the_procfile_and_the_units_name_commands_that_exist():
             options = parser.parse_args(command[3:])
             if command[2] == "enqueue_maintenance":
                 assert set(options.names) <= set(MAINTENANCE), command
+        elif program == "callproof":
+            # The writer's own command line (an agent host's daemon), parsed as it parses itself.
+            options = build_parser().parse_args(command[1:])
+            assert options.command == "serve" and options.agents_group and options.settler, command
         else:
             assert program == "gunicorn" and "evidence.wsgi" in command, command
     assert any("--watch" in command for command in commands), "the importer runs as its own process"
     workers = [command for command in commands if "db_worker" in command]
     assert len(workers) == 2 and all("--no-reload" in command for command in workers), "Procfile and unit"
+    assert any(command[1:2] == ["serve"] for command in commands), "the writer daemon has its unit"
 
 
 def gunicorn_addresses(command: list[str]) -> list:
@@ -107,7 +113,7 @@ def test_systemd_accepts_every_unit(tmp_path):
     if shutil.which("systemd-analyze") is None:
         pytest.skip("systemd-analyze is not installed on this machine (Debian's systemd package has it)")
     (tmp_path / "opt" / ".venv" / "bin").mkdir(parents=True)
-    for program in ("python", "gunicorn"):
+    for program in ("python", "gunicorn", "callproof"):
         (tmp_path / "opt" / ".venv" / "bin" / program).symlink_to(Path(sys.prefix) / "bin" / program)
     units = sorted([*(PROJECT / "deploy").glob("*.service"), *(PROJECT / "deploy").glob("*.timer")])
     for unit in units:

@@ -48,6 +48,8 @@ attempt("truncate the ledger", lambda: os.truncate(os.path.join(run, "events.jso
 attempt("replace steer.json", lambda: os.replace(os.path.join(run, "workspace", "steer.json"),
                                                  os.path.join(run, "steer.json")))
 attempt("change steer.json", lambda: open(os.path.join(run, "steer.json"), "r+b").write(b"{"))
+attempt("create a task", lambda: open(os.path.join(run, "tasks", "TASK-999999.md"), "x").write("forged"))
+attempt("change state.json", lambda: open(os.path.join(run, "state.json"), "r+b").write(b"{"))
 attempt("write a confirmation", lambda: open(os.path.join(run, "confirmations", "x.json"), "x").write("{}"))
 attempt("take a call's lock file", lambda: open(os.path.join(run, ".writer", "call-x.lock"), "x"))
 attempt("open the folder to others", lambda: os.chmod(r, 0o777))
@@ -116,7 +118,7 @@ def test_an_agent_user_calls_through_the_socket_and_can_change_no_record_itself(
     assert attacks.returncode == 0, attacks.stderr
     results = json.loads(attacks.stdout)
     assert results.pop("write in its workspace") == "done"  # the control: a refusal below is the user's, not the test's
-    assert results == dict.fromkeys(results, "PermissionError") and len(results) == 14, results
+    assert results == dict.fromkeys(results, "PermissionError") and len(results) == 16, results
     assert records_digest(run) == before
 
     # Without the daemon the agent's writer cannot write either: the socket is the only way.
@@ -426,3 +428,34 @@ def test_no_daemon_is_an_error_that_says_so_and_writes_nothing(shared_tmp):
     with pytest.raises(client.WriterUnavailable, match="cannot be reached"):
         runtime.Executor(run, writer_socket=str(sock)).call("write_file", FILE_ARGS)
     assert not list((run / "receipts").glob("*.json"))
+
+
+class Slow:
+    """An adapter whose effect takes longer than the daemon waits for it."""
+
+    name, version = "slow", "1"
+
+    def normalise(self, args):
+        return dict(args)
+
+    def execute(self, run_dir, args, call_id):
+        time.sleep(1.5)
+        return {"done": True}
+
+
+def test_a_client_silent_past_its_time_leaves_the_call_in_doubt_and_the_daemon_serves_on(shared_tmp):
+    root, sock = served_dirs(shared_tmp, None)
+    with Daemon(root, sock, options=("--answer-timeout", "0.3", "--request-timeout", "0.3")) as daemon:
+        run = new_run(daemon)
+        with pytest.raises(client.WriterUnavailable, match="went away before it answered"):
+            runtime.Executor(run, {"slow": Slow()}, writer_socket=str(sock)).call("slow", {"n": 1})
+        [receipt] = (run / "receipts").glob("*.json")
+        assert json.loads(receipt.read_bytes())["status"] == "prepared"  # in doubt: the effect may have happened
+        again = runtime.Executor(run, {"slow": Slow()}, writer_socket=str(sock)).call("slow", {"n": 1})
+        assert again.status == "prepared" and again.needs == "confirmation"
+        # A connection that never sends its request is closed when its time is up.
+        with socket.socket(socket.AF_UNIX) as silent:
+            silent.settimeout(10)
+            silent.connect(str(sock))
+            assert silent.recv(10) == b""
+        assert runtime.Executor(run, writer_socket=str(sock)).call("write_file", FILE_ARGS).status == "committed"
