@@ -8,7 +8,7 @@ ADDR ?= 127.0.0.1:8000
 PIP_VERSION := 26.3
 UV_VERSION := 0.13.9
 
-.PHONY: install lock demo test-packages messages test check lint format bench bench-import bench-export bench-pages torture clean
+.PHONY: install lock demo test-packages messages test check lint format bench bench-serve bench-import bench-export bench-pages torture clean
 
 # Everything comes from the lock file, each package by its hash (the test and deploy extras,
 # so the suite, the proxy tests and the benchmarks run on the same versions everywhere);
@@ -113,6 +113,9 @@ format: install
 
 bench: install
 	$(BIN)/python tests/bench/bench_writer.py
+
+bench-serve: install
+	$(BIN)/python tests/bench/bench_serve.py
 
 bench-export: install
 	$(BIN)/python tests/bench/bench_export.py
