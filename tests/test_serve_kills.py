@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import time
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from receipts import runtime
-from receipts.crashes import CALL_FAILPOINTS, CALL_WINDOWS, call_window, kill_at_failpoint
+from receipts.crashes import CALL_FAILPOINTS, CALL_WINDOWS, call_window, kill_at_failpoint, ledger_events
 from tests.helpers import CONTRACT
 from tests.served import Daemon, env_for, python_for
 from tests.writer import FILE_ARGS, MESSAGE, outbox_lines
@@ -157,3 +158,87 @@ def test_a_kill_over_the_socket_ends_as_the_same_kill_in_process(tool, failpoint
     if failpoint in CLIENT_SIDE:
         # Killed with the effect done and the daemon not told: the window the kill tests exist for.
         assert window == window_then == "effect_done_receipt_prepared"
+
+
+# --- random kills ---------------------------------------------------------------------
+
+
+def random_trial(base: Path, tool: str, rng: random.Random, span: float) -> tuple[str, str, list[str]]:
+    """One call through a daemon, SIGKILLed at a random moment (the daemon, the agent or both), then
+    finished: which was killed, the window the kill left, and every promise the disk breaks."""
+    root = base / "runs"
+    root.mkdir(parents=True)
+    socket = base / "writer.sock"
+    run = root / "served"
+    killed = rng.choice(("daemon", "agent", "both"))
+    with Daemon(root, socket) as daemon:
+        runtime.run_init(run, contract_sha256=CONTRACT, writer_socket=str(socket))
+        agent = subprocess.Popen(call_command(run, tool), env=env_for(socket), stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)  # fmt: skip
+        time.sleep(rng.uniform(0, span))
+        assert daemon.process is not None
+        pids = {daemon.process.pid}
+        if killed in ("agent", "both"):
+            agent.kill()
+        if killed in ("daemon", "both"):
+            daemon.kill()
+        agent.wait(timeout=60)
+        window = call_window(run, call_id_of(run, tool), pids, lambda: effects(run, tool) > 0)
+    with Daemon(root, socket):
+        outcome = finish(run, tool, socket)
+    problems = []
+    count = effects(run, tool)
+    if count > 1:
+        problems.append(f"{count} effects")
+    if outcome["status"] == "committed" and (count != 1 or outcome["needs"]):
+        problems.append(f"committed with {count} effects, needs {outcome['needs']}")
+    if outcome["status"] != "committed" and outcome["needs"] != "confirmation":
+        problems.append(f"neither committed nor waiting for a person: {outcome}")
+    if tool == "write_file" and outcome["status"] != "committed":
+        problems.append(f"a queryable call not resumed: {outcome}")
+    _, chain = ledger_events(run)
+    problems += chain
+    return killed, window, problems
+
+
+def call_span(base: Path, tool: str) -> float:
+    """How long one call through a daemon takes here, start to exit: kills are drawn over 1.5 times it."""
+    root = base / "runs"
+    root.mkdir(parents=True)
+    with Daemon(root, base / "writer.sock"):
+        run = root / "timed"
+        runtime.run_init(run, contract_sha256=CONTRACT, writer_socket=str(base / "writer.sock"))
+        started = time.monotonic()
+        subprocess.run(call_command(run, tool), env=env_for(base / "writer.sock"), check=True, capture_output=True)
+        return 1.5 * (time.monotonic() - started)
+
+
+@pytest.mark.parametrize("tool", ["write_file", "send_message"])
+def test_random_kills_over_the_socket_break_no_promise(tool, shared_tmp):
+    rng = random.Random(f"serve-{tool}")
+    span = call_span(shared_tmp / "calibration", tool)
+    results = [random_trial(shared_tmp / f"trial-{number}", tool, rng, span) for number in range(8)]
+    assert [problems for _, _, problems in results if problems] == []
+
+
+def main() -> None:
+    """``python -m tests.test_serve_kills TRIALS``: the random kills, many times, with the windows they reached."""
+    import collections
+    import sys
+    import tempfile
+
+    trials = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    for tool in ("write_file", "send_message"):
+        with tempfile.TemporaryDirectory(prefix="serve-kills-") as scratch:
+            span = call_span(Path(scratch) / "calibration", tool)
+            rng = random.Random(f"serve-{tool}")
+            results = [random_trial(Path(scratch) / f"trial-{n}", tool, rng, span) for n in range(trials)]
+        windows = collections.Counter((killed, window) for killed, window, _ in results)
+        violations = [problems for _, _, problems in results if problems]
+        print(f"{tool}: {trials} trials, {len(violations)} with a violation {violations[:3]}")
+        for (killed, window), count in sorted(windows.items()):
+            print(f"  {killed:<7} {window:<30} {count}")
+
+
+if __name__ == "__main__":
+    main()
