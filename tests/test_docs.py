@@ -22,17 +22,21 @@ def anchors(page: Path) -> set[str]:
     return found
 
 
+def link_resolves(page: Path, target: str) -> bool:
+    """A relative link of ``page``: to a file of the checkout, and to a heading of it for an anchor."""
+    path, _, anchor = target.partition("#")
+    resolved = (page.parent / path).resolve() if path else page
+    inside = resolved.exists() and resolved.is_relative_to(PROJECT)
+    return inside and (not anchor or resolved.suffix != ".md" or anchor in anchors(resolved))
+
+
 @pytest.mark.parametrize("page", PAGES, ids=[str(page.relative_to(PROJECT)) for page in PAGES])
 def test_every_relative_link_resolves(page):
     broken = []
     for target in LINK.findall(page.read_text(encoding="utf-8")):
         if re.match(r"[a-z]+:", target):
             continue  # https:, mailto: — not ours to check offline
-        path, _, anchor = target.partition("#")
-        resolved = (page.parent / path).resolve() if path else page
-        inside = resolved.exists() and resolved.is_relative_to(PROJECT)
-        heading_found = not anchor or resolved.suffix != ".md" or anchor in anchors(resolved)
-        if not (inside and heading_found):
+        if not link_resolves(page, target):
             broken.append(target)
     assert broken == [], f"{page.name}: {broken}"
 
