@@ -15,11 +15,10 @@ PAGE = PROJECT / "docs" / "seed-requirements.md"
 STATUSES = ("met differently", "not met", "met")  # longest first: "met differently" starts with "met"
 TEST = re.compile(r"`(tests/[\w/]+\.py)(?:::(\w+))?`")
 
-# These two rows cite work of issue 38 that other branches are building: the writer daemon (R11)
-# and the built-in tool apply_changes (R16). They land with issue 38; the lead removes this
-# exemption after merging, and from then on the two rows are checked like every other.
+# This row cites work of issue 38 that another branch is building:
+# the built-in tool apply_changes (R16). It lands with issue 38; the lead removes this
+# exemption after merging, and from then on the row is checked like every other.
 EXEMPT = {
-    "R11": "the receipts directory is not open to the agent for writing (the writer as a daemon)",
     "R16": "several os.replace calls are not one transaction (apply_changes)",
 }
 
