@@ -37,10 +37,9 @@ def test_an_agent_cannot_make_a_run_inside_another_run(users, shared_tmp):
             made = as_user(agent, "init", str(run / inside), "--contract-sha256", CONTRACT, socket=sock)
             assert made.returncode == 1 and b"is not a run of" in made.stderr, (inside, made.stderr)
         assert records_digest(run) == before
-        assert sorted(path.name for path in run.iterdir()) == sorted(
-            ["confirmations", "events.jsonl", "outbox.jsonl", "receipts", "state.json", "steer.json", "submissions",
-             "tasks", "workspace"]  # fmt: skip
-        )
+        made_by_init = {"confirmations", "events.jsonl", "outbox.jsonl", "receipts", "state.json", "steer.json",
+                        "submissions", "tasks", "workspace"}  # fmt: skip
+        assert {path.name for path in run.iterdir()} == made_by_init
         # The run itself is served as before.
         committed(as_user(agent, "call", str(run), "--tool", "write_file", "--args", json.dumps(FILE_ARGS),
                           socket=sock))  # fmt: skip
