@@ -38,6 +38,7 @@ import stat
 import struct
 import sys
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -191,8 +192,44 @@ class _RemoteAdapter:
         return Evidence(str(value.get("verdict")), tuple(str(fact) for fact in value["facts"]))
 
 
+class _DeadlineReader:
+    """A connection's lines, each to arrive whole by a deadline (``by``).
+
+    A socket's own timeout bounds each read, not the line: a client that sends a byte
+    now and then would hold its connection (and a call's lock) for ever.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.buffer, self.deadline = sock, bytearray(), 0.0
+
+    def by(self, seconds: float) -> _DeadlineReader:
+        self.deadline = time.monotonic() + seconds
+        return self
+
+    def readline(self, limit: int) -> bytes:
+        searched = 0
+        while True:
+            end = self.buffer.find(b"\n", searched, limit)
+            if end >= 0 or len(self.buffer) >= limit:
+                size = end + 1 if end >= 0 else limit
+                line = bytes(self.buffer[:size])
+                del self.buffer[:size]
+                return line
+            searched = len(self.buffer)
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the line did not arrive whole in time")
+            self.sock.settimeout(left)
+            chunk = self.sock.recv(min(1 << 16, limit - len(self.buffer)))
+            if not chunk:
+                line = bytes(self.buffer)
+                self.buffer.clear()
+                return line  # cut short (or empty: closed), as a file's readline says it
+            self.buffer += chunk
+
+
 class _Conversation:
-    def __init__(self, sock: socket.socket, reader: Any, answer_timeout: float) -> None:
+    def __init__(self, sock: socket.socket, reader: _DeadlineReader, answer_timeout: float) -> None:
         self.sock, self.reader, self.answer_timeout = sock, reader, answer_timeout
         self.callback_raised = False
 
@@ -200,7 +237,7 @@ class _Conversation:
         try:
             self.sock.settimeout(self.answer_timeout)
             client.send(self.sock, question)
-            answer = client.receive(self.reader)
+            answer = client.receive(self.reader.by(self.answer_timeout))
         except (OSError, EOFError, ValueError) as error:
             raise ClientGone(str(error)) from None
         if answer.get("not_done") is True:
@@ -282,6 +319,10 @@ class WriterDaemon(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         path = Path(os.path.normpath(given))
         if not path.is_relative_to(self.root) or path == self.root:
             raise Refused(f"{path} is not a run below {self.root}, which this writer serves")
+        if path.parent != self.root:
+            # A run is an entry of the root, as the readers find them: a "run" deeper down would be
+            # made inside another run (its receipts/ or confirmations/), and be that run's records.
+            raise Refused(f"{path} is not a run of {self.root}: a run is a folder of the root itself")
         if os.path.realpath(path) != str(path):
             raise Refused(f"{path} passes through a symlink")
         return path
@@ -313,26 +354,25 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def _serve(self, sock: socket.socket) -> None:
         peer = peer_of(sock)
-        sock.settimeout(self.server.request_timeout)
-        with sock.makefile("rb") as reader:
-            try:
-                message = client.receive(reader)
-            except (OSError, EOFError, ValueError):
-                return
-            conversation = _Conversation(sock, reader, self.server.answer_timeout)
-            try:
-                reply = self._do(message, peer, conversation)
-            except ClientGone as gone:
-                _log("client_gone", peer, message, detail=str(gone))
-                return
-            except Exception as error:  # noqa: BLE001 - said to the client, as the writer in process raises it
-                reply = {"error": _error_of(error, conversation)}
-                if not isinstance(error, (ValueError, OSError, RuntimeError, Refused, RemoteError)):
-                    _log("error", peer, message, detail=f"{type(error).__name__}: {error}")
-            _log("done", peer, message, detail=str(reply.get("error", {}).get("type", "")))
-            with contextlib.suppress(OSError, ValueError):
-                sock.settimeout(self.server.request_timeout)
-                client.send(sock, reply)
+        reader = _DeadlineReader(sock)
+        try:
+            message = client.receive(reader.by(self.server.request_timeout))
+        except (OSError, EOFError, ValueError):
+            return
+        conversation = _Conversation(sock, reader, self.server.answer_timeout)
+        try:
+            reply = self._do(message, peer, conversation)
+        except ClientGone as gone:
+            _log("client_gone", peer, message, detail=str(gone))
+            return
+        except Exception as error:  # noqa: BLE001 - said to the client, as the writer in process raises it
+            reply = {"error": _error_of(error, conversation)}
+            if not isinstance(error, (ValueError, OSError, RuntimeError, Refused, RemoteError)):
+                _log("error", peer, message, detail=f"{type(error).__name__}: {error}")
+        _log("done", peer, message, detail=str(reply.get("error", {}).get("type", "")))
+        with contextlib.suppress(OSError, ValueError):
+            sock.settimeout(self.server.request_timeout)
+            client.send(sock, reply)
 
     def _do(self, message: dict[str, Any], peer: Peer, conversation: _Conversation) -> dict[str, Any]:
         op = message.get("op")
@@ -361,7 +401,8 @@ class _Handler(socketserver.BaseRequestHandler):
         if op == "set_state":
             runtime.run_set_state(
                 run_dir,
-                state=str(message.get("state")),
+                # As given: a missing or non-text state is refused by the writer, never written as "None".
+                state=message.get("state"),  # type: ignore[arg-type]
                 attempts=message.get("attempts"),  # type: ignore[arg-type]
                 override_unsettled=message.get("override_unsettled"),
                 writer_socket="",
@@ -396,7 +437,7 @@ class _Handler(socketserver.BaseRequestHandler):
             run_dir,
             contract_sha256=str(message.get("contract_sha256")),
             attempts=message.get("attempts", 1),
-            state=str(message.get("state", "running")),
+            state=message.get("state", "running"),
             identity=message.get("identity", protocol.IDENTITY_V2),
             writer_socket="",
         )

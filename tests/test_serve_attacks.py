@@ -1,0 +1,114 @@
+"""``callproof serve`` attacked from outside: what a local user who can reach its socket tries.
+
+Each test is one way in that worked once (the daemon wrote a record it should not, or held a
+connection or a call's lock past its bounds), kept so that it stays shut. The daemon's own
+promises are in docs/RUN_DIRECTORY.md, "The writer as a daemon"; tests/test_serve.py tests them.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from receipts import runtime
+from tests.helpers import CONTRACT
+from tests.served import AGENTS_GROUP, Daemon, as_user
+from tests.test_serve import committed, raw_request, records_digest, served_dirs
+from tests.writer import FILE_ARGS
+
+# A liar's adapter: its effect runs in the attacking client, which answers the daemon by hand.
+ADAPTER = {"name": "liar", "version": "1", "can_query": False, "has_evidence": False, "checks_commits": True}
+
+
+def test_an_agent_cannot_make_a_run_inside_another_run(users, shared_tmp):
+    """A "run" in run-1/receipts would put steer.json and state.json among run-1's receipts:
+    run-1 would show two calls in doubt that nobody made."""
+    writer, agent = users
+    root, sock = served_dirs(shared_tmp, writer)
+    with Daemon(root, sock, account=writer, options=("--agents-group", AGENTS_GROUP)):
+        run = root / "run-1"
+        assert as_user(agent, "init", str(run), "--contract-sha256", CONTRACT, socket=sock).returncode == 0
+        before = records_digest(run)
+        for inside in ("receipts", "confirmations", "tasks", "x"):
+            made = as_user(agent, "init", str(run / inside), "--contract-sha256", CONTRACT, socket=sock)
+            assert made.returncode == 1 and b"is not a run of" in made.stderr, (inside, made.stderr)
+        assert records_digest(run) == before
+        made_by_init = {"confirmations", "events.jsonl", "outbox.jsonl", "receipts", "state.json", "steer.json",
+                        "submissions", "tasks", "workspace"}  # fmt: skip
+        assert {path.name for path in run.iterdir()} == made_by_init
+        # The run itself is served as before.
+        committed(as_user(agent, "call", str(run), "--tool", "write_file", "--args", json.dumps(FILE_ARGS),
+                          socket=sock))  # fmt: skip
+
+
+@pytest.fixture
+def impatient(shared_tmp):
+    """A daemon that waits 0.3 s for a request and for each answer."""
+    root, sock = served_dirs(shared_tmp, None)
+    options = ("--answer-timeout", "0.3", "--request-timeout", "0.3")
+    with Daemon(root, sock, options=options) as running:
+        yield running
+
+
+def closed_while_dribbling(sock: socket.socket, seconds: float = 5.0) -> bool:
+    """Send a space every 50 ms (never a whole line) until the daemon closes the connection, or ``seconds``."""
+    sock.settimeout(0.05)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            sock.sendall(b" ")
+            if sock.recv(1 << 16) == b"":
+                return True
+        except TimeoutError:
+            continue
+        except (BrokenPipeError, ConnectionResetError):
+            return True
+    return False
+
+
+def test_a_request_sent_a_byte_at_a_time_is_cut_off_at_the_request_timeout(impatient):
+    """Slowloris: each byte came within the socket's timeout, so a connection (a slot of
+    --max-clients) was held for as long as the client kept sending."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(impatient.socket))
+        sock.sendall(b'{"op": "call"')
+        assert closed_while_dribbling(sock), "a request that never ends kept its connection"
+
+
+def test_an_answer_sent_a_byte_at_a_time_does_not_hold_the_call_past_the_answer_timeout(impatient):
+    """The call's lock is held while the daemon waits for the effect's answer: a client that
+    dribbles it held the lock (and every other client's same call) for ever."""
+    run = impatient.root / "run-1"
+    runtime.run_init(run, contract_sha256=CONTRACT, writer_socket=str(impatient.socket))
+    request = {"op": "call", "run": str(run), "adapter": ADAPTER, "args": {"n": 1}}
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(10)
+        sock.connect(str(impatient.socket))
+        reader = sock.makefile("rb")
+        sock.sendall(json.dumps(request).encode() + b"\n")
+        assert json.loads(reader.readline())["ask"] == "normalise"
+        sock.sendall(b'{"answer": {"n": 1}}\n')
+        assert json.loads(reader.readline())["ask"] == "execute"
+        sock.sendall(b'{"answer": ')
+        assert closed_while_dribbling(sock), "an answer that never ends held the call's lock"
+        reader.close()
+    [receipt] = (run / "receipts").glob("*.json")
+    assert json.loads(receipt.read_bytes())["status"] == "prepared"  # left as a client gone mid-call leaves it
+
+
+@pytest.mark.parametrize("op", ["set_state", "init"])
+def test_a_state_that_is_not_text_is_refused_not_written_as_none(impatient, op):
+    run = impatient.root / "run-1"
+    runtime.run_init(run, contract_sha256=CONTRACT, writer_socket=str(impatient.socket))
+    before = records_digest(run)
+    target: Path = run if op == "set_state" else impatient.root / "run-2"
+    fields = {"attempts": 1, "state": None} | ({"contract_sha256": CONTRACT} if op == "init" else {})
+    if op == "set_state":
+        fields.pop("state")  # missing altogether
+    answer = json.loads(raw_request(impatient, json.dumps({"op": op, "run": str(target)} | fields).encode() + b"\n"))
+    assert answer["error"]["type"] == "ValueError" and "state name" in answer["error"]["message"], answer
+    assert records_digest(run) == before and not (impatient.root / "run-2" / "state.json").exists()
