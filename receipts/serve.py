@@ -113,6 +113,20 @@ def write_problems(run_dir: Path, root: Path, uid: int) -> list[str]:
     return problems
 
 
+def _open_parents(root: Path, uid: int) -> list[str]:
+    """The folders above the root through which someone else could swap it: one writable by
+    others (unless sticky, as /tmp is) or owned by a user other than root and the writer."""
+    problems = []
+    for parent in root.parents:
+        status = os.lstat(parent)
+        if status.st_uid not in (uid, 0):
+            problems.append(f"{parent}, above the root, belongs to uid {status.st_uid}")
+        elif status.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not status.st_mode & stat.S_ISVTX:
+            problems.append(f"{parent}, above the root, is writable by others "
+                            f"(mode {stat.S_IMODE(status.st_mode):04o})")  # fmt: skip
+    return problems
+
+
 def give_to_agents(run_dir: Path, gid: int | None) -> None:
     """Make the run's workspace and outbox, the agents' to write (their group's, setgid) when ``gid`` is given."""
     workspace, outbox = run_dir / AGENT_WORKSPACE, run_dir / AGENT_OUTBOX
@@ -277,7 +291,7 @@ class WriterDaemon(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         self.request_timeout = request_timeout
         self.root = Path(os.path.realpath(root))
         self.uid = os.geteuid()
-        problems = write_problems(self.root, self.root, self.uid)
+        problems = write_problems(self.root, self.root, self.uid) + _open_parents(self.root, self.uid)
         if problems:
             raise ValueError(f"the runs root is not the writer's alone: {'; '.join(problems)}")
         self.agents_gid = grp.getgrnam(agents_group).gr_gid if agents_group else None

@@ -112,3 +112,23 @@ def test_a_state_that_is_not_text_is_refused_not_written_as_none(impatient, op):
     answer = json.loads(raw_request(impatient, json.dumps({"op": op, "run": str(target)} | fields).encode() + b"\n"))
     assert answer["error"]["type"] == "ValueError" and "state name" in answer["error"]["message"], answer
     assert records_digest(run) == before and not (impatient.root / "run-2" / "state.json").exists()
+
+
+def test_a_root_whose_parent_others_can_write_is_not_served(shared_tmp):
+    """Through a folder above the root that others can write, the root itself could be swapped
+    between the daemon's check and its writes: it does not start."""
+    parent = shared_tmp / "open"
+    parent.mkdir()
+    parent.chmod(0o777)  # not sticky: anyone may rename what is in it
+    root = parent / "runs"
+    root.mkdir(mode=0o755)
+    daemon = Daemon(root, shared_tmp / "writer.sock")
+    with pytest.raises(AssertionError, match="above the root, is writable by others"):
+        daemon.start()
+    parent.chmod(0o1777)  # sticky, as /tmp is: only an entry's owner may rename it
+    with Daemon(root, shared_tmp / "writer.sock") as served:
+        run = root / "run-1"
+        runtime.run_init(run, contract_sha256=CONTRACT, writer_socket=str(served.socket))
+        assert runtime.Executor(run, writer_socket=str(served.socket)).call("write_file", FILE_ARGS).status == (
+            "committed"
+        )
