@@ -276,6 +276,8 @@ class Executor:
         if self.writer_socket:
             from receipts import client
 
+            # What the wire cannot carry the writer could not record either: refused as in process.
+            _require_recordable_args(dict(args))
             document = client.request(
                 self.writer_socket, "call", self.run_dir, adapter, adapter=describe_adapter(adapter),
                 args=dict(args), attempt=attempt, identity=identity, override_unsettled=override_unsettled,

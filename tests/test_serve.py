@@ -357,6 +357,22 @@ def test_what_an_adapter_raises_reads_the_same_through_the_daemon_as_in_process(
         )
 
 
+def test_arguments_that_cannot_be_recorded_are_refused_as_in_process(daemon, tmp_path):
+    import datetime as dt
+
+    served, local = new_run(daemon, "served"), tmp_path / "local"
+    runtime.run_init(local, contract_sha256=CONTRACT)
+    refusals = []
+    for run, socket_path in ((served, str(daemon.socket)), (local, "")):
+        with pytest.raises(ValueError, match="cannot be recorded") as refused:
+            runtime.Executor(run, {"surprising": Surprising()}, writer_socket=socket_path).call(
+                "surprising", {"when": dt.datetime(2026, 12, 5, tzinfo=dt.UTC)}
+            )
+        refusals.append(str(refused.value))
+    assert refusals[0] == refusals[1]
+    assert not list((served / "receipts").glob("*.json"))
+
+
 def test_tasks_state_and_the_decorator_go_through_the_daemon(daemon, monkeypatch):
     from receipts import receipted, use_run
 
