@@ -699,12 +699,6 @@ class ApplyIntent(Intent):
 
     def effect_problems(self) -> list[str]:
         problems = self.reader_problems()
-        try:
-            visible = self.visible()
-        except (OSError, ValueError) as error:
-            return [*problems, f"the tree cannot be read: {error}"]
-        if visible not in (self.before, self.after):
-            problems.append(f"the tree is at {visible}, neither the version before nor the one the call makes")
         if self.placement_watch is not None:
             self.placements += sum(name == TREE for _, name in read_inotify_events(self.placement_watch))
         else:
@@ -712,6 +706,12 @@ class ApplyIntent(Intent):
             self.placements = len(log.read_bytes().splitlines()) - 1  # the first line made the tree before
         if self.placements > 1:
             problems.append(f"the tree was made current {self.placements} times")
+        try:
+            visible = self.visible()
+        except (OSError, ValueError) as error:
+            return [*problems, f"the tree cannot be read: {error}"]
+        if visible not in (self.before, self.after):
+            problems.append(f"the tree is at {visible}, neither the version before nor the one the call makes")
         receipt = json_or_none(self.receipt_path)
         if isinstance(receipt, dict) and receipt.get("status") == "committed":
             result = receipt.get("result") or {}
