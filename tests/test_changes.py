@@ -22,6 +22,7 @@ from receipts.changes import ApplyChanges, open_tree, planned_manifest, tree_dig
 from receipts.demo import writer_command, writer_env
 from receipts.tools import ABSENT, BUILTIN_ADAPTERS, NOT_DONE, PRESENT, UNCLEAR, OutcomeUnknown, Rejected
 from tests.helpers import PROJECT, content
+from tests.test_docs_adapters import example, run
 
 MODES = [
     "content",
@@ -182,3 +183,11 @@ def test_the_call_page_shows_an_apply_changes_call_in_doubt_with_its_evidence(ru
     assert "Run the tool apply_changes with" in shown
     chinese = content(logged_in.get(reverse("call", args=[run_dir.name, receipt.stem]), HTTP_ACCEPT_LANGUAGE="zh-hans"))
     assert "处于该调用生成的版本" in html.unescape(strip_tags(chinese))
+
+
+def test_the_guides_example_runs_in_an_empty_folder_and_prints_what_it_says(tmp_path):
+    """docs/runtime-authors.md, "Several files as one version": the block as it stands."""
+    code, promised = example("apply_changes")
+    completed = run(code, tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == promised

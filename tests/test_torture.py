@@ -221,9 +221,9 @@ def test_random_kills_never_show_a_reader_a_mixed_tree(tmp_path):
     """apply_changes in both modes, SIGKILLed at random while a reader process looks at the tree
     throughout each trial: every look finds the version before the call or the one it makes,
     and every other promise holds. 30 trials a mode and 2 of four writers keep it near a minute.
-    The Git mode's write is a few git processes long: its kills land mostly before the effect, so
-    only the content mode is held to a starred window (both reach them in longer runs,
-    docs/KILL_TESTING.md)."""
+    The Git mode's write is a few git processes long and its windows after the effect are short:
+    in 30 trials it may miss them, so only the content mode is held to a starred window (both reach
+    them in longer runs, docs/KILL_TESTING.md)."""
     seed = random.randrange(10**6)
     report = run_torture(trials=30, concurrent_trials=2, tools=list(APPLY_MODES), seed=seed, root=tmp_path,
                          replay_cli=False)  # fmt: skip

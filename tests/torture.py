@@ -832,7 +832,8 @@ def calibrate(tool: str, root: Path, together: bool, workers: int) -> list[tuple
         runtime.run_init(run_dir, contract_sha256=CONTRACT)
         intent = make_intent(tool, run_dir)
         command, stdin = intent.command()
-        intent.close()
+        # Under the load of the trials: apply_changes's reader process looks at the tree meanwhile.
+        intent.start()
         watch = TouchWatch(run_dir, depth=True)
         try:
             env = writer_env()
@@ -840,6 +841,7 @@ def calibrate(tool: str, root: Path, together: bool, workers: int) -> list[tuple
             span = watch.write_span(children, STEP_TIMEOUT)
         finally:
             watch.close()
+            intent.close()
         for child in children:
             child.communicate(timeout=STEP_TIMEOUT)
             if child.returncode != 0:
