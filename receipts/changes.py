@@ -209,9 +209,9 @@ class ApplyChanges:
         return base, version, tree.result(base, version)
 
     def query(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> dict[str, Any] | _NotDone:
-        """The result when the call's version is current; ``NOT_DONE`` when the call never reached the
-        step that makes it current, or the version it started from is still current and nothing ever
-        left the new one; else ``OutcomeUnknown`` (a person decides)."""
+        """The result when the call's version is current (or was, by this call, and a later call left
+        it); ``NOT_DONE`` when the call never reached the step that makes it current, or the version it
+        started from is still current and nothing ever left the new one; else ``OutcomeUnknown``."""
         found = self.evidence(run_dir, args, call_id)
         if found.verdict == ABSENT:
             return NOT_DONE
