@@ -72,6 +72,27 @@ FACTS = {
     "file_other_bytes": gettext_noop("{path} holds other bytes: sha256 {found}…, the call writes {expected}…"),
     "file_other_recorded": gettext_noop("{path} holds sha256 {found}…, the receipt records {recorded}…"),
     "file_exact": gettext_noop("{path} holds exactly what the call writes (sha256 {found}…)"),
+    "changes_no_tree": gettext_noop("the call's args name no tree"),
+    "changes_no_record": gettext_noop(
+        "{tree}: no record of this call: it never reached the step that makes its version current"
+    ),
+    "changes_current": gettext_noop("{tree} is at the version this call makes ({version}…, {files} files)"),
+    "changes_other_recorded": gettext_noop(
+        "the receipt records version {recorded}…, the call's record names {version}…"
+    ),
+    "changes_at_base": gettext_noop(
+        "{tree} is still at the version the call started from ({base}), and nothing ever left the version it "
+        "makes ({version}…): it was never made current"
+    ),
+    "changes_moved": gettext_noop(
+        "{tree} is at version {current}: neither the one the call started from ({base}) nor the one it makes "
+        "({version}…), or another call made that one too"
+    ),
+    "changes_left": gettext_noop(
+        "{tree} was at the version this call makes ({version}…, from {base}) and a later call left it: it is at "
+        "{current} now"
+    ),
+    "changes_unreadable": gettext_noop("{tree} cannot be read: {problem}"),
     "mail_not_asked": gettext_noop("no mail server is asked from here: search the mailbox for Message-ID {message_id}"),
     "mail_sent": gettext_noop("sent to {to}, from {sender}"),
     "mail_subject": gettext_noop("subject “{subject}”"),

@@ -61,6 +61,24 @@ FACTS: dict[str, str] = {
     "file_other_bytes": "{path} holds other bytes: sha256 {found}…, the call writes {expected}…",
     "file_other_recorded": "{path} holds sha256 {found}…, the receipt records {recorded}…",
     "file_exact": "{path} holds exactly what the call writes (sha256 {found}…)",
+    # apply_changes (receipts.changes)
+    "changes_no_tree": "the call's args name no tree",
+    "changes_no_record": "{tree}: no record of this call: it never reached the step that makes its version current",
+    "changes_current": "{tree} is at the version this call makes ({version}…, {files} files)",
+    "changes_other_recorded": "the receipt records version {recorded}…, the call's record names {version}…",
+    "changes_at_base": (
+        "{tree} is still at the version the call started from ({base}), and nothing ever left the version it "
+        "makes ({version}…): it was never made current"
+    ),
+    "changes_moved": (
+        "{tree} is at version {current}: neither the one the call started from ({base}) nor the one it makes "
+        "({version}…), or another call made that one too"
+    ),
+    "changes_left": (
+        "{tree} was at the version this call makes ({version}…, from {base}) and a later call left it: it is at "
+        "{current} now"
+    ),
+    "changes_unreadable": "{tree} cannot be read: {problem}",
     "mail_not_asked": "no mail server is asked from here: search the mailbox for Message-ID {message_id}",
     "mail_sent": "sent to {to}, from {sender}",
     "mail_subject": "subject “{subject}”",
@@ -169,6 +187,17 @@ def _require_text(args: Mapping[str, Any], *names: str) -> dict[str, str]:
     return values
 
 
+def normal_workspace_path(given: str) -> str:
+    """A relative path in the workspace, normalised (``a/./b`` is ``a/b``); ``Rejected`` when it leaves it."""
+    path = posixpath.normpath(given.replace("\\", "/"))
+    if path.startswith(("/", "../")) or path in (".", "..") or "\x00" in path:
+        raise Rejected(f"path {given!r} leaves the workspace")
+    if any(is_temp_name(part) for part in path.split("/")):
+        # The writer's temp files are named so; such a file would be swept as one a dead writer left.
+        raise Rejected(f"path {given!r} is named like the writer's temp files (.<name>.<pid>.<hex>.tmp)")
+    return path
+
+
 class WriteFile:
     """Writes ``content`` to ``RUN_DIR/workspace/<path>``; can check the file's digest."""
 
@@ -179,13 +208,7 @@ class WriteFile:
 
     def normalise(self, args: Mapping[str, Any]) -> dict[str, Any]:
         values = _require_text(args, "path", "content")
-        path = posixpath.normpath(values["path"].replace("\\", "/"))
-        if path.startswith(("/", "../")) or path in (".", "..") or "\x00" in path:
-            raise Rejected(f"path {values['path']!r} leaves the workspace")
-        if any(is_temp_name(part) for part in path.split("/")):
-            # The writer's temp files are named so; such a file would be swept as one a dead writer left.
-            raise Rejected(f"path {values['path']!r} is named like the writer's temp files (.<name>.<pid>.<hex>.tmp)")
-        return {"path": path, "content": values["content"]}
+        return {"path": normal_workspace_path(values["path"]), "content": values["content"]}
 
     def _target(self, run_dir: Path, args: Mapping[str, Any]) -> Path:
         return Path(run_dir) / "workspace" / args["path"]
@@ -287,9 +310,6 @@ def _flocked(fd: int) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-
-
-BUILTIN_ADAPTERS: dict[str, Adapter] = {adapter.name: adapter for adapter in (WriteFile(), SendMessage())}
 
 
 # --- what the built-in targets show ------------------------------------------------
@@ -448,3 +468,11 @@ def short_text(value: Any, limit: int = 120) -> str:
     """``value`` as text for a sentence, cut to ``limit`` characters."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# apply_changes (receipts.changes) builds on this module's classes and functions: imported once they are defined.
+from receipts.changes import ApplyChanges  # noqa: E402
+
+BUILTIN_ADAPTERS: dict[str, Adapter] = {
+    adapter.name: adapter for adapter in (WriteFile(), SendMessage(), ApplyChanges())
+}

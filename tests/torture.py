@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from receipts import protocol, runtime
+from receipts.changes import open_tree, planned_manifest, tree_digest
 from receipts.crashes import (
     CALL_EFFECT_DONE_UNRECORDED,
     CALL_WINDOWS,
@@ -55,10 +56,25 @@ from receipts.replay import replay_run
 from receipts.tools import BUILTIN_ADAPTERS
 
 CONTRACT = protocol.sha256_hex(b"torture contract")
-TOOLS = ("write_file", "send_message", "write-task")
+TOOLS = ("write_file", "send_message", "write-task", "apply_changes", "apply_changes-git")
+# The harness's apply_changes modes, by the args' mode: the same tool, a tree of each layout.
+APPLY_MODES = {"apply_changes": "content", "apply_changes-git": "git"}
 FILE_ARGS = {"path": "notes/kill.txt", "content": "written once, whatever the kills\n"}
 MESSAGE_ARGS = {"to": "ops@example.com", "body": "sent once, whatever the kills"}
 SUBMISSION_ID = "torture-submission"
+# apply_changes: a tree made before the trial (the version the call starts from), then one call that
+# changes a file, removes one and adds one. A reader process looks at the tree throughout.
+TREE = "site"
+TREE_BEFORE = [
+    {"path": "index.html", "content": "<h1>v0</h1>\n"},
+    {"path": "old.txt", "content": "to be removed\n"},
+    {"path": "keep/same.txt", "content": "unchanged\n"},
+]
+TREE_CHANGES = [
+    {"path": "index.html", "content": "<h1>v1</h1>\n"},
+    {"path": "old.txt", "remove": True},
+    {"path": "news/today.txt", "content": "new\n"},
+]
 WRITERS_AT_ONCE = 4
 MAX_KILLS = 4
 STEP_TIMEOUT = 60.0
@@ -89,6 +105,8 @@ EFFECT_DONE_UNRECORDED = {
     "write_file": set(CALL_EFFECT_DONE_UNRECORDED),
     "send_message": set(CALL_EFFECT_DONE_UNRECORDED),
     "write-task": {"reserved_with_task_file", "task_created", "committed_without_event"},
+    "apply_changes": set(CALL_EFFECT_DONE_UNRECORDED),
+    "apply_changes-git": set(CALL_EFFECT_DONE_UNRECORDED),
 }
 
 
@@ -330,7 +348,7 @@ def expected_decisions(tool: str, status: str) -> set[str]:
     if status == "committed":
         return {"reuse"}
     if status in protocol.OPEN_STATUSES:
-        return {"query"} if tool == "write_file" else {"confirm"}
+        return {"query"} if tool in ("write_file", *APPLY_MODES) else {"confirm"}
     if status == "rejected":
         return {"retry", "stop"}
     return {"confirm"}
@@ -350,8 +368,12 @@ class Intent:
     def window(self, killed_pids: set[int]) -> str:
         raise NotImplementedError
 
-    def close(self) -> None:
-        """Let go of what the intent watches."""
+    def start(self) -> None:
+        """Start what watches the trial (a reader of the tree) once its run directory is ready."""
+
+    def close(self) -> list[str]:
+        """Let go of what the intent watches; what it found broken over the whole trial."""
+        return []
 
     def window_after_kill(self, pid: int) -> str:
         # Other writers may be at work: a file can go between a listing and its read.
@@ -409,6 +431,17 @@ class Intent:
             problems.append(f"unexpected {finished.describe()}")
         return problems
 
+    def call_exit(self, finished: Finished, receipt_path: Path) -> tuple[list[str], str, dict[str, Any]]:
+        """A call's clean run: its exit's problems, its outcome in a word or two, and its receipt."""
+        problems = self.exit_problems(finished)
+        receipt = json_or_none(receipt_path) or {}
+        outcome = f"exit {finished.returncode}"
+        if finished.returncode == 0:
+            outcome = "exit 0 reused" if finished.output().get("reused") else "exit 0 committed"
+            if finished.output().get("status") != "committed" or receipt.get("status") != "committed":
+                problems.append(f"exit 0 without a committed receipt: {finished.describe()}")
+        return problems, outcome, receipt
+
     def findings_problems(self) -> list[str]:
         files, _ = read_run(self.run_dir, keep_events=False)
         return [f"reader finding {f.code} on {f.subject}: {f.detail}" for f in files.findings]
@@ -435,9 +468,10 @@ class CallIntent(Intent):
             self.target.parent.mkdir(parents=True)
             self.placement_watch = inotify_watch([self.target.parent], IN_MOVED_TO | IN_CREATE)
 
-    def close(self) -> None:
+    def close(self) -> list[str]:
         if self.placement_watch is not None:
             os.close(self.placement_watch)
+        return []
 
     def command(self) -> tuple[list[str], bytes | None]:
         args = json.dumps(self.args)
@@ -514,13 +548,9 @@ class CallIntent(Intent):
         return call_window(self.run_dir, self.call_id, killed_pids, self.effect_present)
 
     def clean_problems(self, finished: Finished) -> tuple[list[str], str]:
-        problems = self.exit_problems(finished)
+        problems, outcome, receipt = self.call_exit(finished, self.receipt_path)
         output = finished.output()
-        receipt = json_or_none(self.receipt_path) or {}
         if finished.returncode == 0:
-            outcome = "exit 0 reused" if output.get("reused") else "exit 0 committed"
-            if output.get("status") != "committed" or receipt.get("status") != "committed":
-                problems.append(f"exit 0 without a committed receipt: {finished.describe()}")
             once = (
                 len(self.inodes) == 1 == self.placements if self.tool == "write_file" else len(self.outbox_lines()) == 1
             )
@@ -530,8 +560,6 @@ class CallIntent(Intent):
             outcome = "exit 4 in doubt"
             if output.get("needs") != "confirmation" or receipt.get("status") not in protocol.OPEN_STATUSES:
                 problems.append(f"exit 4 without a call in doubt: {finished.describe()}")
-        else:
-            outcome = f"exit {finished.returncode}"
         return problems, outcome
 
 
@@ -599,7 +627,111 @@ class TaskIntent(Intent):
         return problems, f"exit {finished.returncode} {disposition}"
 
 
+class ApplyIntent(Intent):
+    """One ``apply_changes`` call on a tree made before the trial, with a reader process looking at
+    the tree throughout: every look must find the version before the call or the one it makes."""
+
+    def __init__(self, run_dir: Path, tool: str) -> None:
+        super().__init__(run_dir)
+        self.tool, self.mode = tool, APPLY_MODES[tool]
+        self.args = {"tree": TREE, "mode": self.mode, "changes": TREE_CHANGES}
+        adapter = BUILTIN_ADAPTERS["apply_changes"]
+        normal = adapter.normalise(self.args)
+        self.call_id = protocol.make_call_id(CONTRACT, 1, "apply_changes", normal, adapter.version,
+                                             protocol.IDENTITY_V2)  # fmt: skip
+        self.receipt_path = run_dir / "receipts" / f"{self.call_id}.json"
+        before = planned_manifest({}, TREE_BEFORE)
+        self.before, self.after = tree_digest(before), tree_digest(planned_manifest(before, normal["changes"]))
+        # The version the call starts from, made by a call of its own before any kill.
+        made = runtime.Executor(run_dir).call(
+            "apply_changes", {"tree": TREE, "mode": self.mode, "changes": TREE_BEFORE}
+        )
+        if made.status != "committed":
+            raise RuntimeError(f"the tree before the trial was not made: {made.error}")
+        self.placements = 0
+        self.placement_watch = inotify_watch([run_dir / "workspace"], IN_MOVED_TO) if self.mode == "content" else None
+        self.reader: subprocess.Popen | None = None
+        self.reader_log = run_dir.with_name(run_dir.name + ".reader")
+        self.reads = 0
+
+    def start(self) -> None:
+        command = [sys.executable, "-m", "tests.tree_reader", str(self.run_dir), TREE, self.mode,
+                   str(self.reader_log), self.before, self.after]  # fmt: skip
+        self.reader = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=writer_env())
+
+    def close(self) -> list[str]:
+        if self.placement_watch is not None:
+            os.close(self.placement_watch)
+        if self.reader is None:
+            return []
+        stdout, _ = self.reader.communicate(b"", timeout=STEP_TIMEOUT)  # its standard input closed: it ends
+        problems = self.reader_problems()
+        try:
+            self.reads = int(json.loads(stdout)["reads"])
+        except (ValueError, KeyError, TypeError):
+            problems.append(f"the reader ended without its count: exit {self.reader.returncode}")
+        if self.reads == 0:
+            problems.append("the reader never looked at the tree")
+        with contextlib.suppress(FileNotFoundError):
+            self.reader_log.unlink()
+        return problems
+
+    def reader_problems(self) -> list[str]:
+        try:
+            lines = self.reader_log.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        return [f"{lines[0]} ({len(lines)} such looks)"] if lines else []
+
+    def command(self) -> tuple[list[str], bytes | None]:
+        return writer_command(
+            "call", str(self.run_dir), "--tool", "apply_changes", "--args", json.dumps(self.args)
+        ), None
+
+    def visible(self) -> str | None:
+        """The digest of the tree's current version, read as the adapter reads it."""
+        tree = open_tree(self.run_dir, self.args)
+        current = tree.current()
+        return None if current is None else tree_digest(tree.manifest(current))
+
+    def effect_present(self) -> bool:
+        return self.visible() == self.after
+
+    def effect_problems(self) -> list[str]:
+        problems = self.reader_problems()
+        if self.placement_watch is not None:
+            self.placements += sum(name == TREE for _, name in read_inotify_events(self.placement_watch))
+        else:
+            log = self.run_dir / "workspace" / f"{TREE}.git" / "logs" / "refs" / "heads" / "main"
+            self.placements = len(log.read_bytes().splitlines()) - 1  # the first line made the tree before
+        if self.placements > 1:
+            problems.append(f"the tree was made current {self.placements} times")
+        try:
+            visible = self.visible()
+        except (OSError, ValueError) as error:
+            return [*problems, f"the tree cannot be read: {error}"]
+        if visible not in (self.before, self.after):
+            problems.append(f"the tree is at {visible}, neither the version before nor the one the call makes")
+        receipt = json_or_none(self.receipt_path)
+        if isinstance(receipt, dict) and receipt.get("status") == "committed":
+            result = receipt.get("result") or {}
+            if visible != self.after or result.get("files_sha256") != self.after:
+                problems.append(f"committed, but the tree is at {visible} (the result records {result})")
+        return problems
+
+    def window(self, killed_pids: set[int]) -> str:
+        return call_window(self.run_dir, self.call_id, killed_pids, self.effect_present)
+
+    def clean_problems(self, finished: Finished) -> tuple[list[str], str]:
+        problems, outcome, _ = self.call_exit(finished, self.receipt_path)
+        if finished.returncode == 0 and (self.placements != 1 or self.visible() != self.after):
+            problems.append(f"exit 0, but the tree was made current {self.placements} times")
+        return problems, outcome
+
+
 def make_intent(tool: str, run_dir: Path) -> Intent:
+    if tool in APPLY_MODES:
+        return ApplyIntent(run_dir, tool)
     return TaskIntent(run_dir) if tool == "write-task" else CallIntent(run_dir, tool)
 
 
@@ -618,6 +750,7 @@ class TrialResult:
     outcomes: Counter = dataclasses.field(default_factory=Counter)
     violations: list[str] = dataclasses.field(default_factory=list)
     history: list[str] = dataclasses.field(default_factory=list)
+    reads: int = 0  # apply_changes: the reader process's looks at the tree, all of them one version or the other
 
 
 def _step(intent: Intent, result: TrialResult, delays: list[float | None], last: bool, replay_cli: bool) -> bool:
@@ -677,13 +810,15 @@ def run_trial(
     result = TrialResult(mode_name(tool, together), seed, run_dir, spans)
     writers = WRITERS_AT_ONCE if together else 1
     try:
+        intent.start()
         for _ in range(rng.randint(1, MAX_KILLS)):
             if not _step(intent, result, kill_delays(rng, writers, *spans), False, replay_cli):
                 break
         else:
             _step(intent, result, [None] * writers, True, replay_cli)
     finally:
-        intent.close()
+        result.violations += [f"over the trial: {problem}" for problem in intent.close()]
+        result.reads = getattr(intent, "reads", 0)
     return result
 
 
@@ -695,7 +830,10 @@ def calibrate(tool: str, root: Path, together: bool, workers: int) -> list[tuple
     def measure(index: int) -> tuple[float, float]:
         run_dir = root / f"calibrate-{'4x-' if together else ''}{tool}-{index}"
         runtime.run_init(run_dir, contract_sha256=CONTRACT)
-        command, stdin = make_intent(tool, run_dir).command()
+        intent = make_intent(tool, run_dir)
+        command, stdin = intent.command()
+        # Under the load of the trials: apply_changes's reader process looks at the tree meanwhile.
+        intent.start()
         watch = TouchWatch(run_dir, depth=True)
         try:
             env = writer_env()
@@ -703,6 +841,7 @@ def calibrate(tool: str, root: Path, together: bool, workers: int) -> list[tuple
             span = watch.write_span(children, STEP_TIMEOUT)
         finally:
             watch.close()
+            intent.close()
         for child in children:
             child.communicate(timeout=STEP_TIMEOUT)
             if child.returncode != 0:
@@ -880,6 +1019,13 @@ def format_report(report: Report) -> str:
     for mode in report.modes():
         outcomes = sum((trial.outcomes for trial in report.of(mode)), Counter())
         lines.append(f"  {mode:<16} " + ", ".join(f"{name}: {count}" for name, count in sorted(outcomes.items())))
+    looked = [mode for mode in report.modes() if mode.split()[-1] in APPLY_MODES]
+    if looked:
+        lines += [
+            "",
+            "apply_changes: a reader process looked at the tree throughout each trial (each look one version)",
+        ]
+        lines += [f"  {mode:<24} {sum(trial.reads for trial in report.of(mode)):>8} looks" for mode in looked]
     broken = report.violations()
     lines += ["", f"violations: {len(broken)} trial(s)"]
     for (mode, kind), count in sorted(report.violation_kinds().items()):
