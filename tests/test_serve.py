@@ -209,6 +209,24 @@ def test_the_signing_key_lives_only_with_the_daemon_and_its_signatures_hold(user
     assert check.verified and "signature" in receipt
 
 
+@pytest.mark.parametrize("mode", ["content", "git"])
+def test_an_agent_user_applies_a_multi_file_change_through_the_daemon(users, shared_tmp, mode):
+    writer, agent = users
+    root, sock = served_dirs(shared_tmp, writer)
+    changes = {"tree": "site", "mode": mode, "changes": [{"path": "index.html", "content": "<h1>hi</h1>"},
+                                                         {"path": "news/today.txt", "content": "shipped"}]}  # fmt: skip
+    with Daemon(root, sock, account=writer, options=("--agents-group", AGENTS_GROUP)):
+        run = root / "run-1"
+        assert as_user(agent, "init", str(run), "--contract-sha256", CONTRACT, socket=sock).returncode == 0
+        call = ("call", str(run), "--tool", "apply_changes", "--args", json.dumps(changes))
+        first = committed(as_user(agent, *call, socket=sock))
+        assert committed(as_user(agent, *call, socket=sock))["reused"] is True
+    assert first["result"]["files_sha256"] and first["result"]["version"]
+    assert (run / "receipts" / f"{first['call_id']}.json").stat().st_uid == writer.uid
+    if mode == "content":
+        assert (run / "workspace" / "site" / "news" / "today.txt").read_text() == "shipped"
+
+
 @pytest.mark.django_db
 def test_the_dashboards_settle_is_written_by_the_daemon_and_the_agent_follows_it(
     users, shared_tmp, client, django_user_model, monkeypatch
