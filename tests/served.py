@@ -7,6 +7,7 @@ sit below a home folder other users cannot enter, and the writer needs nothing e
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import grp
 import json
@@ -94,6 +95,29 @@ def shared_tmp() -> Iterator[Path]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+_package_copy: list[Path] = []
+
+
+def package_parent() -> str:
+    """A copy of this checkout's ``receipts`` package, in a folder every user can read.
+
+    The checkout may lie where other users cannot enter (CI works in a ``mktemp -d`` folder,
+    mode 0700); the writer needs nothing but the standard library and this package. One copy
+    per test process, removed when it ends.
+    """
+    if not _package_copy:
+        base = Path(tempfile.mkdtemp(prefix="callproof-package-", dir="/tmp"))
+        shutil.copytree(Path(PACKAGE_PARENT) / "receipts", base / "receipts",
+                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+        for folder, _, names in os.walk(base):
+            os.chmod(folder, 0o755)  # noqa: S103 - every user reads and enters the package: that is its point
+            for name in names:
+                os.chmod(os.path.join(folder, name), 0o644)
+        atexit.register(shutil.rmtree, base, True)
+        _package_copy.append(base)
+    return str(_package_copy[0])
+
+
 def python_for(account: Account | None) -> str:
     return SYSTEM_PYTHON if account is not None else sys.executable
 
@@ -101,7 +125,7 @@ def python_for(account: Account | None) -> str:
 def env_for(socket: Path | None = None, /, **extra: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items()
            if key not in ("RECEIPTS_FAILPOINT", "RECEIPTS_WRITER_SOCKET", "RECEIPTS_SIGNING_KEY")}  # fmt: skip
-    env["PYTHONPATH"] = PACKAGE_PARENT
+    env["PYTHONPATH"] = package_parent()
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if socket is not None:
         env["RECEIPTS_WRITER_SOCKET"] = str(socket)

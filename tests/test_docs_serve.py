@@ -8,7 +8,7 @@ import re
 import subprocess
 
 from tests.helpers import PROJECT
-from tests.served import SYSTEM_PYTHON, WRITER_USER
+from tests.served import SYSTEM_PYTHON, WRITER_USER, package_parent
 
 GUIDE = PROJECT / "docs" / "runtime-authors.md"
 
@@ -19,7 +19,7 @@ def test_the_serve_example_runs_as_root_with_real_users(users, shared_tmp):
     bin_dir = shared_tmp / "bin"
     bin_dir.mkdir(mode=0o755)
     shim = bin_dir / "callproof"
-    command = f'PYTHONPATH={PROJECT} PYTHONDONTWRITEBYTECODE=1 exec {SYSTEM_PYTHON} -m receipts "$@"'
+    command = f'PYTHONPATH={package_parent()} PYTHONDONTWRITEBYTECODE=1 exec {SYSTEM_PYTHON} -m receipts "$@"'
     shim.write_text(f"#!/bin/sh\n{command}\n")
     shim.chmod(0o755)
     root = shared_tmp / "srv"
