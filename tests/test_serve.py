@@ -7,12 +7,14 @@ the daemon's refusals, and the writer's answers as they are in process.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import socket
 import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -84,6 +86,17 @@ def records_digest(run: Path) -> str:
     return digest.hexdigest()
 
 
+@contextlib.contextmanager
+def agents_run(users, base: Path, **env: str) -> Iterator[tuple[Path, Path]]:
+    """A daemon running as the writer's user, and a run the agent's user made through it."""
+    writer, agent = users
+    root, sock = served_dirs(base, writer)
+    with Daemon(root, sock, account=writer, options=("--agents-group", AGENTS_GROUP), env=env or None):
+        run = root / "run-1"
+        assert as_user(agent, "init", str(run), "--contract-sha256", CONTRACT, socket=sock).returncode == 0
+        yield run, sock
+
+
 def committed(result) -> dict:
     assert result.returncode == 0, result.stderr.decode()
     outcome = json.loads(result.stdout)
@@ -129,10 +142,7 @@ def test_an_agent_user_calls_through_the_socket_and_can_change_no_record_itself(
 
 def test_a_call_in_doubt_is_settled_by_a_settler_never_by_the_agent_and_the_agent_follows_it(users, shared_tmp):
     writer, agent = users
-    root, sock = served_dirs(shared_tmp, writer)
-    with Daemon(root, sock, account=writer, options=("--agents-group", AGENTS_GROUP)):
-        run = root / "run-1"
-        assert as_user(agent, "init", str(run), "--contract-sha256", CONTRACT, socket=sock).returncode == 0
+    with agents_run(users, shared_tmp) as (run, sock):
         # The agent dies after its message went out, before the daemon heard of it.
         killed = as_user(agent, "call", str(run), "--tool", "send_message", "--args", json.dumps(MESSAGE),
                          socket=sock, RECEIPTS_FAILPOINT="after_effect")  # fmt: skip
@@ -165,10 +175,7 @@ def test_a_call_in_doubt_is_settled_by_a_settler_never_by_the_agent_and_the_agen
 
 def test_a_run_whose_records_others_can_write_is_not_served(users, shared_tmp):
     writer, agent = users
-    root, sock = served_dirs(shared_tmp, writer)
-    with Daemon(root, sock, account=writer, options=("--agents-group", AGENTS_GROUP)):
-        run = root / "run-1"
-        assert as_user(agent, "init", str(run), "--contract-sha256", CONTRACT, socket=sock).returncode == 0
+    with agents_run(users, shared_tmp) as (run, sock):
         call = ("call", str(run), "--tool", "write_file", "--args", json.dumps(FILE_ARGS))
         (run / "receipts").chmod(0o775)
         refused = as_user(agent, *call, socket=sock)
@@ -238,13 +245,10 @@ def test_the_dashboards_settle_is_written_by_the_daemon_and_the_agent_follows_it
     from tests.helpers import join
 
     writer, agent = users
-    root, sock = served_dirs(shared_tmp, writer)
-    with Daemon(root, sock, account=writer, options=("--agents-group", AGENTS_GROUP)):
-        run = root / "run-1"
-        assert as_user(agent, "init", str(run), "--contract-sha256", CONTRACT, socket=sock).returncode == 0
+    with agents_run(users, shared_tmp) as (run, sock):
         send = ("call", str(run), "--tool", "send_message", "--args", json.dumps(MESSAGE))
         assert as_user(agent, *send, socket=sock, RECEIPTS_FAILPOINT="after_effect").returncode == 137
-        importer.root_import(root=root)
+        importer.root_import(root=run.parent)
         call = Call.objects.get(run__run_id="run-1")
         # The dashboard's process reaches the run's writer as the agents do; it is a settler (root here).
         monkeypatch.setenv(client_module.SOCKET_ENV, str(sock))
