@@ -27,9 +27,13 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
+import datetime
+import decimal
+import enum
 import functools
 import inspect
 import json
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol, cast
@@ -119,12 +123,54 @@ def use_run(
         _BOUND.reset(token)
 
 
+# The objects of the function's arguments as its caller gave them, for this call: the function (and
+# its query and evidence) gets those, while the receipt records their JSON form.
+_GIVEN: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("receipts_given_arguments")
+
+
 def _json_copy(value: Any, what: str) -> Any:
-    """``value`` as JSON gives it back (tuples become lists), or ``ValueError`` naming ``what``."""
+    """``value`` as JSON gives it back (tuples become lists, a pydantic model its dump: ``_as_json``),
+    or ``ValueError`` naming ``what``."""
     try:
-        return json.loads(json.dumps(value, allow_nan=False))
+        return json.loads(json.dumps(value, allow_nan=False, default=_as_json))
     except (TypeError, ValueError) as error:
         raise ValueError(f"{what} is not JSON: {error}") from None
+
+
+def _as_json(value: Any) -> Any:
+    """The JSON form of an argument an agent framework hands over as an object, the same every time
+    it is given again: a pydantic model as its JSON dump, a dataclass as its fields, an enum as its
+    value, a date, time, UUID or Decimal as its text. Anything else (a set, whose order is not
+    stable, an open file) cannot be recorded: ``TypeError``, as ``json.dumps`` says it."""
+    model_dump = getattr(value, "model_dump", None)
+    if callable(model_dump) and not isinstance(value, type):
+        return model_dump(mode="json")  # pydantic 2: dates, enums and nested models as JSON
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID | decimal.Decimal):
+        return str(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _arguments_as_json(arguments: dict[str, Any], what: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The arguments as the receipt records them, and those whose object is not its JSON form (a
+    model, a tuple, a date), to hand to the function as they were given."""
+    values = _json_copy(arguments, what)
+    given = {
+        name: value
+        for name, value in arguments.items()
+        if type(value) is not type(values[name]) or value != values[name]
+    }
+    return values, given
+
+
+def _as_given(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The recorded arguments, with the objects the caller gave in place of their JSON form."""
+    return {**args, **{name: value for name, value in _GIVEN.get({}).items() if name in args}}
 
 
 class FunctionAdapter:
@@ -166,7 +212,7 @@ class FunctionAdapter:
         return self._normalise(values) if self._normalise is not None else values
 
     def execute(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> dict[str, Any]:
-        returned = _settled(self.function(**args, call_id=call_id))
+        returned = _settled(self.function(**_as_given(args), call_id=call_id))
         try:
             return {"returned": _json_copy(returned, f"what {self.name} returned")}
         except ValueError as error:
@@ -175,7 +221,7 @@ class FunctionAdapter:
 
     def _run_query(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> Any:
         assert self._query is not None
-        answer = _settled(self._query(**args, call_id=call_id))
+        answer = _settled(self._query(**_as_given(args), call_id=call_id))
         if answer is NOT_DONE:
             return NOT_DONE
         try:
@@ -190,8 +236,9 @@ class FunctionAdapter:
         if result is not None:
             if not isinstance(result, Mapping) or "returned" not in result:
                 return Evidence("unclear", (Fact("result_not_returned"),))
-            return cast(Evidence, _settled(self._evidence(**args, call_id=call_id, result=result["returned"])))
-        return cast(Evidence, _settled(self._evidence(**args, call_id=call_id)))
+            given = _as_given(args)
+            return cast(Evidence, _settled(self._evidence(**given, call_id=call_id, result=result["returned"])))
+        return cast(Evidence, _settled(self._evidence(**_as_given(args), call_id=call_id)))
 
 
 class ReceiptedTool(Protocol):
@@ -274,11 +321,15 @@ def _make_tool(function: Callable[..., Any], adapter: FunctionAdapter) -> Receip
 
     def call(binding: _Binding, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallOutcome:
         executor = Executor(binding.run_dir, {adapter.name: adapter})
-        # A call_id is computed over JSON: arguments that are not JSON cannot have a receipt at all.
-        values = _json_copy(_arguments(signature, args, kwargs), f"an argument of {adapter.name}")
-        return executor.call(
-            adapter.name, values, attempt=binding.attempt, override_unsettled=binding.override_unsettled
-        )
+        # A call_id is computed over JSON: arguments with no JSON form cannot have a receipt at all.
+        values, given = _arguments_as_json(_arguments(signature, args, kwargs), f"an argument of {adapter.name}")
+        token = _GIVEN.set(given)
+        try:
+            return executor.call(
+                adapter.name, values, attempt=binding.attempt, override_unsettled=binding.override_unsettled
+            )
+        finally:
+            _GIVEN.reset(token)
 
     @functools.wraps(function)
     def tool(*args: Any, **kwargs: Any) -> Any:

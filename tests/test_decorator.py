@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import datetime
+import enum
 import inspect
 import json
 import subprocess
@@ -416,3 +419,45 @@ def test_a_caller_cancelled_while_awaiting_does_not_stop_the_call(run_dir):
         answer = asyncio.run(agent())
     assert answer == "sent" and len(runs) == 1
     assert json.loads((run_dir / "receipts" / f"{runs[0]}.json").read_text())["status"] == "committed"
+
+
+def test_objects_a_framework_hands_over_are_recorded_as_json_and_reach_the_function_as_given(run_dir):
+    """Agent frameworks validate a model's arguments into objects (pydantic models, dataclasses,
+    enums, dates): the receipt and the call_id take their JSON form, the same each time they are
+    given again, and the function gets the objects themselves."""
+    pydantic = pytest.importorskip("pydantic")
+
+    class Colour(enum.Enum):
+        RED = "red"
+
+    @dataclasses.dataclass
+    class Address:
+        city: str
+        since: datetime.date
+
+    class Order(pydantic.BaseModel):
+        sku: str
+        quantity: int
+        ship_to: Address
+
+    seen: list[tuple[Any, ...]] = []
+
+    @receipted(version="1")
+    def place(order: Order, colour: Colour, at: datetime.datetime, *, call_id: str) -> Order:
+        seen.append((order, colour, at))
+        return order  # a model as the answer: recorded as its JSON
+
+    order = Order(sku="A-1", quantity=2, ship_to=Address("Lyon", datetime.date(2026, 1, 2)))
+    at = datetime.datetime(2026, 12, 6, 9, 30, tzinfo=datetime.UTC)
+    with use_run(run_dir):
+        answer = place(order, Colour.RED, at)
+        again = place(Order.model_validate(order.model_dump()), Colour("red"), at)  # equal objects, built anew
+    assert seen == [(order, Colour.RED, at)] and isinstance(seen[0][0], Order), "the objects as given, once"
+    recorded = {"sku": "A-1", "quantity": 2, "ship_to": {"city": "Lyon", "since": "2026-01-02"}}
+    assert answer == again == recorded
+    [receipt] = [json.loads(path.read_bytes()) for path in (run_dir / "receipts").glob("*.json")]
+    assert receipt["args"] == {"order": recorded, "colour": "red", "at": "2026-12-06T09:30:00+00:00"}
+    as_json = place.call_in(run_dir, recorded, "red", "2026-12-06T09:30:00+00:00")
+    assert as_json.call_id == receipt["call_id"] and as_json.reused, "the JSON form is the same intent"
+    with pytest.raises(ValueError, match="not JSON: Object of type frozenset"):
+        place.call_in(run_dir, frozenset({1}), "red", "x")  # no stable JSON form: no receipt
