@@ -36,7 +36,7 @@ import inspect
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_origin
+from typing import TYPE_CHECKING, Any, get_args, get_origin
 
 from receipts.decorator import CallInDoubt, ReceiptedTool, SettledWithoutAnswer, use_run
 from receipts.integrations import SETTLED_AS_DONE, framework
@@ -79,8 +79,7 @@ def receipted_tool(
         raise TypeError(f"run_dir must be a callable of the run's context, not {run_dir!r}")
     signature = inspect.signature(tool)
     for parameter in signature.parameters.values():
-        annotation = get_origin(parameter.annotation) or parameter.annotation
-        if isinstance(annotation, type) and issubclass(annotation, sdk.RunContextWrapper):  # ToolContext too
+        if _mentions(parameter.annotation, sdk.RunContextWrapper):  # a ToolContext is one too
             raise TypeError(
                 f"{adapter.name} takes the SDK's run context ({parameter.name}): its arguments make its call_id, "
                 "and the context is not an argument of the call; read what you need in run_dir or outside the tool"
@@ -127,6 +126,14 @@ def receipted_tool(
     invoke.__module__ = tool.__module__
     invoke.__wrapped__ = tool  # type: ignore[attr-defined]  # get_type_hints finds the tool's module there
     return sdk.function_tool(invoke, failure_error_function=_tell_the_model, **function_tool_options)
+
+
+def _mentions(annotation: Any, kind: type) -> bool:
+    """Whether ``annotation`` is ``kind`` or a subclass, alone or inside ``Optional``, ``Annotated``, ..."""
+    origin = get_origin(annotation) or annotation
+    if isinstance(origin, type) and issubclass(origin, kind):
+        return True
+    return any(_mentions(argument, kind) for argument in get_args(annotation))
 
 
 def _tell_the_model(wrapper: RunContextWrapper[Any], error: Exception) -> str:
