@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -33,7 +36,7 @@ from receipts.integrations.openai_agents import receipted_tool
 from receipts.tools import OutcomeUnknown, Rejected
 from tests.framework_agents import tools
 from tests.framework_agents.openai_agents import Shop, tool_outputs
-from tests.helpers import CONTRACT
+from tests.helpers import CONTRACT, PROJECT
 from tests.test_docs_adapters import example, run
 
 set_tracing_disabled(True)
@@ -217,6 +220,84 @@ def test_two_agent_runs_at_once_write_each_its_own_receipt(mode, tmp_path):
         [receipt] = receipts_of(path)
         assert (receipt["status"], receipt["args"]) == ("committed", arguments), "each run's own call, in its own run"
         assert json.loads(final) == [f"{arguments['order']['sku']} {receipt['call_id'][:12]}"]
+
+
+def beside_one_in_doubt(release: threading.Event) -> Agent[Shop]:
+    """An agent whose model asks for three calls in one response, run at once by the SDK: ``pay`` ends in
+    doubt once all three are inside their functions; ``ship`` (``def``) returns once ``release`` is set;
+    ``notify`` (``async def``) waits until it is cancelled."""
+    inside = threading.Barrier(3, timeout=30)
+
+    @receipted(name="pay", version="1")
+    def pay(to: str, *, call_id: str) -> str:
+        """Pay."""
+        inside.wait()
+        raise OutcomeUnknown("the bank timed out after the request was sent")
+
+    @receipted(name="ship", version="1")
+    def ship(sku: str, *, call_id: str) -> str:
+        """Ship."""
+        inside.wait()
+        release.wait(timeout=30)
+        return "shipped"
+
+    @receipted(name="notify", version="1")
+    async def notify(to: str, *, call_id: str) -> str:
+        """Notify."""
+        await asyncio.to_thread(inside.wait)
+        await asyncio.Event().wait()
+        return "notified"
+
+    calls = [("pay", {"to": "acme"}), ("ship", {"sku": "A-1"}), ("notify", {"to": "acme"})]
+    model = ScriptedModel([[function_call(name, arguments, call_id=name) for name, arguments in calls]])
+    return Agent(name="shop", model=model, tools=[in_run(function) for function in (pay, ship, notify)])
+
+
+def statuses(run_dir: Path) -> dict[str, str]:
+    return {receipt["tool"]: receipt["status"] for receipt in receipts_of(run_dir)}
+
+
+def test_tool_calls_beside_one_in_doubt_end_as_their_functions_let_them_under_runner_run(run_dir):
+    release = threading.Event()
+
+    async def main() -> None:
+        with pytest.raises(CallInDoubt):
+            await Runner.run(beside_one_in_doubt(release), "Go on.", context=Shop(run_dir))
+        release.set()  # ship goes on in its thread after the SDK cancelled the task awaiting it
+
+    asyncio.run(main())  # closing its loop cancels notify's coroutine: nobody knows how far it went
+    assert statuses(run_dir) == {"pay": "unknown", "ship": "committed", "notify": "unknown"}
+
+
+RUN_SYNC_BESIDE_ONE_IN_DOUBT = """
+import json, threading
+from pathlib import Path
+from agents import Runner
+from receipts import CallInDoubt, runtime
+from tests.helpers import CONTRACT, PROJECT
+from tests.test_integration_openai_agents import Shop, beside_one_in_doubt, statuses
+
+runtime.run_init(Path("run"), contract_sha256=CONTRACT)
+release = threading.Event()
+release.set()
+try:
+    Runner.run_sync(beside_one_in_doubt(release), "Go on.", context=Shop(Path("run")))
+except CallInDoubt:
+    print(json.dumps(statuses(Path("run"))), flush=True)
+"""
+
+
+def test_under_run_sync_an_async_call_beside_one_in_doubt_stays_prepared_and_the_process_cannot_exit(tmp_path):
+    environment = {"PYTHONPATH": str(PROJECT), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    with subprocess.Popen([sys.executable, "-c", RUN_SYNC_BESIDE_ONE_IN_DOUBT], cwd=tmp_path, env=environment,
+                          stdout=subprocess.PIPE, text=True) as child:  # fmt: skip
+        try:
+            said = json.loads(child.stdout.readline())  # type: ignore[union-attr]
+            assert (said["pay"], said["notify"]) == ("unknown", "prepared"), said
+            with pytest.raises(subprocess.TimeoutExpired):  # its writer's thread waits for a loop that stopped
+                child.wait(timeout=3)
+        finally:
+            child.kill()
 
 
 @pytest.mark.parametrize(

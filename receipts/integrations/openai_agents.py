@@ -68,6 +68,11 @@ def receipted_tool(
     arguments go to the SDK's ``function_tool`` (``description_override``,
     ``needs_approval``, ...), except ``failure_error_function``: this integration
     decides what reaches the model.
+
+    When one of several tool calls of a model response stops the run, the SDK
+    cancels the others: an ``async def`` function's call then needs the run's
+    event loop to end, so start such agents with ``Runner.run``, not
+    ``Runner.run_sync`` (docs/runtime-authors.md, "The OpenAI Agents SDK").
     """
     sdk = _sdk()
     adapter = getattr(tool, "adapter", None)
