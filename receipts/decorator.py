@@ -89,6 +89,11 @@ _BOUND: contextvars.ContextVar[_Binding] = contextvars.ContextVar("receipts_boun
 _CALLER_LOOP: contextvars.ContextVar[asyncio.AbstractEventLoop] = contextvars.ContextVar("receipts_caller_loop")
 
 
+# How often the writer's thread, waiting for a coroutine on the caller's loop, looks whether that
+# loop still runs.
+_LOOP_LOOK_SECONDS = 0.1
+
+
 async def _awaited(awaitable: Any) -> Any:
     return await awaitable
 
@@ -101,7 +106,22 @@ def _settled(value: Any) -> Any:
     loop = _CALLER_LOOP.get(None)
     if loop is None:
         return asyncio.run(_awaited(value))
-    return asyncio.run_coroutine_threadsafe(_awaited(value), loop).result()
+    future = asyncio.run_coroutine_threadsafe(_awaited(value), loop)
+    while True:
+        try:
+            return future.result(timeout=_LOOP_LOOK_SECONDS)
+        except TimeoutError:
+            if future.done():
+                raise  # the coroutine's own TimeoutError
+            if loop.is_running():
+                continue
+        # The caller's loop stopped with the coroutine unfinished (an agent framework's run_sync
+        # ended while a call beside this one was in doubt): it will never finish, and waiting
+        # would keep the process from exiting. How far it went, nobody knows.
+        future.cancel()
+        raise OutcomeUnknown(
+            "the event loop running the function stopped before it finished: it may have had its effect"
+        )
 
 
 @contextlib.contextmanager

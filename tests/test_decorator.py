@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import datetime
@@ -22,7 +23,7 @@ from receipts.demo import writer_env
 from receipts.tools import NOT_DONE, OutcomeUnknown, Rejected
 from tests import adapter_children
 from tests.adapter_children import INVOICE, create_invoice, create_invoice_unqueried, effect_lines
-from tests.helpers import CONTRACT, PROJECT
+from tests.helpers import CONTRACT, PROJECT, until
 
 
 @pytest.fixture(autouse=True)
@@ -461,3 +462,27 @@ def test_objects_a_framework_hands_over_are_recorded_as_json_and_reach_the_funct
     assert as_json.call_id == receipt["call_id"] and as_json.reused, "the JSON form is the same intent"
     with pytest.raises(ValueError, match="not JSON: Object of type frozenset"):
         place.call_in(run_dir, frozenset({1}), "red", "x")  # no stable JSON form: no receipt
+
+
+def test_an_async_function_whose_loop_stops_before_it_ends_is_unknown_and_not_waited_for(run_dir):
+    """An agent framework's ``run_sync`` stops its loop when the run raises, with another tool's
+    coroutine unfinished on it: the writer's thread, waiting for that coroutine, must not wait for
+    ever (the receipt stayed prepared and the process could not exit); nobody knows how far the
+    coroutine went, so the call is unknown."""
+    started = threading.Event()
+
+    @receipted(version="1")
+    async def stall(*, call_id: str) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    loop = asyncio.new_event_loop()
+    with use_run(run_dir):
+        task = loop.create_task(stall())
+    loop.run_until_complete(asyncio.to_thread(started.wait, 30))  # then the loop stops, stall unfinished
+    receipt_path = run_dir / "receipts"
+    until(lambda: [json.loads(p.read_bytes())["status"] for p in receipt_path.glob("*.json")] == ["unknown"],
+          "the receipt says unknown")  # fmt: skip
+    with pytest.raises(CallInDoubt, match="event loop running the function stopped"):
+        loop.run_until_complete(task)
+    loop.close()
