@@ -70,9 +70,9 @@ def receipted_tool(
     decides what reaches the model.
 
     When one of several tool calls of a model response stops the run, the SDK
-    cancels the others: an ``async def`` function's call then needs the run's
-    event loop to end, so start such agents with ``Runner.run``, not
-    ``Runner.run_sync`` (docs/runtime-authors.md, "The OpenAI Agents SDK").
+    cancels the others: an ``async def`` function's coroutine, cancelled or
+    left on a loop that stopped, ends its call ``unknown``, for a person
+    (docs/runtime-authors.md, "The OpenAI Agents SDK").
     """
     sdk = _sdk()
     adapter = getattr(tool, "adapter", None)
