@@ -241,7 +241,7 @@ def not_a_path(config: Any) -> Any:
         (None, None, ValueError, "the graph run has no thread_id"),
         ("../run-1", None, ValueError, "cannot name a run directory"),
         ("run-2", None, ValueError, r"run-2 is not a run directory \(no steer.json\)"),
-        ("run-1", not_a_path, TypeError, "run_dir\\(config\\) gave None, not a path"),
+        ("run-1", not_a_path, TypeError, "run_dir\\(config\\) gave None, not a path to a run directory"),
     ],
     ids=["no thread_id", "a thread_id out of the root", "not made by run_init", "not a path"],
 )

@@ -20,9 +20,11 @@ and reaches the code that started it, and a person settles it.
 from __future__ import annotations
 
 import importlib
+import os
+from pathlib import Path
 from types import ModuleType
 
-__all__ = ["SETTLED_AS_DONE", "framework"]
+__all__ = ["SETTLED_AS_DONE", "framework", "run_directory"]
 
 SETTLED_AS_DONE = "Done: a person confirmed that this call took effect. Its answer was not recorded."
 
@@ -33,3 +35,18 @@ def framework(module: str, extra: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as error:
         raise ImportError(f"{module} is not installed: pip install 'callproof[{extra}]' ({error})") from error
+
+
+def run_directory(tool: str, given: object, asked: str = "run_dir") -> Path:
+    """The run directory that ``asked`` (the user's ``run_dir`` callable, as called) gave for a call
+    of ``tool``: ``TypeError`` when it is not a path, ``ValueError`` when no run is there. Checked
+    before the call, so that the error says what is wrong rather than what the writer finds missing."""
+    if not isinstance(given, str | os.PathLike):
+        raise TypeError(f"{tool}: {asked} gave {given!r}, not a path to a run directory")
+    path = Path(given)
+    if not (path / "steer.json").is_file():
+        raise ValueError(
+            f"{tool}: {path} is not a run directory (no steer.json): make it with `callproof init` "
+            "or receipts.runtime.run_init before the agent runs"
+        )
+    return path

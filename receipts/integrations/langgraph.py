@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from receipts import protocol
 from receipts.decorator import CallInDoubt, FunctionAdapter, SettledWithoutAnswer, use_run
-from receipts.integrations import SETTLED_AS_DONE, framework
+from receipts.integrations import SETTLED_AS_DONE, framework, run_directory
 from receipts.tools import Rejected
 
 if TYPE_CHECKING:
@@ -111,15 +110,7 @@ def receipted_tool(function: ReceiptedTool, *, run_dir: Callable[[RunnableConfig
         )
 
     def bound_run() -> Path:
-        chosen = run_dir(runnables.ensure_config())
-        if not isinstance(chosen, str | os.PathLike):
-            raise TypeError(f"{adapter.name}: run_dir(config) gave {chosen!r}, not a path")
-        if not Path(chosen, "steer.json").is_file():
-            raise ValueError(
-                f"{adapter.name}: {chosen} is not a run directory (no steer.json): make it with runtime.run_init "
-                "before the graph runs"
-            )
-        return Path(chosen)
+        return run_directory(adapter.name, run_dir(runnables.ensure_config()), "run_dir(config)")
 
     if inspect.iscoroutinefunction(function):
 

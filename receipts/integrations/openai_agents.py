@@ -33,13 +33,12 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args, get_origin
 
 from receipts.decorator import CallInDoubt, ReceiptedTool, SettledWithoutAnswer, use_run
-from receipts.integrations import SETTLED_AS_DONE, framework
+from receipts.integrations import SETTLED_AS_DONE, framework, run_directory
 from receipts.tools import Rejected
 
 if TYPE_CHECKING:
@@ -160,12 +159,10 @@ def _run_directory(run_dir: Callable[[Any], Path | str], wrapper: Any, name: str
     except Exception as error:
         hint = " (the run was started without context=...)" if wrapper.context is None else ""
         raise sdk.UserError(f"{name}: run_dir could not give the run directory{hint}: {error!r}") from error
-    if not isinstance(given, str | os.PathLike):
-        raise sdk.UserError(f"{name}: run_dir gave {given!r}, not a path to a run directory")
-    path = Path(given)
-    if not (path / "steer.json").is_file():
-        raise sdk.UserError(f"{name}: {path} is not a run directory (no steer.json): make it with runtime.run_init")
-    return path
+    try:
+        return run_directory(name, given)
+    except (TypeError, ValueError) as error:
+        raise sdk.UserError(str(error)) from None
 
 
 @functools.cache

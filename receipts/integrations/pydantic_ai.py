@@ -27,14 +27,13 @@ module does not import it.
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from receipts.decorator import FunctionAdapter, ReceiptedTool, SettledWithoutAnswer, use_run
-from receipts.integrations import SETTLED_AS_DONE, framework
+from receipts.integrations import SETTLED_AS_DONE, framework, run_directory
 from receipts.tools import Rejected
 
 if TYPE_CHECKING:
@@ -79,18 +78,6 @@ def _tool(ai: Any, function: Callable[..., Any]) -> Any:
     return tool
 
 
-def _checked_run_dir(name: str, given: Any) -> Path:
-    if not isinstance(given, str | os.PathLike):
-        raise TypeError(f"{name}: run_dir(ctx) gave {given!r}, not a path to a run directory")
-    path = Path(given)
-    if not (path / "steer.json").is_file():
-        raise ValueError(
-            f"{name}: {path} is not a run directory (no steer.json); make it with `callproof init` "
-            "or `receipts.runtime.run_init` before the agent runs"
-        )
-    return path
-
-
 @functools.cache
 def _toolset_class() -> Callable[[AbstractToolset[Any], RunDirOf], WrapperToolset[Any]]:
     """The toolset's class, made once and only when PydanticAI is there to subclass."""
@@ -106,7 +93,7 @@ def _toolset_class() -> Callable[[AbstractToolset[Any], RunDirOf], WrapperToolse
         async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: Any) -> Any:
             # use_run binds a context variable: PydanticAI's worker thread for a sync function
             # and the writer's thread for an async one both run in a copy of this context.
-            with use_run(_checked_run_dir(name, self.run_dir(ctx))):
+            with use_run(run_directory(name, self.run_dir(ctx), "run_dir(ctx)")):
                 try:
                     return await super().call_tool(name, tool_args, ctx, tool)
                 except Rejected as rejection:
