@@ -31,8 +31,16 @@ def run(code: str, cwd, **env: str) -> subprocess.CompletedProcess[str]:
                           check=False)  # fmt: skip
 
 
-@pytest.mark.parametrize("name", ["decorator", "sql"])
+# Each example, and the package it needs beyond the writer (an agent framework's extra).
+EXAMPLES = {"decorator": None, "sql": None, "pydantic_ai": "pydantic_ai", "langgraph": "langgraph",
+            "openai_agents": "agents"}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES))
 def test_the_example_runs_in_an_empty_folder(tmp_path, name):
+    needs = EXAMPLES[name]
+    if needs:
+        pytest.importorskip(needs, reason=f"{needs} is not installed (its callproof extra)")
     code, promised = example(name)
     completed = run(code, tmp_path)
     assert completed.returncode == 0, completed.stderr

@@ -33,7 +33,6 @@ from receipts.tools import OutcomeUnknown, Rejected
 from tests.framework_agents import tools
 from tests.framework_agents.langgraph import ASK, ScriptedModel, agent_graph, next_input
 from tests.helpers import CONTRACT
-from tests.test_docs_adapters import example, run
 
 MODES = ["sync", "async"]
 
@@ -306,11 +305,3 @@ def test_an_async_tool_needs_an_async_graph_run(run_dir):
     with pytest.raises(NotImplementedError, match="does not support sync invocation"):
         graph.invoke({"messages": [ASK]}, {"configurable": {"thread_id": run_dir.name}})
     assert not receipts_of(run_dir)
-
-
-def test_the_guides_example_runs_in_an_empty_folder(tmp_path):
-    code, promised = example("langgraph")
-    completed = run(code, tmp_path)
-    assert completed.returncode == 0, completed.stderr
-    assert completed.stdout.strip() == promised
-    assert len(list((tmp_path / "runs" / "run-1" / "receipts").glob("*.json"))) == 1

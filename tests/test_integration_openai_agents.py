@@ -37,7 +37,6 @@ from receipts.tools import OutcomeUnknown, Rejected
 from tests.framework_agents import tools
 from tests.framework_agents.openai_agents import Shop, tool_outputs
 from tests.helpers import CONTRACT, PROJECT
-from tests.test_docs_adapters import example, run
 
 set_tracing_disabled(True)
 
@@ -349,11 +348,3 @@ def test_receipted_tool_passes_function_tool_options_on_and_refuses_what_would_b
     for function in (with_context, with_tool_context):
         with pytest.raises(TypeError, match="takes the SDK's run context"):
             in_run(function)
-
-
-def test_the_guides_example_runs_in_an_empty_folder(tmp_path):
-    code, promised = example("openai_agents")
-    completed = run(code, tmp_path)
-    assert completed.returncode == 0, completed.stderr
-    assert completed.stdout.strip() == promised
-    assert len(receipts_of(tmp_path / "runs" / "run-1")) == 1

@@ -38,7 +38,6 @@ from receipts.decorator import ReceiptedTool
 from receipts.integrations.pydantic_ai import receipted_toolset
 from receipts.tools import Rejected
 from tests.helpers import CONTRACT
-from tests.test_docs_adapters import example, run
 
 
 class Order(BaseModel):
@@ -267,11 +266,3 @@ def test_a_function_that_is_not_receipted_or_takes_the_run_context_is_refused():
         receipted_toolset([plain], run_dir=lambda ctx: ctx.deps.run_dir)  # type: ignore[list-item]
     with pytest.raises(TypeError, match="with_context takes a RunContext: every argument"):
         receipted_toolset([with_context], run_dir=lambda ctx: ctx.deps.run_dir)
-
-
-def test_the_docs_example_runs_in_an_empty_folder(tmp_path):
-    code, promised = example("pydantic_ai")
-    completed = run(code, tmp_path)
-    assert completed.returncode == 0, completed.stderr
-    assert completed.stdout.strip() == promised
-    assert len(list((tmp_path / "runs" / "run-1" / "receipts").glob("*.json"))) == 1
