@@ -15,7 +15,7 @@ each asyncio task, sees its own binding) or given per call with
 ``tool.call_in(run_dir, ...)``.
 
 An ``async def`` function makes an ``async def`` tool: awaiting it runs the
-writer in a worker thread (its files and locks block) and the function's
+writer in a thread of its own (its files and locks block) and the function's
 coroutine on the caller's event loop, awaited inside the receipt: the receipt
 says prepared before the coroutine starts and committed only once it returned.
 ``query`` and ``evidence`` may be coroutines too.
@@ -33,6 +33,7 @@ import enum
 import functools
 import inspect
 import json
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -122,6 +123,45 @@ def _settled(value: Any) -> Any:
         raise OutcomeUnknown(
             "the event loop running the function stopped before it finished: it may have had its effect"
         )
+
+
+async def _in_a_thread_of_its_own(function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)`` in a new thread carrying this context, awaited.
+
+    Not the loop's default thread pool (``asyncio.to_thread``): the writer's thread waits for the
+    function's coroutine, and a coroutine that needs that pool (``asyncio.to_thread``, asyncio's
+    ``getaddrinfo``) would wait for a thread that the writer's threads of the calls made at once
+    all hold. Cancelled, the caller stops waiting and the call goes on in its thread."""
+    loop = asyncio.get_running_loop()
+    answered: asyncio.Future[Any] = loop.create_future()
+    finished = threading.Event()
+    context = contextvars.copy_context()
+
+    def hand_over(settle: Callable[[Any], None], value: Any) -> None:
+        if not answered.done():  # the caller was cancelled: nobody waits for the answer
+            settle(value)
+
+    def work() -> None:
+        try:
+            result = context.run(function, *args)
+        except BaseException as error:  # noqa: BLE001 - handed to the caller, as to_thread does
+            settle, value = answered.set_exception, error
+        else:
+            settle, value = answered.set_result, result
+        finally:
+            finished.set()
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits for the answer
+            loop.call_soon_threadsafe(hand_over, settle, value)
+
+    threading.Thread(target=work, name="receipts-writer").start()
+    try:
+        return await answered
+    except asyncio.CancelledError:
+        # asyncio.run waits for its default pool before it returns: a thread of it waits for this
+        # call, so that the receipt says how the call ended once the loop's runner is done.
+        with contextlib.suppress(RuntimeError):  # the pool is shut down already: nothing will wait
+            loop.run_in_executor(None, finished.wait)
+        raise
 
 
 @contextlib.contextmanager
@@ -368,7 +408,7 @@ def _make_tool(function: Callable[..., Any], adapter: FunctionAdapter) -> Receip
             token = _CALLER_LOOP.set(asyncio.get_running_loop())
             try:
                 # The writer blocks (files, locks): a thread, carrying this context (the binding, the loop).
-                outcome = await asyncio.to_thread(call, binding, args, kwargs)
+                outcome = await _in_a_thread_of_its_own(call, binding, args, kwargs)
             finally:
                 _CALLER_LOOP.reset(token)
             return _answer(adapter.name, outcome)

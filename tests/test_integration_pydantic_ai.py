@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import re
 import threading
 from dataclasses import dataclass
@@ -207,6 +208,35 @@ def test_two_agent_runs_at_once_write_each_to_the_run_directory_of_its_deps(mode
         [receipt] = receipts_in(path)
         assert (receipt["status"], receipt["args"]["order"]["sku"]) == ("committed", sku)
     assert sorted(sku for sku, _ in shipped) == ["A-1", "B-2"]
+
+
+def test_more_parallel_async_calls_than_the_loops_thread_pool_all_finish(run_dir):
+    """A model response may ask for many tool calls, which PydanticAI runs at once. Each ``async def``
+    call's receipt is written from a thread while its coroutine runs on the run's loop; a coroutine
+    that needs the loop's default thread pool (``asyncio.to_thread``, or asyncio's own
+    ``getaddrinfo`` when it opens a connection) must get a thread, however many calls wait on theirs."""
+    pool = min(32, (os.cpu_count() or 1) + 4)  # the default executor's size (concurrent.futures)
+
+    @receipted(name="place_order", version="1")
+    async def place_order_resolving(order: Order, note: str = "", *, call_id: str) -> str:
+        """Place an order with the shop. Returns the order's reference."""
+        await asyncio.to_thread(lambda: None)  # as a connection's name lookup does
+        return place_order.__wrapped__(order, note, call_id=call_id)
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) > 1:
+            return ModelResponse(parts=[TextPart(json.dumps([part.outcome for part in returns(messages)]))])
+        return ModelResponse(parts=[ToolCallPart("place_order", {"order": {"sku": f"A-{n}", "quantity": 1}})
+                                    for n in range(pool + 1)])  # fmt: skip
+
+    agent = agent_of(FunctionModel(respond), place_order_resolving)
+
+    async def bounded() -> str:  # a hang fails the test rather than stall the suite
+        return (await asyncio.wait_for(agent.run("order", deps=Deps(run_dir)), timeout=60)).output
+
+    assert json.loads(asyncio.run(bounded())) == ["success"] * (pool + 1)
+    assert sorted(receipt["status"] for receipt in receipts_in(run_dir)) == ["committed"] * (pool + 1)
+    assert len(shipped) == pool + 1
 
 
 def test_a_call_in_doubt_reaches_the_caller_as_itself_and_once_settled_not_done_the_model_is_told(run_dir):
