@@ -188,11 +188,11 @@ def use_run(
 _GIVEN: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("receipts_given_arguments")
 
 
-def _json_copy(value: Any, what: str) -> Any:
-    """``value`` as JSON gives it back (tuples become lists, a pydantic model its dump: ``_as_json``),
-    or ``ValueError`` naming ``what``."""
+def _json_copy(value: Any, what: str, as_json: Callable[[Any], Any] | None = None) -> Any:
+    """``value`` as JSON gives it back (tuples become lists, a pydantic model its dump: ``as_json``,
+    ``_as_json`` by default), or ``ValueError`` naming ``what``."""
     try:
-        return json.loads(json.dumps(value, allow_nan=False, default=_as_json))
+        return json.loads(json.dumps(value, allow_nan=False, default=as_json or _as_json))
     except (TypeError, ValueError) as error:
         raise ValueError(f"{what} is not JSON: {error}") from None
 
@@ -216,10 +216,31 @@ def _as_json(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
+def _argument_as_json(value: Any) -> Any:
+    """``_as_json`` for an argument, whose JSON form is what its call_id is computed from: a
+    pydantic model must be given back by its dump. One that is not (a field ``exclude=True``, a
+    ``SecretStr`` dumped as stars, a lossy serializer) would make two intents one call, the second
+    answered with the first one's result: ``TypeError``."""
+    dumped = _as_json(value)
+    validate = getattr(type(value), "model_validate", None)
+    if callable(validate) and hasattr(value, "model_dump"):
+        try:
+            again = validate(dumped)
+        except Exception:  # noqa: BLE001 - any failure to rebuild it says the same
+            again = None
+        if again != value:
+            raise TypeError(
+                f"its JSON form leaves out what makes it this object: {type(value).__name__} is not given back by "
+                "its model_dump(mode='json') (a field excluded, a secret, a lossy serializer), so two different "
+                "calls could share one call_id"
+            )
+    return dumped
+
+
 def _arguments_as_json(arguments: dict[str, Any], what: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The arguments as the receipt records them, and those whose object is not its JSON form (a
     model, a tuple, a date), to hand to the function as they were given."""
-    values = _json_copy(arguments, what)
+    values = _json_copy(arguments, what, _argument_as_json)
     given = {
         name: value
         for name, value in arguments.items()

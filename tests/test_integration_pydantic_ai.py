@@ -21,7 +21,7 @@ pytest.importorskip(
     "pydantic_ai", reason="the pydantic-ai extra is not installed (pip install 'callproof[pydantic-ai]')"
 )
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_ai import Agent, ModelRetry, RunContext
 from pydantic_ai.messages import (
     ModelMessage,
@@ -296,3 +296,54 @@ def test_a_function_that_is_not_receipted_or_takes_the_run_context_is_refused():
         receipted_toolset([plain], run_dir=lambda ctx: ctx.deps.run_dir)  # type: ignore[list-item]
     with pytest.raises(TypeError, match="with_context takes a RunContext: every argument"):
         receipted_toolset([with_context], run_dir=lambda ctx: ctx.deps.run_dir)
+
+
+class Login(BaseModel):
+    user: str
+    password: SecretStr  # its JSON dump is "**********", whatever the password
+
+
+class Transfer(BaseModel):
+    amount_cents: int
+    reference: str = Field(default="", exclude=True)  # left out of the dump
+
+
+@receipted(name="apply", version="1")
+def log_in(change: Login, *, call_id: str) -> str:
+    """Log in."""
+    shipped.append(("log_in", call_id))
+    return f"done {len(shipped)}"
+
+
+@receipted(name="apply", version="1")
+def transfer(change: Transfer, *, call_id: str) -> str:
+    """Transfer money."""
+    shipped.append(("transfer", call_id))
+    return f"done {len(shipped)}"
+
+
+@pytest.mark.parametrize(
+    ("tool", "first", "second"),
+    [
+        (log_in, {"user": "ops", "password": "old-one"}, {"user": "ops", "password": "new-one"}),
+        (transfer, {"amount_cents": 100, "reference": "rent"}, {"amount_cents": 100, "reference": "gift"}),
+    ],
+    ids=["secret", "excluded field"],
+)
+def test_two_intents_whose_models_dump_to_the_same_json_are_never_one_call(tool, first, second, run_dir):
+    """The call_id is computed from the arguments' JSON: a model whose dump leaves something out
+    (``exclude=True``, a secret shown as stars) would make two different intents one call, and the
+    second would get the first one's answer without its effect. Such an argument is refused before
+    any receipt: the run stops, saying why, and nothing ran."""
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        asked = sum(isinstance(message, ModelResponse) for message in messages)
+        if asked < 2:
+            return ModelResponse(parts=[ToolCallPart("apply", {"change": [first, second][asked]})])
+        return ModelResponse(parts=[TextPart(json.dumps([part.content for part in returns(messages)]))])
+
+    toolset = receipted_toolset([tool], run_dir=lambda ctx: ctx.deps.run_dir)
+    agent = Agent(FunctionModel(respond), deps_type=Deps, toolsets=[toolset])
+    with pytest.raises(ValueError, match="its JSON form leaves out what makes it this object"):
+        output_of(agent, "change", run_dir)
+    assert shipped == [] and receipts_in(run_dir) == []
