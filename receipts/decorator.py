@@ -15,7 +15,7 @@ each asyncio task, sees its own binding) or given per call with
 ``tool.call_in(run_dir, ...)``.
 
 An ``async def`` function makes an ``async def`` tool: awaiting it runs the
-writer in a worker thread (its files and locks block) and the function's
+writer in a thread of its own (its files and locks block) and the function's
 coroutine on the caller's event loop, awaited inside the receipt: the receipt
 says prepared before the coroutine starts and committed only once it returned.
 ``query`` and ``evidence`` may be coroutines too.
@@ -33,6 +33,7 @@ import enum
 import functools
 import inspect
 import json
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -124,6 +125,45 @@ def _settled(value: Any) -> Any:
         )
 
 
+async def _in_a_thread_of_its_own(function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)`` in a new thread carrying this context, awaited.
+
+    Not the loop's default thread pool (``asyncio.to_thread``): the writer's thread waits for the
+    function's coroutine, and a coroutine that needs that pool (``asyncio.to_thread``, asyncio's
+    ``getaddrinfo``) would wait for a thread that the writer's threads of the calls made at once
+    all hold. Cancelled, the caller stops waiting and the call goes on in its thread."""
+    loop = asyncio.get_running_loop()
+    answered: asyncio.Future[Any] = loop.create_future()
+    finished = threading.Event()
+    context = contextvars.copy_context()
+
+    def hand_over(settle: Callable[[Any], None], value: Any) -> None:
+        if not answered.done():  # the caller was cancelled: nobody waits for the answer
+            settle(value)
+
+    def work() -> None:
+        try:
+            result = context.run(function, *args)
+        except BaseException as error:  # noqa: BLE001 - handed to the caller, as to_thread does
+            settle, value = answered.set_exception, error
+        else:
+            settle, value = answered.set_result, result
+        finally:
+            finished.set()
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits for the answer
+            loop.call_soon_threadsafe(hand_over, settle, value)
+
+    threading.Thread(target=work, name="receipts-writer").start()
+    try:
+        return await answered
+    except asyncio.CancelledError:
+        # asyncio.run waits for its default pool before it returns: a thread of it waits for this
+        # call, so that the receipt says how the call ended once the loop's runner is done.
+        with contextlib.suppress(RuntimeError):  # the pool is shut down already: nothing will wait
+            loop.run_in_executor(None, finished.wait)
+        raise
+
+
 @contextlib.contextmanager
 def use_run(
     run_dir: Path | str, *, attempt: int | None = None, override_unsettled: str | None = None
@@ -148,11 +188,11 @@ def use_run(
 _GIVEN: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("receipts_given_arguments")
 
 
-def _json_copy(value: Any, what: str) -> Any:
-    """``value`` as JSON gives it back (tuples become lists, a pydantic model its dump: ``_as_json``),
-    or ``ValueError`` naming ``what``."""
+def _json_copy(value: Any, what: str, as_json: Callable[[Any], Any] | None = None) -> Any:
+    """``value`` as JSON gives it back (tuples become lists, a pydantic model its dump: ``as_json``,
+    ``_as_json`` by default), or ``ValueError`` naming ``what``."""
     try:
-        return json.loads(json.dumps(value, allow_nan=False, default=_as_json))
+        return json.loads(json.dumps(value, allow_nan=False, default=as_json or _as_json))
     except (TypeError, ValueError) as error:
         raise ValueError(f"{what} is not JSON: {error}") from None
 
@@ -176,10 +216,31 @@ def _as_json(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
+def _argument_as_json(value: Any) -> Any:
+    """``_as_json`` for an argument, whose JSON form is what its call_id is computed from: a
+    pydantic model must be given back by its dump. One that is not (a field ``exclude=True``, a
+    ``SecretStr`` dumped as stars, a lossy serializer) would make two intents one call, the second
+    answered with the first one's result: ``TypeError``."""
+    dumped = _as_json(value)
+    validate = getattr(type(value), "model_validate", None)
+    if callable(validate) and hasattr(value, "model_dump"):
+        try:
+            again = validate(dumped)
+        except Exception:  # noqa: BLE001 - any failure to rebuild it says the same
+            again = None
+        if again != value:
+            raise TypeError(
+                f"its JSON form leaves out what makes it this object: {type(value).__name__} is not given back by "
+                "its model_dump(mode='json') (a field excluded, a secret, a lossy serializer), so two different "
+                "calls could share one call_id"
+            )
+    return dumped
+
+
 def _arguments_as_json(arguments: dict[str, Any], what: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The arguments as the receipt records them, and those whose object is not its JSON form (a
     model, a tuple, a date), to hand to the function as they were given."""
-    values = _json_copy(arguments, what)
+    values = _json_copy(arguments, what, _argument_as_json)
     given = {
         name: value
         for name, value in arguments.items()
@@ -368,7 +429,7 @@ def _make_tool(function: Callable[..., Any], adapter: FunctionAdapter) -> Receip
             token = _CALLER_LOOP.set(asyncio.get_running_loop())
             try:
                 # The writer blocks (files, locks): a thread, carrying this context (the binding, the loop).
-                outcome = await asyncio.to_thread(call, binding, args, kwargs)
+                outcome = await _in_a_thread_of_its_own(call, binding, args, kwargs)
             finally:
                 _CALLER_LOOP.reset(token)
             return _answer(adapter.name, outcome)

@@ -422,6 +422,35 @@ def test_a_caller_cancelled_while_awaiting_does_not_stop_the_call(run_dir):
     assert json.loads((run_dir / "receipts" / f"{runs[0]}.json").read_text())["status"] == "committed"
 
 
+def test_asyncio_run_returns_once_a_call_whose_caller_was_cancelled_has_ended(run_dir):
+    """A cancelled caller stops waiting, and the call goes on in the writer's thread; ``asyncio.run``
+    still returns only once that thread has ended, as it does for its own pool's threads: then the
+    receipts say how every call it started ended. Here the call waits on its lock, which another
+    caller of the same arguments holds until ``release``."""
+    release, inside = threading.Event(), threading.Event()
+
+    @receipted(version="1")
+    async def send(body: str, *, call_id: str) -> str:
+        inside.set()
+        await asyncio.to_thread(release.wait, 30)
+        return "sent"
+
+    holder = threading.Thread(target=send.call_in, args=(run_dir, "hello"))
+    holder.start()
+    inside.wait(30)
+
+    async def agent() -> None:
+        waiting = asyncio.create_task(send("hello"))
+        await asyncio.sleep(0.1)
+        waiting.cancel()
+        threading.Timer(0.2, release.set).start()
+
+    with use_run(run_dir):
+        asyncio.run(agent())
+    assert [thread for thread in threading.enumerate() if thread.name == "receipts-writer"] == []
+    holder.join(30)
+
+
 def test_objects_a_framework_hands_over_are_recorded_as_json_and_reach_the_function_as_given(run_dir):
     """Agent frameworks validate a model's arguments into objects (pydantic models, dataclasses,
     enums, dates): the receipt and the call_id take their JSON form, the same each time they are

@@ -25,7 +25,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import InjectedToolCallId
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.prebuilt import InjectedState, ToolRuntime
-from langgraph.types import RetryPolicy
+from langgraph.types import RetryPolicy, interrupt
 
 from receipts import CallInDoubt, protocol, receipted, runtime
 from receipts.integrations.langgraph import receipted_tool, runs_by_thread
@@ -305,3 +305,26 @@ def test_an_async_tool_needs_an_async_graph_run(run_dir):
     with pytest.raises(NotImplementedError, match="does not support sync invocation"):
         graph.invoke({"messages": [ASK]}, {"configurable": {"thread_id": run_dir.name}})
     assert not receipts_of(run_dir)
+
+
+def test_interrupt_inside_a_receipted_function_puts_the_call_in_doubt_and_never_pauses_the_graph(run_dir):
+    """LangGraph's ``interrupt()`` pauses a graph by raising, and on resume runs the node again from
+    its start: inside a receipted function the writer sees an exception after the effect may have
+    begun, so the call is in doubt (a person settles it), and the graph does not pause for a
+    person's answer. Ask before the tool (a node of its own, or ``interrupt_before``)."""
+
+    @receipted(name="place_order", version="1")
+    def place_order_approved(order: tools.Order, note: str = "", *, call_id: str) -> str:
+        """Place an order with the shop. Returns the order's reference."""
+        if interrupt("approve this order?") != "yes":
+            raise Rejected("not approved")
+        return tools.place_order.__wrapped__(order, note, call_id=call_id)
+
+    tool = receipted_tool(place_order_approved, run_dir=runs_by_thread(run_dir.parent))
+    graph = agent_graph(ScriptedModel(), [tool]).compile(checkpointer=InMemorySaver())
+    config: RunnableConfig = {"configurable": {"thread_id": run_dir.name}}
+    with pytest.raises(CallInDoubt, match="GraphInterrupt"):
+        graph.invoke(next_input(()), config)
+    assert [receipt["status"] for receipt in receipts_of(run_dir)] == ["unknown"]
+    assert graph.get_state(config).interrupts == (), "no interrupt for a person to answer"
+    assert tools.effect_lines() == []

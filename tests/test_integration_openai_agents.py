@@ -28,6 +28,7 @@ from agents import (
     UserError,
     set_tracing_disabled,
 )
+from agents.exceptions import ToolTimeoutError
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.tool_context import ToolContext
 
@@ -36,7 +37,7 @@ from receipts.integrations.openai_agents import receipted_tool
 from receipts.tools import OutcomeUnknown, Rejected
 from tests.framework_agents import tools
 from tests.framework_agents.openai_agents import Shop, tool_outputs
-from tests.helpers import CONTRACT, PROJECT
+from tests.helpers import CONTRACT, PROJECT, until
 
 set_tracing_disabled(True)
 
@@ -348,3 +349,36 @@ def test_receipted_tool_passes_function_tool_options_on_and_refuses_what_would_b
     for function in (with_context, with_tool_context):
         with pytest.raises(TypeError, match="takes the SDK's run context"):
             in_run(function)
+
+
+def test_a_tool_call_the_sdk_times_out_is_never_told_to_the_model_the_run_stops(run_dir):
+    """The SDK's ``timeout`` (``async def`` tools) stops waiting for the tool and, by default, tells
+    the model that it timed out: but the call goes on (its coroutine, the writer's thread) and may
+    take effect, and the model, told it failed, may ask again with other arguments (a new call_id,
+    a second effect). A call in doubt is never the model's to know: only ``raise_exception``, which
+    stops the run, is taken; the call ends as it ends, and its receipt says how."""
+    release = threading.Event()
+
+    @receipted(name="pay", version="1")
+    async def pay(to: str, *, call_id: str) -> str:
+        """Pay."""
+        await asyncio.to_thread(release.wait, 30)
+        return "paid"
+
+    for told in ({}, {"timeout_behavior": "error_as_result"}, {"timeout_error_function": lambda *_: "later"}):
+        with pytest.raises(TypeError, match="timeout_behavior='raise_exception'"):
+            in_run(pay, timeout=0.2, **told)
+    model = model_asking({"to": "acme"}, name="pay")
+    agent = Agent(name="shop", model=model, tools=[in_run(pay, timeout=0.2, timeout_behavior="raise_exception")])
+
+    async def stopped_then_released() -> None:
+        with pytest.raises(ToolTimeoutError):
+            await Runner.run(agent, "Go on.", context=Shop(run_dir))
+        release.set()
+        await asyncio.to_thread(until, lambda: [r["status"] for r in receipts_of(run_dir)] == ["committed"],
+                                "the call ended")  # fmt: skip
+
+    asyncio.run(stopped_then_released())
+    assert len(model.calls) == 1, "the run stopped: the model was not told"
+    [receipt] = receipts_of(run_dir)
+    assert (receipt["status"], receipt["result"]) == ("committed", {"returned": "paid"}), "the call went on"

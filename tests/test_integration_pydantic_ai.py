@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import re
 import threading
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ pytest.importorskip(
     "pydantic_ai", reason="the pydantic-ai extra is not installed (pip install 'callproof[pydantic-ai]')"
 )
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_ai import Agent, ModelRetry, RunContext
 from pydantic_ai.messages import (
     ModelMessage,
@@ -209,6 +210,35 @@ def test_two_agent_runs_at_once_write_each_to_the_run_directory_of_its_deps(mode
     assert sorted(sku for sku, _ in shipped) == ["A-1", "B-2"]
 
 
+def test_more_parallel_async_calls_than_the_loops_thread_pool_all_finish(run_dir):
+    """A model response may ask for many tool calls, which PydanticAI runs at once. Each ``async def``
+    call's receipt is written from a thread while its coroutine runs on the run's loop; a coroutine
+    that needs the loop's default thread pool (``asyncio.to_thread``, or asyncio's own
+    ``getaddrinfo`` when it opens a connection) must get a thread, however many calls wait on theirs."""
+    pool = min(32, (os.cpu_count() or 1) + 4)  # the default executor's size (concurrent.futures)
+
+    @receipted(name="place_order", version="1")
+    async def place_order_resolving(order: Order, note: str = "", *, call_id: str) -> str:
+        """Place an order with the shop. Returns the order's reference."""
+        await asyncio.to_thread(lambda: None)  # as a connection's name lookup does
+        return place_order.__wrapped__(order, note, call_id=call_id)
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) > 1:
+            return ModelResponse(parts=[TextPart(json.dumps([part.outcome for part in returns(messages)]))])
+        return ModelResponse(parts=[ToolCallPart("place_order", {"order": {"sku": f"A-{n}", "quantity": 1}})
+                                    for n in range(pool + 1)])  # fmt: skip
+
+    agent = agent_of(FunctionModel(respond), place_order_resolving)
+
+    async def bounded() -> str:  # a hang fails the test rather than stall the suite
+        return (await asyncio.wait_for(agent.run("order", deps=Deps(run_dir)), timeout=60)).output
+
+    assert json.loads(asyncio.run(bounded())) == ["success"] * (pool + 1)
+    assert sorted(receipt["status"] for receipt in receipts_in(run_dir)) == ["committed"] * (pool + 1)
+    assert len(shipped) == pool + 1
+
+
 def test_a_call_in_doubt_reaches_the_caller_as_itself_and_once_settled_not_done_the_model_is_told(run_dir):
     # ModelRetry inside a receipted function is an exception like any other: the writer cannot know
     # that nothing was done, so the call is in doubt (Rejected is the way to say nothing was done).
@@ -266,3 +296,54 @@ def test_a_function_that_is_not_receipted_or_takes_the_run_context_is_refused():
         receipted_toolset([plain], run_dir=lambda ctx: ctx.deps.run_dir)  # type: ignore[list-item]
     with pytest.raises(TypeError, match="with_context takes a RunContext: every argument"):
         receipted_toolset([with_context], run_dir=lambda ctx: ctx.deps.run_dir)
+
+
+class Login(BaseModel):
+    user: str
+    password: SecretStr  # its JSON dump is "**********", whatever the password
+
+
+class Transfer(BaseModel):
+    amount_cents: int
+    reference: str = Field(default="", exclude=True)  # left out of the dump
+
+
+@receipted(name="apply", version="1")
+def log_in(change: Login, *, call_id: str) -> str:
+    """Log in."""
+    shipped.append(("log_in", call_id))
+    return f"done {len(shipped)}"
+
+
+@receipted(name="apply", version="1")
+def transfer(change: Transfer, *, call_id: str) -> str:
+    """Transfer money."""
+    shipped.append(("transfer", call_id))
+    return f"done {len(shipped)}"
+
+
+@pytest.mark.parametrize(
+    ("tool", "first", "second"),
+    [
+        (log_in, {"user": "ops", "password": "old-one"}, {"user": "ops", "password": "new-one"}),
+        (transfer, {"amount_cents": 100, "reference": "rent"}, {"amount_cents": 100, "reference": "gift"}),
+    ],
+    ids=["secret", "excluded field"],
+)
+def test_two_intents_whose_models_dump_to_the_same_json_are_never_one_call(tool, first, second, run_dir):
+    """The call_id is computed from the arguments' JSON: a model whose dump leaves something out
+    (``exclude=True``, a secret shown as stars) would make two different intents one call, and the
+    second would get the first one's answer without its effect. Such an argument is refused before
+    any receipt: the run stops, saying why, and nothing ran."""
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        asked = sum(isinstance(message, ModelResponse) for message in messages)
+        if asked < 2:
+            return ModelResponse(parts=[ToolCallPart("apply", {"change": [first, second][asked]})])
+        return ModelResponse(parts=[TextPart(json.dumps([part.content for part in returns(messages)]))])
+
+    toolset = receipted_toolset([tool], run_dir=lambda ctx: ctx.deps.run_dir)
+    agent = Agent(FunctionModel(respond), deps_type=Deps, toolsets=[toolset])
+    with pytest.raises(ValueError, match="its JSON form leaves out what makes it this object"):
+        output_of(agent, "change", run_dir)
+    assert shipped == [] and receipts_in(run_dir) == []

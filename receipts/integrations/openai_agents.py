@@ -66,7 +66,9 @@ def receipted_tool(
     (its arguments are what the call_id is computed from). Other keyword
     arguments go to the SDK's ``function_tool`` (``description_override``,
     ``needs_approval``, ...), except ``failure_error_function``: this integration
-    decides what reaches the model.
+    decides what reaches the model; and ``timeout`` only with
+    ``timeout_behavior="raise_exception"``: a timed-out call may still take
+    effect, so the run stops rather than the model be told it failed.
 
     When one of several tool calls of a model response stops the run, the SDK
     cancels the others: an ``async def`` function's coroutine, cancelled or
@@ -79,6 +81,13 @@ def receipted_tool(
         raise TypeError(f"{getattr(tool, '__name__', tool)!r} is not a receipted function: decorate it with @receipted")
     if "failure_error_function" in function_tool_options:
         raise TypeError("receipted_tool sets failure_error_function itself: rejections reach the model, doubt never")
+    if "timeout" in function_tool_options and function_tool_options.get("timeout_behavior") != "raise_exception":
+        # The SDK stops waiting and tells the model it timed out, while the call goes on and may take
+        # effect: the model, told it failed, may ask again otherwise (a new call_id, a second effect).
+        raise TypeError(
+            "a timed-out call may still take effect, which the model must not be told it did not: "
+            "give timeout_behavior='raise_exception' with timeout, so that a timeout stops the run"
+        )
     if not callable(run_dir):
         raise TypeError(f"run_dir must be a callable of the run's context, not {run_dir!r}")
     signature = inspect.signature(tool)
