@@ -154,6 +154,24 @@ def test_a_database_at_the_end_of_the_long_way_takes_the_squashed_migrations_as_
     assert after["roles"] == migrated["squashed"]["roles"]
 
 
+def test_a_database_stopped_part_of_the_way_is_refused_with_what_to_do(new_database):
+    """Stopped at 0021 of the long way: Django would take the squashed 0001_initial as applied and
+    leave the tables short of columns; the roles' migration refuses, naming the way out."""
+    from tests.subprocess_db import manage
+
+    stopped = new_database("stopped")
+    script = MIGRATE_THE_LONG_WAY.replace('call_command("migrate", verbosity=0)',
+                                          'call_command("migrate", "receipts", "0021", verbosity=0)')  # fmt: skip
+    manage(stopped, "shell", "-v", "0", "-c", script, check=True)
+    refused = manage(stopped, "migrate", "-v", "0", check=False)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+    assert (
+        "migrated part of the way by an earlier Callproof (its last dashboard migration: 0021_hosts_and_delivery)"
+        in (refused.stderr)
+    )
+    assert "0039_finding_values" in refused.stderr
+
+
 def test_the_comparison_sees_a_change_of_each_kind(migrated, new_database):
     """A type, a null, a default, a foreign key and an index's condition: each shows."""
     changed = new_database("changed", copy_of=migrated["squashed_url"])
