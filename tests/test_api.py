@@ -134,23 +134,6 @@ def test_an_unknown_filter_value_is_a_400_as_on_the_pages(db, client, django_use
     assert response.status_code == 400 and "zzz" in response.json()["detail"]
 
 
-def test_the_migration_fingerprints_the_tokens_made_before_it(db, django_user_model, client):
-    import importlib
-
-    from django.db import connection
-    from django.db.migrations.executor import MigrationExecutor
-
-    name = "0017_api_token_expiry_and_password"
-    migration = importlib.import_module(f"evidence.migrations.{name}")
-    token = token_for(join(django_user_model.objects.create_user("old-bot", password="a-password-1"), "viewer"))
-    ApiToken.objects.update(password_fingerprint="")  # as a token made before the field existed
-    assert client.get("/api/runs", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 401
-    migration.fingerprint_existing_tokens(
-        MigrationExecutor(connection).loader.project_state(("receipts", name)).apps, None
-    )
-    assert client.get("/api/runs", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 200
-
-
 # Each list's JSON twin (on its page) and its API endpoint: the same items, in the same order.
 TWINS = [
     ("/?format=json", "/api/runs"),

@@ -9,7 +9,6 @@ sweep, later.
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import json
 import os
 import shutil
@@ -19,8 +18,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
 from evidence import importer, inbox, stats
 from evidence.models import HOT_AFTER_CHANGE, Finding, Run
@@ -205,19 +202,6 @@ def test_is_hot_and_the_hot_query_agree_and_finished_follows_the_protocol(demo):
         assert set(Run.objects.hot(moment).values_list("run_id", flat=True)) == by_rule, moment
     assert all(run.finished == protocol.run_is_finished(run.state) for run in runs)
     assert {run.run_id for run in runs if run.abandoned_at} == {run.run_id for run in runs if not run.is_finished}
-
-
-def test_the_migration_makes_every_run_hot_once(demo):
-    name = "0023_hot_set"
-    importer.root_import(root=demo)
-    before = dict(Run.objects.values_list("run_id", "imported_at"))
-    Run.objects.update(checked_at=None, changed_at=None, finished=False)  # as the migration finds them
-    migration = importlib.import_module(f"evidence.migrations.{name}")
-    migration.hot_once(MigrationExecutor(connection).loader.project_state(("receipts", name)).apps, None)
-    now = protocol.utc_now()
-    for run in Run.objects.all():
-        assert run.finished == protocol.run_is_finished(run.state), run.run_id
-        assert run.changed_at == before[run.run_id] and run.checked_at is None and run.is_hot(now)
 
 
 @pytest.mark.parametrize("name", ["EVIDENCE_ABANDONED_AFTER_SECONDS", "EVIDENCE_COLD_SWEEP_SECONDS"])

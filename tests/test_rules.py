@@ -147,19 +147,3 @@ def test_the_retired_finished_states_setting_stops_start_up_with_its_reason():
     assert completed.returncode != 0
     assert "EVIDENCE_FINISHED_STATES is no longer read" in completed.stderr
     assert ", ".join(protocol.FINISHED_STATES) in completed.stderr
-
-
-def test_the_migration_counts_again_the_runs_stored_under_the_old_rule(demo):
-    import importlib
-
-    from django.db import connection
-    from django.db.migrations.executor import MigrationExecutor
-
-    name = "0018_rules_once"
-    run = Run.objects.get(run_id="tampered-receipt")
-    assert stats.RunSummary.of(run).in_doubt == 1 and run.needs_attention and run.summary is not None
-    Run.objects.filter(pk=run.pk).update(summary=run.summary | {"in_doubt": 0}, needs_attention=False)  # as before
-    migration = importlib.import_module(f"evidence.migrations.{name}")
-    migration.count_again(MigrationExecutor(connection).loader.project_state(("receipts", name)).apps, None)
-    run.refresh_from_db()
-    assert stats.RunSummary.of(run).in_doubt == 1 and run.needs_attention

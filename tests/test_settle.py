@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import re
 import subprocess
@@ -13,9 +12,7 @@ from http import HTTPStatus
 from pathlib import Path
 
 import pytest
-from django.contrib.auth.models import Group, Permission
 from django.db import connection, transaction
-from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 from django.urls import reverse
 
@@ -62,14 +59,6 @@ def nothing_recorded(run_dir: Path, call: Call) -> None:
     assert not HumanDecision.objects.exists()
     assert not (run_dir / "confirmations" / f"{call.call_id}.json").exists()
     assert events_of(run_dir, "confirmation") == []
-
-
-def test_a_data_migration_makes_the_confirmers_group_with_the_permission():
-    migration = importlib.import_module("evidence.migrations.0005_confirmers_group")
-    Group.objects.filter(name="confirmers").delete()  # whatever an earlier test's flush left
-    state = MigrationExecutor(connection).loader.project_state(("receipts", "0005_confirmers_group"))
-    migration.make_group(state.apps, None)
-    assert Permission.objects.filter(group__name="confirmers", codename="confirm_call").exists()
 
 
 def test_settling_writes_the_file_the_event_and_the_audit_row(as_confirmer, demo):

@@ -1,4 +1,4 @@
-"""The site's skeleton: login everywhere but the health check, migrations, deploy checks."""
+"""The site's skeleton: login everywhere but the health check, deploy checks (migrations: test_migrations.py)."""
 
 from __future__ import annotations
 
@@ -42,12 +42,6 @@ def test_the_login_page_logs_a_person_in(client, django_user_model):
     assert page.status_code == HTTPStatus.OK and b'for="id_username"' in page.content
     response = client.post("/accounts/login/", {"username": "alice", "password": "a-long-password-1"})
     assert response.status_code == HTTPStatus.FOUND and response["Location"] == "/"
-
-
-@pytest.mark.django_db
-def test_no_migrations_are_pending():
-    out = StringIO()
-    call_command("makemigrations", "--check", "--dry-run", stdout=out)
 
 
 @pytest.mark.django_db

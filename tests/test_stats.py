@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 from collections import Counter
 
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.db.models import Count
 from django.test.utils import CaptureQueriesContext
 
@@ -67,14 +65,12 @@ def test_the_histogram_is_the_tallies_spread_over_the_runs_span(tmp_path, db):
     assert run.first_event_at is not None and starts[0] <= run.first_event_at and starts == sorted(starts)
 
 
-def test_the_migration_counts_runs_imported_before_it(demo):
-    expected = {run.run_id: (stored(run), run.summary) for run in Run.objects.all()}
-    EventTally.objects.all().delete()
-    Run.objects.update(event_type_counts={}, summary=None, needs_attention=False)
-    migration = importlib.import_module("evidence.migrations.0009_run_stats_and_keyset_indexes")
-    state = MigrationExecutor(connection).loader.project_state(("receipts", "0009_run_stats_and_keyset_indexes"))
-    migration.count_what_was_imported(state.apps, None)
-    assert {run.run_id: (stored(run), run.summary) for run in Run.objects.all()} == expected
+def test_the_counts_an_import_keeps_are_the_counts_of_its_rows(demo):
+    """Every demo run, its events by type and by minute, and its summary counted again from its rows."""
+    for run in Run.objects.all():
+        assert stored(run) == counted_from_rows(run), run.run_id
+        kept = run.summary
+        assert kept is not None and stats.refresh_run_summary(run).as_stored() == kept, run.run_id
     assert Run.objects.filter(needs_attention=True).exists()
 
 

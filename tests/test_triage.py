@@ -5,13 +5,10 @@ change; every act is audited, guarded (permission, CSRF, POST) and refused with 
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import json
 from http import HTTPStatus
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 from django.urls import reverse
 
@@ -193,23 +190,6 @@ def test_the_findings_and_stale_lists_filter_by_triage(demo, confirmer):
     found = [item["code"] for item in listings.findings(run_id=STALE_RUN, view=triage.ACKNOWLEDGED).items()]
     assert found == ["stale_reservation"]
     assert "stale_reservation" not in [item["code"] for item in listings.findings(run_id=STALE_RUN).items()]
-
-
-def test_the_migration_makes_one_finding_of_an_old_two_row_conflict(demo):
-    migration = importlib.import_module("evidence.migrations.0025_triage")
-    row = conflict()
-    now = protocol.utc_now()
-    # As a reader before this release stored it: the disposition, and the two digests, apart.
-    Finding.objects.filter(pk=row.pk).update(stored_value="", recomputed_value="",
-                                             detail="seq 5: disposition conflict (request_digest_differs)")  # fmt: skip
-    Finding.objects.create(run=row.run, code=row.code, subject=f"{row.subject} digests", severity=row.severity,
-                           detail="seq 5: one client_submission_id seen with two request digests",
-                           stored_value="a" * 64, recomputed_value="b" * 64, first_seen=now, last_seen=now)  # fmt: skip
-    state = MigrationExecutor(connection).loader.project_state(("receipts", "0025_triage"))
-    migration.one_finding_a_conflict(state.apps, None)
-    [merged] = Finding.objects.filter(run=row.run, code=row.code, closed_at__isnull=True)
-    assert merged.subject == row.subject and (merged.stored_value, merged.recomputed_value) == ("a" * 64, "b" * 64)
-    assert "disposition conflict" in merged.detail and "two request digests" in merged.detail
 
 
 # --- the pages ---------------------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""The project's test data: files the tests read, and modules they import."""
