@@ -225,24 +225,30 @@ def test_a_mixed_tree_and_a_second_swap_are_seen(fresh_run):
     assert intent.reads > 0 and any(problem.startswith("a reader saw ") for problem in over_the_trial)
 
 
+# Single-writer trials per apply_changes mode. The content mode is held to a starred window: in
+# docs/KILL_TESTING.md's 100-trial run 14 kills landed in one, so n trials miss them all with a
+# probability of about exp(-n x 0.14): 5.5e-5 with 70 (with 30, 1.5e-2: one run in 67 would fail).
+# The Git mode's windows after the effect are a few milliseconds wide (3 kills in 100 trials)
+# and it is not held to them; its 20 trials reach three windows (before_receipt,
+# prepared_no_effect, recorded: each about a third of its kills) all but never.
+MIXED_TREE_TRIALS = {"apply_changes": 70, "apply_changes-git": 20}
+
+
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not on PATH: the Git mode is not tried")
 def test_random_kills_never_show_a_reader_a_mixed_tree(tmp_path):
     """apply_changes in both modes, SIGKILLed at random while a reader process looks at the tree
     throughout each trial: every look finds the version before the call or the one it makes,
-    and every other promise holds. 30 trials a mode and 2 of four writers keep it near a minute.
-    The Git mode's write is a few git processes long and its windows after the effect are short:
-    in 30 trials it may miss them, so only the content mode is held to a starred window (both reach
-    them in longer runs, docs/KILL_TESTING.md)."""
+    and every other promise holds. MIXED_TREE_TRIALS trials a mode and 2 of four writers."""
     seed = random.randrange(10**6)
-    report = run_torture(trials=30, concurrent_trials=2, tools=list(APPLY_MODES), seed=seed, root=tmp_path,
-                         replay_cli=False)  # fmt: skip
-    table = format_report(report)
-    assert len(report.violations()) == 0, table
-    for tool in APPLY_MODES:
+    assert set(MIXED_TREE_TRIALS) == set(APPLY_MODES)
+    for tool, planned in MIXED_TREE_TRIALS.items():
+        report = run_torture(trials=planned, concurrent_trials=2, tools=[tool], seed=seed, root=tmp_path,
+                             replay_cli=False)  # fmt: skip
+        table = format_report(report)
+        assert len(report.violations()) == 0, table
         trials = report.of(tool)
         windows = {window for window, count in report.windows(tool).items() if count}
-        assert len(trials) == 30 and sum(trial.reads for trial in trials) > 30 * 10, table
+        assert len(trials) == planned and sum(trial.reads for trial in trials) > planned * 10, table
         assert len(windows) >= 3, table
-    assert {window for window, count in report.windows("apply_changes").items() if count} & EFFECT_DONE_UNRECORDED[
-        "apply_changes"
-    ], table
+        if tool == "apply_changes":
+            assert windows & EFFECT_DONE_UNRECORDED[tool], table
