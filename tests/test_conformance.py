@@ -164,9 +164,10 @@ def test_each_broken_tracker_fails_the_check_that_names_its_fault(tmp_path, adap
 
 
 def test_a_broken_tracker_is_caught_by_random_kills_too(tmp_path):
-    """A kill after the effect, then a resume that asks the query: it files a second ticket."""
+    """A kill after the effect, then a resume that asks the query: it files a second ticket.
+    (No wait for keys: keys_kept is not what this test is about, and the default waits 5 s.)"""
     completed = kit(tmp_path, "tests.broken_adapters:ReExecutesOnResume", "--counter", COUNT_TICKETS,
-                    "--trials", "3", "--concurrency", "2", "--seed", "1", "--json")  # fmt: skip
+                    "--trials", "3", "--concurrency", "2", "--key-wait", "0", "--seed", "1", "--json")  # fmt: skip
     assert completed.returncode == 6
     [kills] = [check for check in json.loads(completed.stdout)["checks"] if check["name"] == "random_kills"]
     assert kills["verdict"] == "fail" and "2 effects" in kills["evidence"], kills
