@@ -17,6 +17,12 @@ postgres_url=${TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}
 records=$(mktemp -d "${TMPDIR:-/tmp}/callproof-suite.XXXXXX")
 trap 'rm -rf "$records"' EXIT
 
+# A run starts thousands of Python processes (writers, the conformance kit's children, manage.py,
+# the kill harness's readers) that import receipts/, evidence/ and tests/. Where
+# PYTHONDONTWRITEBYTECODE is set, as in many containers, none of them keeps what it compiled and
+# each compiles those modules again: compiled once here, they are loaded.
+"$python" -m compileall -q receipts evidence tests || exit 1
+
 # pytest's exit 5 is "no test collected": the first pass must run something, the second may
 # find that nothing asked for uses the database.
 run_pass() {

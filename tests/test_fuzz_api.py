@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import schemathesis
 from django.core.wsgi import get_wsgi_application
+from django.db import connection
 from hypothesis import HealthCheck, given, settings
 from schemathesis.generation import GenerationMode
 
@@ -57,7 +58,11 @@ def test_no_request_the_api_describes_or_not_is_a_500(token, mode, settings_for_
 
 
 @pytest.fixture
-def settings_for_fuzz(settings):
+def settings_for_fuzz(settings, monkeypatch):
     settings.ALLOWED_HOSTS = ["*"]  # schemathesis's WSGI client names its own host
     settings.DEBUG_PROPAGATE_EXCEPTIONS = False
+    # The WSGI app ends each request as a server does, closing a connection not kept: with the
+    # default (0) every case opened a new one, a PostgreSQL backend started for each of about 900
+    # requests (a third of the test's time). Kept as deploy/ keeps them (DATABASE_CONN_MAX_AGE=60).
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 60)
     return settings

@@ -22,7 +22,14 @@ from evidence.selectors import calls_with_prefix
 from receipts import durable, protocol, runtime
 from receipts.demo import SCENARIOS
 from tests.helpers import CONTRACT, first_call_of, table_snapshot
-from tests.subprocess_db import child_env, database_url_for_children, manage, manage_command, normalized_dump
+from tests.subprocess_db import (
+    child_env,
+    database_url_for_children,
+    manage,
+    manage_command,
+    migrated_sqlite_url,
+    normalized_dump,
+)
 from tests.volume import synthetic_ledger
 
 pytestmark = pytest.mark.django_db
@@ -261,8 +268,7 @@ def test_an_importer_killed_at_random_moments_is_completed_by_the_next(demo_root
     assert manage(url, "import_runs", str(demo_root)).returncode == 0
     after_kills = normalized_dump(url)
 
-    clean_url = f"sqlite:///{tmp_path / 'clean.sqlite3'}"
-    manage(clean_url, "migrate", "-v", "0", check=True)
+    clean_url = migrated_sqlite_url(tmp_path / "clean.sqlite3")
     manage(clean_url, "import_runs", str(demo_root), check=True)
     assert after_kills == normalized_dump(clean_url)
 
