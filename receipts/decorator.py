@@ -314,12 +314,12 @@ class FunctionAdapter:
         self, run_dir: Path, args: Mapping[str, Any], call_id: str, result: Mapping[str, Any] | None = None
     ) -> Evidence:
         assert self._evidence is not None
+        given = _as_given(args)
         if result is not None:
             if not isinstance(result, Mapping) or "returned" not in result:
                 return Evidence("unclear", (Fact("result_not_returned"),))
-            given = _as_given(args)
             return cast(Evidence, _settled(self._evidence(**given, call_id=call_id, result=result["returned"])))
-        return cast(Evidence, _settled(self._evidence(**_as_given(args), call_id=call_id)))
+        return cast(Evidence, _settled(self._evidence(**given, call_id=call_id)))
 
 
 class ReceiptedTool(Protocol):

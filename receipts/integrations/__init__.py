@@ -19,12 +19,15 @@ and reaches the code that started it, and a person settles it.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["SETTLED_AS_DONE", "framework", "run_directory"]
+from receipts.decorator import CallInDoubt
+
+__all__ = ["SETTLED_AS_DONE", "framework", "in_doubt_passing", "run_directory"]
 
 SETTLED_AS_DONE = "Done: a person confirmed that this call took effect. Its answer was not recorded."
 
@@ -50,3 +53,14 @@ def run_directory(tool: str, given: object, asked: str = "run_dir") -> Path:
             "or receipts.runtime.run_init before the agent runs"
         )
     return path
+
+
+@functools.cache
+def in_doubt_passing(framework_error: type[BaseException], name: str, module: str) -> type[CallInDoubt]:
+    """``CallInDoubt`` that is also ``framework_error``, the exception a framework lets through its
+    tool error handling as it is: ``except CallInDoubt`` around the agent run still catches it, and
+    the model is never told. Made on first use (the framework is imported only then), named as if
+    defined at the top of the integration's ``module``."""
+    passing = type(name, (CallInDoubt, framework_error), {"__module__": module, "__doc__": CallInDoubt.__doc__})
+    passing.__qualname__ = name
+    return passing

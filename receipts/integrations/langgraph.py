@@ -21,7 +21,6 @@ imports neither LangGraph nor LangChain.
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from receipts import protocol
 from receipts.decorator import CallInDoubt, FunctionAdapter, SettledWithoutAnswer, use_run
-from receipts.integrations import SETTLED_AS_DONE, framework, run_directory
+from receipts.integrations import SETTLED_AS_DONE, framework, in_doubt_passing, run_directory
 from receipts.tools import Rejected
 
 if TYPE_CHECKING:
@@ -147,16 +146,7 @@ def _told(outcome: Exception) -> str:
         # LangChain's channel for a failed tool: the tool (handle_tool_error) makes it an error ToolMessage.
         raise framework("langchain_core.tools", EXTRA).ToolException(str(outcome)) from outcome
     assert isinstance(outcome, CallInDoubt)
-    raise _in_doubt_in_graph()(str(outcome), outcome.outcome) from outcome
-
-
-@functools.cache
-def _in_doubt_in_graph() -> type[CallInDoubt]:
-    errors = framework("langgraph.errors", EXTRA)
-
-    class CallInDoubtInGraph(CallInDoubt, errors.GraphBubbleUp):  # type: ignore[name-defined]  # a module found at run time
-        """``CallInDoubt`` that LangGraph lets through: ``ToolNode`` re-raises a ``GraphBubbleUp``
-        whatever its ``handle_tool_errors``, and no retry policy catches it."""
-
-    CallInDoubtInGraph.__qualname__ = CallInDoubtInGraph.__name__  # made on first use: named as if at the top
-    return CallInDoubtInGraph
+    # A GraphBubbleUp: ToolNode re-raises it whatever its handle_tool_errors, and no retry policy catches it.
+    graph_bubble_up = framework("langgraph.errors", EXTRA).GraphBubbleUp
+    in_doubt = in_doubt_passing(graph_bubble_up, "CallInDoubtInGraph", __name__)
+    raise in_doubt(str(outcome), outcome.outcome) from outcome

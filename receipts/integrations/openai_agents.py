@@ -31,14 +31,13 @@ Importing this module does not import the SDK: ``receipted_tool`` does.
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args, get_origin
 
 from receipts.decorator import CallInDoubt, ReceiptedTool, SettledWithoutAnswer, use_run
-from receipts.integrations import SETTLED_AS_DONE, framework, run_directory
+from receipts.integrations import SETTLED_AS_DONE, framework, in_doubt_passing, run_directory
 from receipts.tools import Rejected
 
 if TYPE_CHECKING:
@@ -99,7 +98,8 @@ def receipted_tool(
             )
 
     name = adapter.name
-    in_doubt = _in_doubt_error()
+    # The SDK's own exception: it raises that as it is, where it wraps any other in UserError.
+    in_doubt = in_doubt_passing(sdk.AgentsException, "AgentRunInDoubt", __name__)
 
     if inspect.iscoroutinefunction(tool):
 
@@ -172,17 +172,3 @@ def _run_directory(run_dir: Callable[[Any], Path | str], wrapper: Any, name: str
         return run_directory(name, given)
     except (TypeError, ValueError) as error:
         raise sdk.UserError(str(error)) from None
-
-
-@functools.cache
-def _in_doubt_error() -> type[CallInDoubt]:
-    """``CallInDoubt`` that is also the SDK's own exception, so that the SDK raises it as it is."""
-    sdk = _sdk()
-
-    sdk_error: Any = sdk.AgentsException
-
-    class AgentRunInDoubt(CallInDoubt, sdk_error):
-        """A call of the agent run is in doubt: the run stopped, and a person decides."""
-
-    AgentRunInDoubt.__module__ = __name__
-    return AgentRunInDoubt
