@@ -18,9 +18,9 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied
 from django.utils.translation import gettext_lazy as _
 
-from evidence import people
+from evidence.lib import people
+from evidence.lib.roles import ROLES
 from evidence.models import AuditEntry, Host, HumanDecision
-from evidence.roles import ROLES
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -119,7 +119,7 @@ class PeopleAdmin(UserAdmin):
             actions.pop("delete_selected", None)
         return actions
 
-    # A rename or a removal is audited as the act of the person signed in (evidence/people.py).
+    # A rename or a removal is audited as the act of the person signed in (evidence/lib/people.py).
     def save_model(self, request, obj, form, change):
         with people.acting(request.user):
             super().save_model(request, obj, form, change)

@@ -22,7 +22,7 @@ class DashboardConfig(AppConfig):
     verbose_name = _("Receipts")
 
     def ready(self) -> None:
-        from evidence import people
+        from evidence.lib import people
 
         register_evidence_adapters(settings.EVIDENCE_ADAPTERS)
         people.connect()

@@ -426,14 +426,14 @@ class Finding(models.Model):
     evidence = models.TextField(blank=True)
     record_key = models.CharField(max_length=64, blank=True)  # the submission record it is about, if any
     # The detail's sentence (receipts.findings.SENTENCES) and the values it quotes, so that a page
-    # words it in the reader's language (evidence/finding_words.py); "" for a detail written
+    # words it in the reader's language (evidence/words/finding_words.py); "" for a detail written
     # before, which is shown as it was stored.
     sentence = models.CharField(max_length=80, blank=True, default="", db_default="")
     detail_values = models.JSONField(default=dict, blank=True)
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()
     closed_at = models.DateTimeField(null=True)
-    # A person's triage (evidence/triage.py): "" (open), acknowledged, or snoozed until
+    # A person's triage (evidence/review/triage.py): "" (open), acknowledged, or snoozed until
     # ``triage_until`` and/or until the import sees it change (``triage_on_change``). Reasons,
     # who and when are kept here for the lists; every act is in the audit too.
     # Defaults in the database too: the importer's bulk upsert names only the columns it writes.
@@ -557,16 +557,16 @@ class AuditEntry(models.Model):
     LEGAL_HOLD_SET, LEGAL_HOLD_LIFTED = "legal_hold_set", "legal_hold_lifted"
     BODIES_STRIPPED, RUN_ARCHIVED = "bodies_stripped", "run_archived"
     EVIDENCE_EXPORTED = "evidence_exported"
-    # Triage (evidence/triage.py): a person's four acts, and the import ending a triage.
+    # Triage (evidence/review/triage.py): a person's four acts, and the import ending a triage.
     ACKNOWLEDGED, UNACKNOWLEDGED = "finding_acknowledged", "finding_unacknowledged"
     SNOOZED, UNSNOOZED = "finding_snoozed", "finding_unsnoozed"
     TRIAGE_ENDED = "triage_ended"
     HOST_MOVED = "host_moved"  # the run was handed to another host (``manage.py host move``)
     HOST_COPY_REMOVED = "host_copy_removed"  # archived from the mirror: its host removed its own copy
-    # A person's account renamed or removed (evidence/people.py): about no run; the subject names
+    # A person's account renamed or removed (evidence/lib/people.py): about no run; the subject names
     # the person by id and name.
     PERSON_RENAMED, PERSON_REMOVED = "person_renamed", "person_removed"
-    # "I'm on it" (evidence/claims.py): a person claims an inbox item, lets it go (by hand, or by
+    # "I'm on it" (evidence/review/claims.py): a person claims an inbox item, lets it go (by hand, or by
     # settling or triaging it), or their claim runs out; the subject names the item.
     CLAIMED, CLAIM_RELEASED, CLAIM_EXPIRED = "claimed", "claim_released", "claim_expired"
 
@@ -591,7 +591,7 @@ class AuditEntry(models.Model):
 
 
 class Claim(models.Model):
-    """A person's "I'm on it" on one inbox item (evidence/claims.py), while it lasts: at most one
+    """A person's "I'm on it" on one inbox item (evidence/review/claims.py), while it lasts: at most one
     an item (the unique constraint is what two people claiming at once meet), gone when released;
     one past ``expires_at`` is over, whether or not the sweep has removed it yet."""
 
@@ -649,7 +649,7 @@ class ApiToken(models.Model):
 
 class Export(models.Model):
     """A run's redacted evidence that a person asked for on the run page: made by the worker
-    (evidence/tasks.py), its progress shown while it runs, its zip downloaded when done, removed
+    (evidence/export/jobs.py), its progress shown while it runs, its zip downloaded when done, removed
     ``EVIDENCE_EXPORT_KEEP_HOURS`` after it finished (a copy: the run can be exported again)."""
 
     WAITING, RUNNING, DONE, FAILED = "waiting", "running", "done", "failed"
@@ -718,7 +718,7 @@ class Export(models.Model):
 
 
 class NotificationRule(models.Model):
-    """Who is told of which inbox items, and how (evidence/alerts.py): a webhook, or e-mail.
+    """Who is told of which inbox items, and how (evidence/review/alerts.py): a webhook, or e-mail.
 
     The filters are ANDed; an empty one matches everything. Made and changed by the admin role
     on /notifications/ (``receipts.manage_notifications``)."""

@@ -124,7 +124,7 @@ EVIDENCE_READ_ONLY = env_bool("EVIDENCE_READ_ONLY", "0")
 # writer's key, so the web process then needs RECEIPTS_SIGNING_KEY too.
 EVIDENCE_SIGNING_KEY_FILES = env_list("EVIDENCE_SIGNING_KEY_FILES", "")
 EVIDENCE_SIGNED_RUNS_ONLY = env_bool("EVIDENCE_SIGNED_RUNS_ONLY", "0")
-# A big import reads the run in child processes while it stores (evidence/read_ahead.py); 0 reads
+# A big import reads the run in child processes while it stores (evidence/ingest/read_ahead.py); 0 reads
 # in the importer's own process, as it did before (the same rows either way).
 EVIDENCE_IMPORT_READ_AHEAD = env_bool("EVIDENCE_IMPORT_READ_AHEAD", "1")
 
@@ -149,7 +149,7 @@ if EVIDENCE_HOST_SILENT_AFTER_SECONDS < 1:
     raise ImproperlyConfigured("EVIDENCE_HOST_SILENT_AFTER_SECONDS must be a whole number of seconds from 1")
 
 # An "I'm on it" claim on an inbox item lasts this long unless its person acts or lets it go
-# (evidence/claims.py): a minute to a day, so that a forgotten claim never hides an item for long.
+# (evidence/review/claims.py): a minute to a day, so that a forgotten claim never hides an item for long.
 EVIDENCE_CLAIM_MINUTES = env_count("EVIDENCE_CLAIM_MINUTES", 30)
 if not 1 <= EVIDENCE_CLAIM_MINUTES <= 1440:
     raise ImproperlyConfigured("EVIDENCE_CLAIM_MINUTES must be a whole number of minutes from 1 to 1440")
@@ -169,7 +169,7 @@ EVIDENCE_EXPORT_LEASE_SECONDS = env_seconds("EVIDENCE_EXPORT_LEASE_SECONDS", 120
 # task then archives only the runs of the host it runs on). Only a run's own host touches its files.
 EVIDENCE_WATCH_RETENTION_SECONDS = env_count("EVIDENCE_WATCH_RETENTION_SECONDS", 3600)
 
-# Alerts (evidence/alerts.py, docs/operations.md "Alerts that reach a person"). The dashboard's
+# Alerts (evidence/review/alerts.py, docs/operations.md "Alerts that reach a person"). The dashboard's
 # address as its people reach it, for the links a notification carries (without it: a path).
 EVIDENCE_PUBLIC_URL = os.environ.get("EVIDENCE_PUBLIC_URL", "").rstrip("/")
 if EVIDENCE_PUBLIC_URL and not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", EVIDENCE_PUBLIC_URL):
@@ -207,7 +207,7 @@ EVIDENCE_ABANDONED_AFTER_SECONDS = env_seconds("EVIDENCE_ABANDONED_AFTER_SECONDS
 EVIDENCE_COLD_SWEEP_SECONDS = env_seconds("EVIDENCE_COLD_SWEEP_SECONDS", 3600)
 
 INSTALLED_APPS = [
-    "evidence.admin_apps.RoleAdminConfig",
+    "evidence.web.admin_apps.RoleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -234,24 +234,24 @@ MIDDLEWARE = [
     "csp.middleware.CSPMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "evidence.middleware.NoStoreMiddleware",
+    "evidence.web.middleware.NoStoreMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     # After LocaleMiddleware, so that its 400 speaks this request's language (before, the
     # thread's language was the previous request's).
-    "evidence.middleware.RefuseNulMiddleware",
+    "evidence.web.middleware.RefuseNulMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
-    "evidence.middleware.RoleRequiredMiddleware",
+    "evidence.web.middleware.RoleRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     # Last, as django-axes asks: it turns a locked-out login into its lockout page.
     "axes.middleware.AxesMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
-ROOT_URLCONF = "evidence.urls"
+ROOT_URLCONF = "evidence.web.urls"
 WSGI_APPLICATION = "evidence.wsgi.application"
 
 TEMPLATES = [
@@ -265,9 +265,9 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "django.template.context_processors.i18n",
-                "evidence.context_processors.inbox",
-                "evidence.context_processors.version",
-                "evidence.context_processors.language_next",
+                "evidence.web.context_processors.inbox",
+                "evidence.web.context_processors.version",
+                "evidence.web.context_processors.language_next",
             ],
             "builtins": ["template_partials.templatetags.partials"],
         },
@@ -316,7 +316,7 @@ PASSWORD_HASHERS = [
 # lock that pair out for 15 minutes (429 and a page that says so); a success resets it.
 # Behind a reverse proxy every request comes from the proxy's address: set
 # EVIDENCE_PROXY_COUNT to the number of proxies in front, and the address is the one the
-# outermost proxy appended to X-Forwarded-For (evidence/proxy.py: what a client writes
+# outermost proxy appended to X-Forwarded-For (evidence/lib/proxy.py: what a client writes
 # there itself is never read). Clients must not reach the server around the proxies.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 AXES_FAILURE_LIMIT = 5
@@ -325,7 +325,7 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 PROXY_COUNT = env_count("EVIDENCE_PROXY_COUNT", 0)
-AXES_CLIENT_IP_CALLABLE = "evidence.proxy.client_address"
+AXES_CLIENT_IP_CALLABLE = "evidence.lib.proxy.client_address"
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "runs"
@@ -399,16 +399,16 @@ SECURE_REFERRER_POLICY = "same-origin"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = True  # forms carry the token; htmx reads it from the page, not the cookie
-CSRF_FAILURE_VIEW = "evidence.views.errors.csrf_failure"  # the site's page, keeping what was typed
+CSRF_FAILURE_VIEW = "evidence.web.views.errors.csrf_failure"  # the site's page, keeping what was typed
 SESSION_COOKIE_SAMESITE = CSRF_COOKIE_SAMESITE = "Lax"
 MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"  # no cookie of its own
 
-# One JSON object a line (evidence/logs.py): what the importer, settlements, exports and
+# One JSON object a line (evidence/lib/logs.py): what the importer, settlements, exports and
 # retention do, at INFO, each with its run_id and call_id; everything else from WARNING.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"json": {"()": "evidence.logs.JsonFormatter"}},
+    "formatters": {"json": {"()": "evidence.lib.logs.JsonFormatter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {"callproof": {"handlers": ["console"], "level": "INFO", "propagate": False}},

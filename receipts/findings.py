@@ -82,7 +82,7 @@ DIGEST_CODES = (
 
 # Each sentence a finding's detail can be, in English, with its values as ``{name}``: the
 # reader's own output, the CLI and the exports read the sentence; the dashboard words it in
-# the reader's language from its key and values (evidence/finding_words.py, docs/glossary.md).
+# the reader's language from its key and values (evidence/words/finding_words.py, docs/glossary.md).
 # A key names its finding code first; a sentence that is part of another (a signature's
 # problem inside a ledger line's) is a value of it.
 SENTENCES: dict[str, str] = {

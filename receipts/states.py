@@ -51,7 +51,7 @@ KINDS: dict[str, str] = {
     "unclear": "warn",
 }
 
-# The Chinese of every word the dashboard translates (evidence.i18n.WORDS); English is the word itself.
+# The Chinese of every word the dashboard translates (evidence.words.i18n.WORDS); English is the word itself.
 CHINESE: dict[str, str] = {
     "committed": "已提交",
     "prepared": "已准备",
@@ -114,7 +114,7 @@ class State:
     name: str  # what records, downloads, the API and the exports hold
     tone: str  # ok, warn, bad, info or neutral: the colour only
     glyph: str  # before the word on every page; one per state
-    marks: str  # the status bar's marks over the colour (evidence/charts.py draws each)
+    marks: str  # the status bar's marks over the colour (evidence/web/charts.py draws each)
     words: dict[str, str]  # "en" and "zh-Hans"
     todo: dict[str, str]  # what to do, in each language
 

@@ -38,7 +38,7 @@ PRESENT, ABSENT, UNCLEAR = "present", "absent", "unclear"
 
 
 # What the built-in targets' evidence functions say they found, in English (the dashboard words
-# each in the reader's language from its key and values: evidence/doubt_text.py).
+# each in the reader's language from its key and values: evidence/words/doubt_text.py).
 FACTS: dict[str, str] = {
     "result_not_object": "the receipt's result is not an object",
     "result_not_returned": "the receipt's result is not what a receipted function returns",

@@ -30,7 +30,7 @@ def corpus_files() -> list[Path]:
 
 def import_as_seen_later(root: Path) -> None:
     """Import as a person would see the demo 20 minutes after it ran: the killed calls are stale."""
-    from evidence import importer
+    from evidence.ingest import importer
 
     importer.root_import(root=root, now=protocol.utc_now() + dt.timedelta(minutes=20))
 
@@ -48,13 +48,13 @@ def first_call_of(run_id: str):
 
 
 def join(user, *roles: str):
-    """Give ``user`` these roles (evidence/roles.py); returns the user.
+    """Give ``user`` these roles (evidence/lib/roles.py); returns the user.
 
     The data migration makes the groups, but a transactional test's flush empties
     every table, and only permissions are made again after it: ``ensure_roles``
     makes the groups again if they are gone (``test_roles`` checks the migration).
     """
-    from evidence.roles import ensure_roles
+    from evidence.lib.roles import ensure_roles
 
     groups = ensure_roles()
     user.groups.add(*(groups[role] for role in roles))
@@ -78,12 +78,12 @@ def table_snapshot() -> dict[str, list[tuple]]:
 def export_through_the_page(client, run_id: str):
     """Ask for the run's evidence on its page, make it as the worker would (in this process:
     tests/test_tasks.py runs the real worker), and download it: the zip's response."""
-    from evidence import tasks
+    from evidence.export import jobs
     from evidence.models import Export
 
     assert client.post(f"/runs/{run_id}/export/").status_code == 303
     export = Export.objects.filter(run__run_id=run_id).latest("pk")
-    tasks.make_export.call(export.pk)
+    jobs.make_export.call(export.pk)
     return client.get(f"/runs/{run_id}/exports/{export.pk}.zip")
 
 

@@ -10,8 +10,8 @@ import pytest
 from django.contrib.auth.models import Group, Permission
 from django.urls import reverse
 
+from evidence.lib.roles import ROLES
 from evidence.models import AuditEntry, Run
-from evidence.roles import ROLES
 from receipts import protocol
 from tests.helpers import join
 

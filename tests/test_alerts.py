@@ -16,8 +16,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django_tasks_db.models import DBTaskResult
 
-from evidence import alerts, inbox, triage
 from evidence.models import DeliveryAttempt, Finding, Notification, NotificationRule
+from evidence.review import alerts, inbox, triage
 from receipts import protocol, states
 from tests.helpers import join, until
 from tests.subprocess_db import start_worker, this_database_url

@@ -10,8 +10,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from evidence.api import new_token
 from evidence.models import ApiToken, Call, Finding, Run
+from evidence.web.api import new_token
 from tests.helpers import CONTRACT, import_as_seen_later, join
 from tests.volume import synthetic_run
 
@@ -159,7 +159,8 @@ def test_each_lists_twins_and_its_api_give_the_same_items_in_the_same_order(demo
     import csv
     import io
 
-    from evidence import retention, settle
+    from evidence.retention import actions
+    from evidence.review import settle
     from tests.helpers import content, first_call_of
 
     synthetic_run(demo_root / "many-calls", events=300, receipts=120, contract=CONTRACT)
@@ -168,7 +169,7 @@ def test_each_lists_twins_and_its_api_give_the_same_items_in_the_same_order(demo
     call = first_call_of("send-message-killed")
     settle.settle_call(run=call.run, call=call, user=person, resolution="committed", reason="the log shows it",
                        typed_call_id=call.call_id[:12], receipt_sha256=call.file_sha256)  # fmt: skip
-    retention.set_legal_hold(run=Run.objects.get(run_id="clean-run"), user=person, hold=True, reason="a case",
+    actions.set_legal_hold(run=Run.objects.get(run_id="clean-run"), user=person, hold=True, reason="a case",
                              now=dt.datetime.now(dt.UTC))  # fmt: skip
     client.force_login(person)
     for twin_url, api_url in TWINS:

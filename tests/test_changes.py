@@ -16,7 +16,7 @@ import pytest
 from django.urls import reverse
 from django.utils.html import strip_tags
 
-from evidence import importer
+from evidence.ingest import importer
 from receipts import runtime
 from receipts.changes import ApplyChanges, open_tree, planned_manifest, tree_digest
 from receipts.demo import writer_command, writer_env

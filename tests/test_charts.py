@@ -6,7 +6,7 @@ import datetime as dt
 import re
 from pathlib import Path
 
-from evidence import charts
+from evidence.web import charts
 from receipts import states
 
 T0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)

@@ -1,4 +1,4 @@
-""" "I'm on it" (evidence/claims.py): who may claim, what the others see, how a claim ends, the
+""" "I'm on it" (evidence/review/claims.py): who may claim, what the others see, how a claim ends, the
 audit of each step, and two people claiming at once."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from evidence import claims, inbox, settle, triage
+from evidence.maintenance import MAINTENANCE
 from evidence.models import AuditEntry, Claim, Finding
-from evidence.tasks import MAINTENANCE
+from evidence.review import claims, inbox, settle, triage
 from receipts import protocol
 from tests.helpers import content, first_call_of, join
 

@@ -108,7 +108,7 @@ def test_a_worker_whose_connection_was_ended_makes_the_next_task(tmp_path):
     url = this_database_url()
     log = tmp_path / "worker.log"
     worker = start_worker(url, log, **KEPT_OPEN)
-    enqueue = "from evidence.tasks import clear_sessions; print(clear_sessions.enqueue().id)"
+    enqueue = "from evidence.maintenance import clear_sessions; print(clear_sessions.enqueue().id)"
     try:
         first = manage(url, "shell", "-v", "0", "-c", enqueue, check=True).stdout.strip()
         status = f"SELECT status FROM django_tasks_database_dbtaskresult WHERE id = '{first}'"

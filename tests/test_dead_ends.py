@@ -13,9 +13,9 @@ from http import HTTPStatus
 import pytest
 from django.urls import reverse
 
-from evidence import selectors
-from evidence.inbox import inbox_total
 from evidence.models import Call, Finding
+from evidence.review import selectors
+from evidence.review.inbox import inbox_total
 from tests.helpers import content, join
 
 pytestmark = pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""A recovery decision's reason on a page (evidence.decision_text): in English the sentence
+"""A recovery decision's reason on a page (evidence.words.decision_text): in English the sentence
 receipts.recovery wrote, in Chinese a translation with the record's values kept; a reason no
 pattern knows is data."""
 
@@ -11,7 +11,7 @@ import pytest
 from django.utils import translation
 from django.utils.html import strip_tags
 
-from evidence import decision_text
+from evidence.words import decision_text
 from receipts import protocol, recovery
 from tests.i18n_check import english_on
 

@@ -1,4 +1,4 @@
-"""Decisions travel back (evidence.delivery): settled where the run's host is not, a decision
+"""Decisions travel back (evidence.ingest.delivery): settled where the run's host is not, a decision
 waits in the database, is followed by the rows and by re-imports, and is written into the run
 directory by the run's own host, once, or refused there with a finding."""
 
@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from evidence import delivery, hosts, importer, inbox, selectors, settle
+from evidence.ingest import delivery, importer
+from evidence.lib import hosts
 from evidence.models import Call, Confirmation, Finding, Host, HumanDecision, Run
+from evidence.review import inbox, selectors, settle
 from receipts import protocol, runtime
 from tests.helpers import CONTRACT, content, every_entry, first_call_of, join
 from tests.ledger import events_of
@@ -194,8 +196,8 @@ def test_a_delivery_killed_between_the_file_and_its_event_is_delivered_once_by_t
     subprocess.run(manage_command("import_runs", str(root)), env=child_env(url), check=True, capture_output=True)
     env = child_env(url) | {"EVIDENCE_HOST_NAME": "web-host"}
     settle_script = (
-        "from django.contrib.auth import get_user_model; from evidence import settle;"
-        "from evidence.roles import ensure_roles; from evidence.models import Call;"
+        "from django.contrib.auth import get_user_model; from evidence.review import settle;"
+        "from evidence.lib.roles import ensure_roles; from evidence.models import Call;"
         "user = get_user_model().objects.create_user('erin');"
         "user.groups.add(ensure_roles()['confirmer']);"
         "call = Call.objects.get(run__run_id='send-message-killed');"

@@ -19,7 +19,7 @@ from django.core.management import get_commands, load_command_class
 from django.db import connection
 from django.test import Client
 
-from evidence.tasks import MAINTENANCE
+from evidence.maintenance import MAINTENANCE
 from receipts.cli import build_parser
 from tests.helpers import CONTRACT, PROJECT, join
 from tests.subprocess_db import child_env, database_url_for_children, manage, manage_command, normalized_dump

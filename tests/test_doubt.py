@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import pytest
 from django.urls import reverse
 
-from evidence import importer
+from evidence.ingest import importer
 from receipts import doubt, runtime
 from receipts.demo import run_writer
 from tests.helpers import content, first_call_of

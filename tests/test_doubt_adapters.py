@@ -11,8 +11,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.urls import reverse
 from django.utils.html import strip_tags
 
-from evidence import importer
 from evidence.apps import register_evidence_adapters
+from evidence.ingest import importer
 from receipts import doubt, runtime
 from receipts.adapters.http import HttpRequest
 from receipts.demo import writer_env

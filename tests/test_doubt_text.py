@@ -7,7 +7,7 @@ import html
 from django.utils import translation
 from django.utils.html import strip_tags
 
-from evidence import doubt_text
+from evidence.words import doubt_text
 from receipts import doubt
 
 MESSAGE = {"to": "ops@example.com", "body": "deployed"}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evidence import importer
+from evidence.ingest import importer
 from receipts import protocol, runtime
 from tests.helpers import CONTRACT, content, data_path
 

@@ -11,8 +11,8 @@ import pytest
 from django.core.management import call_command
 from django.utils.html import escape
 
-from evidence import importer
-from evidence.redaction import Policy, clear, load_policy, secret_kind
+from evidence.export.redaction import Policy, clear, load_policy, secret_kind
+from evidence.ingest import importer
 from receipts import durable, protocol, runtime
 from receipts.demo import run_writer
 from receipts.reader.verify import verify_export
@@ -817,7 +817,7 @@ def test_issue_36_secrets_a_stripped_run_keeps_in_clear_are_in_no_export_of_it(s
     """Retention strips bodies to the same marker and keeps ids, tools and event facts: an export of
     the stripped run scans what was kept like any value."""
     from evidence.models import Event, Run
-    from evidence.retention import strip_bodies
+    from evidence.retention.actions import strip_bodies
 
     run_dir, kind = shaped_run
     run = Run.objects.get(run_id=run_dir.name)

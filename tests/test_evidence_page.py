@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evidence.export import export_run
+from evidence.export.bundle import export_run
+from evidence.export.redaction import Policy
 from evidence.models import Run
-from evidence.redaction import Policy
 from receipts import protocol
 from receipts.reader import evidence_page
 from receipts.reader.verify import verify_export
@@ -200,8 +200,8 @@ def test_the_pages_words_are_the_dashboards():
     the same as the dashboard's catalogue says, and a badge of the same kind (docs/glossary.md)."""
     from django.utils import translation
 
-    from evidence import i18n
     from evidence.templatetags.dashboard import BADGE_CLASSES
+    from evidence.words import i18n
 
     with translation.override("zh-hans"):
         assert {word: i18n.word(word) for word in i18n.WORDS} == evidence_page.states.CHINESE

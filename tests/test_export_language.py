@@ -62,13 +62,13 @@ def test_an_export_is_written_in_the_language_of_who_asked_and_verifies_in_both(
 
 
 def test_an_export_asked_for_before_languages_were_kept_is_written_in_the_default(demo, django_user_model, export_root):
-    from evidence import exports, tasks
+    from evidence.export import jobs
     from evidence.models import Run
 
     wei = join(django_user_model.objects.create_user("wei", password="a-long-password-1"), "exporter")
-    export = exports.request_export(run=Run.objects.get(run_id="clean-run"), user=wei, language="zh-hans")
+    export = jobs.request_export(run=Run.objects.get(run_id="clean-run"), user=wei, language="zh-hans")
     Export.objects.filter(pk=export.pk).update(language="")
-    tasks.make_export.call(export.pk)
+    jobs.make_export.call(export.pk)
     export.refresh_from_db()
     with zipfile.ZipFile(export.path) as bundle:
         page = bundle.read("clean-run-evidence/index.html").decode()

@@ -14,7 +14,7 @@ from django.db import connection
 from django.test import Client
 from django_tasks_db.models import DBTaskResult
 
-from evidence import exports, tasks
+from evidence.export import jobs
 from evidence.models import Export
 from tests.helpers import content, import_as_seen_later, join
 from tests.i18n_check import english_on
@@ -62,7 +62,7 @@ def test_a_second_export_while_one_is_in_flight_is_refused_and_points_at_it(demo
 
     # Another run, or another person, is not held back by it; once it finished, the person may ask again.
     assert client.post("/runs/send-message-killed/export/").status_code == HTTPStatus.SEE_OTHER
-    tasks.make_export.call(first.pk)
+    jobs.make_export.call(first.pk)
     assert client.post("/runs/clean-run/export/").status_code == HTTPStatus.SEE_OTHER
     assert Export.objects.count() == 3
 
@@ -79,7 +79,7 @@ def test_the_per_person_rate_is_refused_saying_when_the_next_may_be_asked_for(de
     message = message_on(content(response))
     assert "you asked for 2 exports in the last hour" in message
     # When: an hour after the older of the two, as every time on the site is shown.
-    assert f'datetime="{oldest.created_at + exports.RATE_WINDOW:%Y-%m-%dT%H:%M:%S.%fZ}"' in message, message
+    assert f'datetime="{oldest.created_at + jobs.RATE_WINDOW:%Y-%m-%dT%H:%M:%S.%fZ}"' in message, message
     panel = content(client.post("/runs/write-file-killed/export/", headers=HTMX, **CHINESE))
     reason, said = refusal_on(panel)
     assert reason == "rate" and "2" in said and english_on(said) == [], said
@@ -95,7 +95,7 @@ def test_the_per_person_rate_is_refused_saying_when_the_next_may_be_asked_for(de
 def test_over_the_disk_budget_new_exports_are_refused(demo, exporter, client, settings, export_root):
     client.force_login(exporter)
     assert client.post("/runs/clean-run/export/").status_code == HTTPStatus.SEE_OTHER
-    made = tasks.make_export.call(Export.objects.get().pk)
+    made = jobs.make_export.call(Export.objects.get().pk)
     zip_file = Path(Export.objects.get().path)
     settings.EVIDENCE_EXPORT_DISK_BUDGET_BYTES = zip_file.stat().st_size  # the root holds exactly its budget
     assert made["size"] == zip_file.stat().st_size
@@ -153,7 +153,7 @@ def test_a_failed_exports_error_is_kept_as_a_code_and_worded_in_the_readers_lang
     assert client.post("/runs/clean-run/export/").status_code == HTTPStatus.SEE_OTHER
     export = Export.objects.get()
     with pytest.raises(FileExistsError):
-        tasks.make_export.call(export.pk)
+        jobs.make_export.call(export.pk)
     export.refresh_from_db()
     assert export.state == Export.FAILED and export.failure == {"code": Export.NOT_WRITTEN, "detail": "File exists"}
     english = content(client.get("/runs/clean-run/exports/"))

@@ -1,11 +1,11 @@
-"""Every finding code the reader can emit has a title, shown beside the code (evidence/finding_titles.py)."""
+"""Every finding code the reader can emit has a title, shown beside the code (evidence/words/finding_titles.py)."""
 
 from __future__ import annotations
 
 from django.utils import translation
 
-from evidence import finding_titles
 from evidence.templatetags.findings import finding_title
+from evidence.words import finding_titles
 from receipts.findings import CODES
 
 

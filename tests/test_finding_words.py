@@ -22,8 +22,10 @@ from django.urls import reverse
 from django.utils import translation
 from django.utils.translation import gettext
 
-from evidence import audit_words, doubt_text, finding_words, importer, triage
+from evidence.ingest import importer
 from evidence.models import AuditEntry, Finding, Run
+from evidence.review import triage
+from evidence.words import audit_words, doubt_text, finding_words
 from receipts import findings, protocol, runtime, tools
 from receipts.findings import CODES, SENTENCES, FindingRecord, Sentence
 from tests.helpers import CONTRACT, content, downloaded, import_as_seen_later

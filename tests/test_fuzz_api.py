@@ -13,8 +13,8 @@ from django.db import connection
 from hypothesis import HealthCheck, given, settings
 from schemathesis.generation import GenerationMode
 
-from evidence import api
 from evidence.models import Finding
+from evidence.web import api
 from tests.helpers import join
 
 pytestmark = pytest.mark.django_db(transaction=True)  # a failed statement must not spoil a test transaction

@@ -13,8 +13,9 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evidence import forms, triage
 from evidence.models import Finding
+from evidence.review import triage
+from evidence.web import forms
 from tests.helpers import first_call_of, join
 
 pytestmark = pytest.mark.django_db(transaction=True)  # a failed statement must not spoil a test transaction

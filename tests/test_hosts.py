@@ -1,4 +1,4 @@
-"""Hosts (evidence.hosts): registered by their importer, silent when they stop reporting, and
+"""Hosts (evidence.lib.hosts): registered by their importer, silent when they stop reporting, and
 shown so on the Hosts page, on /metrics, in the inbox and in the header's count."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from evidence import hosts, inbox, settle
+from evidence.lib import hosts
 from evidence.models import AuditEntry, Finding, Host, HumanDecision, Run
+from evidence.review import inbox, settle
 from receipts import protocol
 from tests.helpers import PROJECT, content, first_call_of, join
 from tests.subprocess_db import child_env, database_url_for_children, manage_command, this_database_url

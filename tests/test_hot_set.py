@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from evidence import importer, inbox, stats
+from evidence.ingest import importer
+from evidence.lib import stats
 from evidence.models import HOT_AFTER_CHANGE, Finding, Run
+from evidence.review import inbox
 from receipts import durable, protocol, runtime
 from receipts.runs import run_set_state
 from tests.helpers import CONTRACT, PROJECT
@@ -171,7 +173,7 @@ def test_the_abandoned_age_is_the_setting(root, settings):
 def test_a_decision_written_into_a_cold_run_makes_it_hot(demo):
     from django.contrib.auth import get_user_model
 
-    from evidence import settle
+    from evidence.review import settle
     from tests.helpers import first_call_of
 
     later = protocol.utc_now() + 2 * DAY

@@ -27,8 +27,9 @@ from django.contrib.auth.models import User
 from django.template.base import Lexer, TokenType
 from django.urls import reverse
 
-from evidence import hosts, triage
+from evidence.lib import hosts
 from evidence.models import Call, Finding, Host, Run
+from evidence.review import triage
 from receipts import protocol
 from tests.helpers import content, join
 from tests.i18n_check import english_on

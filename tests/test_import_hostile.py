@@ -12,7 +12,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from evidence import importer
+from evidence.ingest import importer
 from evidence.models import Call, Event, Finding, Run, Submission
 from receipts import durable, protocol, runtime
 from tests.helpers import CONTRACT

@@ -1,4 +1,4 @@
-"""The import's read-ahead (evidence/read_ahead.py): child processes read a run while the
+"""The import's read-ahead (evidence/ingest/read_ahead.py): child processes read a run while the
 importer stores it. The database ends exactly as when the importer reads in its own process,
 hostile lines and files included, also when a child dies halfway; a killed importer leaves
 no child behind. On SQLite and PostgreSQL."""
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from evidence import importer, read_ahead
+from evidence.ingest import importer, read_ahead
 from evidence.models import Call, Confirmation, Event, EventTally, Finding, Run, Submission
 from receipts import protocol
 from tests.helpers import CONTRACT, IMPORT_TIMESTAMPS, until

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from evidence import importer
+from evidence.ingest import importer
 from evidence.models import Call, Event, Finding, Run
 from receipts import durable, protocol, runtime
 from tests.helpers import CONTRACT, table_snapshot

@@ -16,9 +16,10 @@ import pytest
 from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 
-from evidence import importer, selectors
+from evidence.ingest import importer
 from evidence.models import Call, Event, Finding, Run
-from evidence.selectors import calls_with_prefix
+from evidence.review import selectors
+from evidence.review.selectors import calls_with_prefix
 from receipts import durable, protocol, runtime
 from receipts.demo import SCENARIOS
 from tests.helpers import CONTRACT, first_call_of, table_snapshot

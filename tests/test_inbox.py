@@ -8,8 +8,8 @@ from http import HTTPStatus
 import pytest
 from django.urls import reverse
 
-from evidence import inbox
 from evidence.models import Call
+from evidence.review import inbox
 from tests.helpers import content, first_call_of, join
 
 pytestmark = pytest.mark.django_db
@@ -51,7 +51,7 @@ def test_items_are_most_serious_first_then_oldest_first(demo):
 
 
 def test_a_broken_ledger_is_an_item(demo):
-    from evidence import importer
+    from evidence.ingest import importer
 
     ledger = demo / "clean-run" / "events.jsonl"
     lines = ledger.read_bytes().splitlines()

@@ -64,7 +64,7 @@ def test_a_nul_in_the_apis_triage_reason_is_a_422_not_a_500(holder, demo):
 
 
 def test_the_apis_triage_reason_has_the_forms_limit(holder, demo):
-    from evidence import triage
+    from evidence.review import triage
 
     finding = _a_finding()
     response = holder.post(f"/api/findings/{finding.pk}/triage",
@@ -87,8 +87,9 @@ def test_a_nul_in_what_a_shipper_sends_is_a_400_not_a_500(client, demo, django_u
     """The middleware reads the address only: a header's or a JSON body's NUL reached PostgreSQL."""
     import json
 
-    from evidence import settle, shipping
+    from evidence.ingest import shipping
     from evidence.models import Host, HumanDecision
+    from evidence.review import settle
     from tests.helpers import first_call_of
 
     key = shipping.new_key("agent-a")
@@ -116,7 +117,7 @@ def test_a_nul_in_what_a_shipper_sends_is_a_400_not_a_500(client, demo, django_u
      ("/api/inbox?run_id=", None), ("/api/audit?actor=", None), ("/api/audit/actions?run_id=", None)],
 )  # fmt: skip
 def test_a_search_box_or_filter_takes_at_most_its_limit(holder, demo, url, box):
-    from evidence.views.common import TYPED_LIMIT
+    from evidence.web.views.common import TYPED_LIMIT
 
     assert holder.get(url + "a" * TYPED_LIMIT).status_code == 200
     response = holder.get(url + "a" * (TYPED_LIMIT + 1))

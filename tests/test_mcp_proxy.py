@@ -25,7 +25,7 @@ from django.urls import reverse
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 from mcp.shared.exceptions import MCPError
 
-from evidence import importer
+from evidence.ingest import importer
 from receipts import protocol, runtime
 from receipts.adapters.mcp_proxy import (
     CALL_ID_META_KEY,

@@ -20,7 +20,7 @@ from django.apps import apps
 from django.core.management import call_command
 from django.db import connection
 
-from evidence.roles import ROLES
+from evidence.lib.roles import ROLES
 from tests.schema import schema_of
 from tests.subprocess_db import this_database_url
 

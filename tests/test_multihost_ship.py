@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from evidence import shipping
+from evidence.ingest import shipping
 from evidence.models import Call, HumanDecision, Run
 from tests.helpers import PROJECT, join, until
 from tests.ledger import events_of

@@ -8,8 +8,9 @@ import logging
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from evidence import importer, inbox
+from evidence.ingest import importer
 from evidence.models import Run
+from evidence.review import inbox
 from receipts import protocol
 from tests.helpers import export_through_the_page, first_call_of, join
 
@@ -72,7 +73,7 @@ def test_metrics_need_this_machine_or_the_token(token, headers, allowed, db, cli
 
 
 def test_imports_settlements_and_retention_log_one_json_object_a_line(demo_root, db, caplog):
-    from evidence.logs import JsonFormatter
+    from evidence.lib.logs import JsonFormatter
 
     with caplog.at_level(logging.INFO, logger="callproof"):
         importer.root_import(root=demo_root)
@@ -84,7 +85,7 @@ def test_imports_settlements_and_retention_log_one_json_object_a_line(demo_root,
 
 
 def test_a_settlement_and_a_legal_hold_log_their_run_and_call(demo, client, django_user_model, caplog):
-    from evidence.logs import JsonFormatter
+    from evidence.lib.logs import JsonFormatter
 
     person = join(django_user_model.objects.create_user("carol"), "confirmer", "admin")
     client.force_login(person)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from evidence import importer
+from evidence.ingest import importer
 from receipts import __version__
 from receipts.demo import login_request
 from tests.helpers import CONTRACT, PROJECT
@@ -215,7 +215,7 @@ import django
 django.setup()
 from django.contrib.auth import get_user_model
 from django.test import Client
-from evidence.roles import ensure_roles
+from evidence.lib.roles import ensure_roles
 user = get_user_model().objects.create_user("operator")
 user.groups.add(ensure_roles()["viewer"])
 client = Client()

@@ -10,7 +10,7 @@ from http import HTTPStatus
 import pytest
 from django.urls import reverse
 
-from evidence import importer
+from evidence.ingest import importer
 from receipts import durable
 from tests.helpers import content, first_call_of
 from tests.volume import synthetic_ledger

@@ -7,7 +7,7 @@ import json
 import pytest
 from django.urls import reverse
 
-from evidence import stats
+from evidence.lib import stats
 from evidence.models import Call
 from tests.helpers import content, first_call_of, state_badge
 
@@ -57,7 +57,7 @@ def test_the_recovery_page_shows_every_pending_problem_reservations_included(log
 
 
 def test_a_commit_the_writer_refused_to_reuse_shows_as_disputed_and_can_be_settled(client, django_user_model, run_dir):
-    from evidence import importer
+    from evidence.ingest import importer
     from tests.helpers import join
     from tests.writer import MESSAGE, cli_call, output
 

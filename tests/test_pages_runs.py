@@ -12,8 +12,9 @@ from http import HTTPStatus
 import pytest
 from django.urls import reverse
 
-from evidence import i18n, importer
+from evidence.ingest import importer
 from evidence.models import Run
+from evidence.words import i18n
 from receipts import durable, protocol, runtime
 from tests.helpers import content, first_call_of, state_badge
 

@@ -16,7 +16,7 @@ from http import HTTPStatus
 import pytest
 from django.urls import reverse
 
-from evidence import stats
+from evidence.lib import stats
 from evidence.models import Call, Run
 from receipts import recovery, states
 from tests.helpers import content, first_call_of, join, state_badge

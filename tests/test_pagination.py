@@ -1,4 +1,4 @@
-"""Keyset pages (evidence.pagination) over every list of the site: walked forward from the
+"""Keyset pages (evidence.lib.pagination) over every list of the site: walked forward from the
 first page and backward from the last, page by page as a person follows the links, each list
 gives every item exactly once, in its order, whatever its segments and their keys."""
 
@@ -10,9 +10,11 @@ import pytest
 from django.core.exceptions import BadRequest
 from django.test import RequestFactory
 
-from evidence import listings, pagination, retention, settle
+from evidence.lib import pagination
+from evidence.lib.pagination import cursor_page, every_row, first_rows
 from evidence.models import Run
-from evidence.pagination import cursor_page, every_row, first_rows
+from evidence.retention import actions, plans
+from evidence.review import listings, settle
 from receipts import protocol
 from tests.helpers import CONTRACT, first_call_of, import_as_seen_later, join
 from tests.volume import synthetic_run
@@ -46,7 +48,7 @@ def walk(segments, per_page: int, *, backward: bool = False) -> list:
 
 def every_listing(now) -> dict[str, listings.Listing]:
     run = Run.objects.get(run_id="many-calls")
-    policy = retention.RetentionPolicy.from_settings()
+    policy = plans.RetentionPolicy.from_settings()
     return {
         "runs": listings.runs(),
         "runs needing attention": listings.runs(attention=True),
@@ -78,7 +80,7 @@ def many(demo_root, django_user_model):
                            typed_call_id=call.call_id[:12], receipt_sha256=call.file_sha256,
                            confirm_queryable=True)  # fmt: skip
     for run_id in ("clean-run", "a2-lost-response", "legacy-task"):
-        retention.set_legal_hold(run=Run.objects.get(run_id=run_id), user=person, hold=True, reason="a case",
+        actions.set_legal_hold(run=Run.objects.get(run_id=run_id), user=person, hold=True, reason="a case",
                                  now=protocol.utc_now())  # fmt: skip
 
 

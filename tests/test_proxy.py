@@ -57,7 +57,7 @@ def proxied(tmp_path: Path) -> Iterator[Ports]:
     }  # fmt: skip
     env.pop("EVIDENCE_METRICS_TOKEN", None)
     subprocess.run([sys.executable, "manage.py", "shell", "-c", f"from django.contrib.auth import get_user_model; "
-                    f"from evidence.roles import ensure_roles; u = get_user_model().objects.create_user('alice', "
+                    f"from evidence.lib.roles import ensure_roles; u = get_user_model().objects.create_user('alice', "
                     f"password={PASSWORD!r}); u.groups.add(ensure_roles()['viewer'])"], cwd=PROJECT, env=env,
                    check=True)  # fmt: skip
     subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"], cwd=PROJECT, env=env,

@@ -9,34 +9,35 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from evidence import retention, stats
+from evidence.lib import stats
 from evidence.models import Call, HumanDecision, Run
+from evidence.retention import actions, plans
 from receipts import protocol
 from tests.helpers import content, first_call_of
 
 pytestmark = pytest.mark.django_db
 
-POLICY = retention.RetentionPolicy(
+POLICY = plans.RetentionPolicy(
     strip_after=dt.timedelta(days=30),
     archive_after=dt.timedelta(days=365),
 )
 
 
-def plans_at(days: int) -> dict[str, retention.RunPlan]:
+def plans_at(days: int) -> dict[str, plans.RunPlan]:
     now = protocol.utc_now() + dt.timedelta(days=days)
-    return {plan.run_id: plan for plan in retention.plan_runs(policy=POLICY, now=now)}
+    return {plan.run_id: plan for plan in plans.plan_runs(policy=POLICY, now=now)}
 
 
 def test_each_blocker_keeps_its_run_whatever_its_age(demo):
-    plans = plans_at(10_000)
-    assert plans["send-message-killed"].action == "keep"
-    assert "unfinished (state running)" in plans["send-message-killed"].blockers
-    assert "1 call in doubt, not yet settled" in plans["send-message-killed"].blockers
-    assert "a stale reservation" in plans["stale-reservation"].blockers
-    assert "an open submission conflict" in plans["conflict-same-id"].blockers
-    assert "open identity_mismatch, input_digest_mismatch" in plans["tampered-receipt"].blockers
+    every_plan = plans_at(10_000)
+    assert every_plan["send-message-killed"].action == "keep"
+    assert "unfinished (state running)" in every_plan["send-message-killed"].blockers
+    assert "1 call in doubt, not yet settled" in every_plan["send-message-killed"].blockers
+    assert "a stale reservation" in every_plan["stale-reservation"].blockers
+    assert "an open submission conflict" in every_plan["conflict-same-id"].blockers
+    assert "open identity_mismatch, input_digest_mismatch" in every_plan["tampered-receipt"].blockers
     for run_id in ("send-message-killed", "stale-reservation", "conflict-same-id", "tampered-receipt"):
-        assert plans[run_id].action == "keep", run_id
+        assert every_plan[run_id].action == "keep", run_id
 
 
 def test_a_finished_clean_run_is_stripped_then_archived_on_its_dates(demo):
@@ -148,20 +149,20 @@ def test_the_facts_kept_with_each_run_choose_what_its_plan_chooses(demo, user, d
     by planning every run: over the demo, a stripped run and a held one, at every age, the
     conditions pick exactly the runs the plan picks."""
     Run.objects.filter(run_id="a2-lost-response").update(bodies_stripped_at=protocol.utc_now())
-    retention.set_legal_hold(run=Run.objects.get(run_id="a4-concurrent"), user=user, hold=True, reason="a case",
+    actions.set_legal_hold(run=Run.objects.get(run_id="a4-concurrent"), user=user, hold=True, reason="a case",
                              now=protocol.utc_now())  # fmt: skip
     now = protocol.utc_now() + dt.timedelta(days=days)
-    plans = list(retention.plan_runs(policy=POLICY, now=now))
-    assert len(plans) == Run.objects.count()
-    for action in retention.ACTIONS:
-        chosen = retention.plan_segment(policy=POLICY, now=now, action=action).rows.values_list("run_id", flat=True)
-        assert set(chosen) == {plan.run_id for plan in plans if plan.action == action}, action
-    blocked = retention.plan_segment(policy=POLICY, now=now, blocked=True).rows.values_list("run_id", flat=True)
-    assert set(blocked) == {plan.run_id for plan in plans if plan.blockers}
-    totals = retention.plan_totals(policy=POLICY, now=now)
-    assert totals["counts"] == {action: sum(plan.action == action for plan in plans) for action in retention.ACTIONS}
-    assert totals["blocked"] == sum(bool(plan.blockers) for plan in plans)
-    freed = sum(plan.body_bytes for plan in plans if plan.action in (retention.STRIP_BODIES, retention.ARCHIVE))
+    every_plan = list(plans.plan_runs(policy=POLICY, now=now))
+    assert len(every_plan) == Run.objects.count()
+    for action in plans.ACTIONS:
+        chosen = plans.plan_segment(policy=POLICY, now=now, action=action).rows.values_list("run_id", flat=True)
+        assert set(chosen) == {plan.run_id for plan in every_plan if plan.action == action}, action
+    blocked = plans.plan_segment(policy=POLICY, now=now, blocked=True).rows.values_list("run_id", flat=True)
+    assert set(blocked) == {plan.run_id for plan in every_plan if plan.blockers}
+    totals = plans.plan_totals(policy=POLICY, now=now)
+    assert totals["counts"] == {action: sum(plan.action == action for plan in every_plan) for action in plans.ACTIONS}
+    assert totals["blocked"] == sum(bool(plan.blockers) for plan in every_plan)
+    freed = sum(plan.body_bytes for plan in every_plan if plan.action in (plans.STRIP_BODIES, plans.ARCHIVE))
     assert totals["body_bytes_freed"] == freed
     if days in (31, 366):
-        assert totals["counts"][retention.STRIP_BODIES if days == 31 else retention.ARCHIVE] > 0, "the ages matter"
+        assert totals["counts"][plans.STRIP_BODIES if days == 31 else plans.ARCHIVE] > 0, "the ages matter"

@@ -15,8 +15,9 @@ from typing import NamedTuple
 import pytest
 from django.core.management import call_command
 
-from evidence import importer, retention
+from evidence.ingest import importer
 from evidence.models import Event, Run
+from evidence.retention import plans
 from receipts import durable, protocol, runtime
 from receipts.reader.verify import verify_export
 from tests.helpers import content, first_call_of
@@ -260,7 +261,7 @@ def test_a_kill_at_each_phase_of_archiving_leaves_every_run_whole_and_the_next_a
     manage(url, "import_runs", str(demo_root), check=True)
     archive_root = tmp_path / "archive"
     env = child_env(url) | {"RECEIPTS_CLOCK": LATER, "EVIDENCE_ARCHIVE_ROOT": str(archive_root)}
-    due = [run_id for run_id, action in plan_of(env).items() if action == retention.ARCHIVE]
+    due = [run_id for run_id, action in plan_of(env).items() if action == plans.ARCHIVE]
     assert len(due) >= 2 and "clean-run" in due, due
     killed = due[0]  # runs are applied in run_id order: the failpoint stops the first one due
     files = {run_id: run_files(demo_root / run_id) for run_id in due}
@@ -311,7 +312,7 @@ def test_a_kill_while_stripping_leaves_the_run_stripped_or_not_and_the_next_appl
     archive_root = tmp_path / "archive"
     env = child_env(url) | {"RECEIPTS_CLOCK": two_days_on, "EVIDENCE_STRIP_AFTER_DAYS": "1"}
     env["EVIDENCE_ARCHIVE_ROOT"] = str(archive_root)
-    due = [run_id for run_id, action in plan_of(env).items() if action == retention.STRIP_BODIES]
+    due = [run_id for run_id, action in plan_of(env).items() if action == plans.STRIP_BODIES]
     assert due == ["clean-run"], due
     files = run_files(demo_root / "clean-run")
     before = child_facts(url)["clean-run"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from evidence import importer
+from evidence.ingest import importer
 from evidence.models import Finding, Host, Run
 from receipts import protocol, runtime
 from tests.helpers import CONTRACT
@@ -147,9 +147,9 @@ def test_a_legal_hold_set_while_a_run_is_archived_stops_it(demo_root, tmp_path):
         paused = sorted(path.name for path in archive_root.iterdir())
         [run_id] = [name.removesuffix(".tar.gz") for name in paused if name.endswith(".tar.gz")]
         hold = (
-            "from django.contrib.auth.models import User; from evidence import retention; "
+            "from django.contrib.auth.models import User; from evidence.retention import actions; "
             "from evidence.models import Run; from receipts import protocol; "
-            f"retention.set_legal_hold(run=Run.objects.get(run_id={run_id!r}), "
+            f"actions.set_legal_hold(run=Run.objects.get(run_id={run_id!r}), "
             "user=User.objects.create_user('counsel'), hold=True, reason='litigation', now=protocol.utc_now())"
         )
         manage(url, "shell", "-v", "0", "-c", hold, check=True)

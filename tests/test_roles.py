@@ -1,5 +1,5 @@
 """Who may do what: every URL and every action, as anonymous, as a login with no role,
-and as each role (evidence/roles.py). Nothing unauthorised succeeds."""
+and as each role (evidence/lib/roles.py). Nothing unauthorised succeeds."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from evidence import exports
+from evidence.export import jobs
+from evidence.lib.roles import ROLES
 from evidence.models import AuditEntry, Call, Claim, Export, Finding, HumanDecision, NotificationRule, Run
-from evidence.roles import ROLES
 from receipts import protocol
 from tests.helpers import first_call_of, join
 
@@ -46,7 +46,7 @@ def made_export() -> int:
     export = Export.objects.filter(run__run_id="clean-run", requested_by=None).first()
     if export is None:
         export = Export.objects.create(run=Run.objects.get(run_id="clean-run"), created_at=protocol.utc_now())
-        exports.make(export.pk)
+        jobs.make(export.pk)
     return export.pk
 
 

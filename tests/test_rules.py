@@ -22,8 +22,11 @@ from pathlib import Path
 import pytest
 from django.contrib.auth import get_user_model
 
-from evidence import importer, inbox, retention, settle, stats
+from evidence.ingest import importer
+from evidence.lib import stats
 from evidence.models import Call, Run
+from evidence.retention import plans
+from evidence.review import inbox, settle
 from receipts import protocol, runtime
 from receipts.runs import unsettled_calls
 from tests.helpers import CONTRACT, PROJECT, import_as_seen_later, join
@@ -113,7 +116,8 @@ def test_a_call_that_is_not_in_doubt_is_refused_with_its_decision(demo):
     with pytest.raises(settle.SettleError) as refused:
         settle.settle_call(run=call.run, call=call, user=person, resolution="rejected", reason="no",
                            typed_call_id=call.call_id[:12], receipt_sha256=call.file_sha256)  # fmt: skip
-    assert refused.value.status == HTTPStatus.CONFLICT and call.decision_reason in refused.value.message
+    assert refused.value.status == HTTPStatus.CONFLICT and refused.value.code == settle.NOT_IN_DOUBT
+    assert refused.value.values == {"reason": call.decision_reason}
 
 
 NOT_FINISHED = ("running", "retrying", "paused", "Finished", "done")
@@ -130,10 +134,10 @@ def test_finished_means_the_same_to_the_pages_retention_and_metrics(run_dir, cli
     assert run.is_finished == finished
     assert Run.objects.unfinished().filter(pk=run.pk).exists() == (not finished)
     later = protocol.utc_now() + dt.timedelta(days=400)
-    policy = retention.RetentionPolicy.from_settings()
-    [plan] = [plan for plan in retention.plan_runs(policy=policy, now=later) if plan.run_id == run.run_id]
-    assert (plan.action == retention.ARCHIVE) == finished, plan.blockers
-    due = retention.plan_segment(policy=policy, now=later, action=retention.ARCHIVE).rows
+    policy = plans.RetentionPolicy.from_settings()
+    [plan] = [plan for plan in plans.plan_runs(policy=policy, now=later) if plan.run_id == run.run_id]
+    assert (plan.action == plans.ARCHIVE) == finished, plan.blockers
+    due = plans.plan_segment(policy=policy, now=later, action=plans.ARCHIVE).rows
     assert due.filter(pk=run.pk).exists() == finished, "the kept facts say what the plan says"
     assert any(blocker.startswith("unfinished") for blocker in plan.blockers) == (not finished)
     watched = {labels for name, labels in scrape(client) if name == "callproof_run_import_lag_seconds"}

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from django.http import HttpResponse
 
-from evidence import importer
+from evidence.ingest import importer
 from evidence.models import Finding, HumanDecision
 from receipts import durable, runtime
 from receipts.demo import login_request, writer_command, writer_env

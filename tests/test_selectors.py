@@ -6,8 +6,9 @@ from collections import Counter
 
 import pytest
 
-from evidence import selectors, stats
+from evidence.lib import stats
 from evidence.models import Call, Event, Finding, Run
+from evidence.review import selectors
 from receipts import protocol
 from tests.helpers import first_call_of
 

@@ -240,7 +240,7 @@ def test_the_dashboards_settle_is_written_by_the_daemon_and_the_agent_follows_it
 ):
     from django.urls import reverse
 
-    from evidence import importer
+    from evidence.ingest import importer
     from evidence.models import Call, HumanDecision
     from tests.helpers import join
 

@@ -16,8 +16,9 @@ from django.db import connection, transaction
 from django.test import Client
 from django.urls import reverse
 
-from evidence import importer, settle
+from evidence.ingest import importer
 from evidence.models import Call, Confirmation, Finding, HumanDecision
+from evidence.review import settle
 from receipts import protocol, runtime
 from tests.helpers import content, first_call_of, join
 from tests.ledger import events_of
@@ -96,7 +97,7 @@ def test_the_next_import_agrees_with_what_settling_wrote(as_confirmer, demo):
 
 @pytest.mark.parametrize(("proxies", "recorded"), [(0, "127.0.0.1"), (1, "203.0.113.9"), (2, "198.51.100.4")])
 def test_the_audit_records_the_address_the_throttle_sees(as_confirmer, demo, settings, proxies, recorded):
-    """One rule for the client's address (evidence/proxy.py): the entry the outermost declared
+    """One rule for the client's address (evidence/lib/proxy.py): the entry the outermost declared
     proxy appended; what the client put in front of it is never read."""
     settings.PROXY_COUNT = proxies
     call = first_call_of(RUN)
@@ -361,7 +362,7 @@ def test_two_people_at_once_exactly_one_wins(demo, django_user_model):
     wins = [o for o in outcomes.values() if isinstance(o, settle.Settlement)]
     losses = [o for o in outcomes.values() if isinstance(o, settle.SettleError)]
     assert len(wins) == 1 and len(losses) == 1, outcomes
-    assert losses[0].status == HTTPStatus.CONFLICT and "already settled this call" in losses[0].message
+    assert losses[0].status == HTTPStatus.CONFLICT and losses[0].code == settle.ALREADY_DECIDED
     [decision] = HumanDecision.objects.all()
     [event] = events_of(demo / RUN, "confirmation")
     assert event["actor"] == decision.actor == wins[0].decision.actor
@@ -474,7 +475,11 @@ def test_a_decision_inserted_after_the_check_loses_the_other_settle_on_the_uniqu
     refused = outcomes["dana"]
     assert isinstance(refused, settle.SettleError), refused
     assert refused.status == HTTPStatus.CONFLICT and refused.existing == decision
-    assert "erin already settled this call as committed" in refused.message
+    assert (refused.code, refused.values["actor"], refused.values["resolution"]) == (
+        settle.ALREADY_DECIDED,
+        "erin",
+        "committed",
+    )
     assert [path.name for path in (run_dir / "confirmations").iterdir()] == [f"{call.call_id}.json"]
     document = json.loads((run_dir / "confirmations" / f"{call.call_id}.json").read_bytes())
     assert (document["actor"], document["resolution"]) == ("erin", "committed")
@@ -569,3 +574,63 @@ def test_a_run_directory_on_a_read_only_filesystem_is_a_503_and_nothing_is_recor
     assert "nothing was recorded" in page and "Traceback" not in page
     nothing_recorded(run_dir, call)
     assert Call.objects.get(pk=call.pk).in_doubt, "the call still waits for a person"
+
+
+REFUSAL_VALUES = {
+    settle.ALREADY_DECIDED: {
+        "actor": "erin",
+        "resolution": "committed",
+        "time": "2026-12-06T05:00:00Z",
+        "reason": "<b>seen</b>",
+    },
+    settle.NO_RECEIPT: {},
+    settle.NOT_IN_DOUBT: {"reason": "committed: reuse, never execute again"},
+    settle.RECEIPT_CHANGED: {"status": "unknown", "now_status": "committed", "now_updated_at": "2026-12-06T05:00:00Z"},
+    settle.ANOTHER_DECISION_THERE: {
+        "actor": "<i>frank</i>",
+        "resolution": "rejected",
+        "time": "2026-12-06T05:00:00Z",
+        "reason": "bounced",
+    },
+    settle.WRITER_REFUSED: {"problem": "<script>x</script>"},
+    settle.CANNOT_WRITE: {"problem": "Read-only file system"},
+    settle.UNSAFE_PATH: {"problem": "confirmations is a symlink"},
+    settle.WRITER_CANNOT: {"problem": "the run is signed and its key is not here"},
+}
+
+
+@pytest.mark.parametrize("code", sorted(REFUSAL_VALUES))
+def test_every_refusal_of_a_settle_is_data_the_page_words_in_both_languages(code):
+    """settle_call refuses with a code and the values it quotes; the page's sentence for each
+    is in the catalogue (English and Chinese differ), and the values in it are escaped data."""
+    from django.utils import translation
+
+    from evidence.web import settle_words
+
+    refused = settle.SettleError(HTTPStatus.CONFLICT, code, REFUSAL_VALUES[code])
+    said = {}
+    for language in ("en", "zh-hans"):
+        with translation.override(language):
+            said[language] = str(settle_words.refusal(refused))
+    assert said["en"] != said["zh-hans"], said
+    for text in said.values():
+        assert "<script>" not in text and "<b>" not in text and "<i>" not in text, text
+    if code == settle.ALREADY_DECIDED:
+        assert said["en"].startswith("erin already settled this call as committed at 2026-12-06 05:00:00 UTC")
+        assert "&lt;b&gt;seen&lt;/b&gt;" in said["en"]
+    with pytest.raises(ValueError, match="no sentence"):
+        settle_words.refusal(settle.SettleError(HTTPStatus.CONFLICT, "a_code_nobody_wrote"))
+
+
+def test_each_field_problem_of_a_settle_is_a_code_the_form_words():
+    from django.utils import translation
+
+    from evidence.web import settle_words
+
+    call = Call(call_id="0" * 64, decision="query")
+    problems = settle.field_problems(call, resolution="maybe", reason=" ", typed_call_id="x", confirm_queryable=False)
+    assert problems == {"resolution": settle.CHOOSE_RESOLUTION, "reason": settle.GIVE_REASON,
+                        "confirm_call_id": settle.TYPE_CALL_ID, "confirm_queryable": settle.TICK_QUERYABLE}  # fmt: skip
+    with translation.override("zh-hans"):
+        shown = settle_words.field_problems(problems)
+    assert set(shown) == set(problems) and all(message and message.isascii() is False for message in shown.values())

@@ -1,6 +1,6 @@
 """``callproof ship``: a host with no database credentials and no Django ships its runs over HTTP
 with its own key; the dashboard imports them from its mirror as that host's, and the people's
-decisions travel back through the same door (evidence/shipping.py, receipts/ship.py).
+decisions travel back through the same door (evidence/ingest/shipping.py, receipts/ship.py).
 
 The shipper is a real ``python -m receipts ship`` process whose environment holds no
 ``DATABASE_URL``; the dashboard is pytest-django's live server (a real HTTP server on loopback).
@@ -20,8 +20,10 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from evidence import retention, settle, shipping
+from evidence.ingest import shipping
 from evidence.models import AuditEntry, Call, Confirmation, Host, HumanDecision, Run
+from evidence.retention import actions
+from evidence.review import settle
 from receipts import durable, protocol, runtime
 from tests.helpers import PROJECT, every_entry, first_call_of, join
 from tests.volume import synthetic_run
@@ -221,7 +223,7 @@ def test_retention_archives_a_shipped_run_from_the_mirror(demo_root, tmp_path, l
     call_command("import_mirrors")
     settings.EVIDENCE_ARCHIVE_ROOT = tmp_path / "archive"
     monkeypatch.setenv("RECEIPTS_CLOCK", "2036-01-01T00:00:00Z")  # past both ages
-    [result] = [r for r in retention.apply_due(now=protocol.utc_now(), apply=True) if r["run_id"] == "clean-run"]
+    [result] = [r for r in actions.apply_due(now=protocol.utc_now(), apply=True) if r["run_id"] == "clean-run"]
     assert result["applied"] == "archived", result
     assert not (mirror / "agent-a" / "clean-run").exists() and (demo_root / "clean-run").is_dir()
     assert (tmp_path / "archive" / "clean-run.tar.gz").is_file()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from evidence import importer
+from evidence.ingest import importer
 from evidence.models import Finding
 from receipts import durable, protocol, runtime, signing
 from receipts.demo import run_writer

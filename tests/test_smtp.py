@@ -16,7 +16,7 @@ import pytest
 from django.urls import reverse
 from django.utils.html import strip_tags
 
-from evidence import importer
+from evidence.ingest import importer
 from receipts import doubt, runtime
 from receipts.adapters.smtp import SmtpAdapter, message_id
 from receipts.conformance import NEEDS_A_PERSON, NOT_APPLICABLE

@@ -12,8 +12,8 @@ from http import HTTPStatus
 import pytest
 from django.urls import reverse
 
-from evidence import inbox
 from evidence.models import Call, Run
+from evidence.review import inbox
 from receipts import recovery, runtime, states
 from tests.helpers import content, downloaded, import_as_seen_later, join
 from tests.test_i18n import every_page_in_every_state
@@ -103,7 +103,7 @@ def test_every_call_the_rule_can_meet_shows_as_one_of_the_tables_states():
 def test_each_state_says_what_to_do_in_each_language_and_the_catalogue_agrees():
     from django.utils import translation
 
-    from evidence import i18n
+    from evidence.words import i18n
 
     for name, state in states.STATES.items():
         assert state.to_do("en") and state.to_do("zh-Hans") and state.to_do("en") != state.to_do("zh-Hans"), name

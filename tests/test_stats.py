@@ -10,7 +10,8 @@ from django.db import connection
 from django.db.models import Count
 from django.test.utils import CaptureQueriesContext
 
-from evidence import hosts, importer, stats
+from evidence.ingest import importer
+from evidence.lib import hosts, stats
 from evidence.models import Call, Event, EventTally, Finding, Run
 from tests.helpers import CONTRACT
 from tests.volume import synthetic_ledger, synthetic_run
@@ -57,7 +58,7 @@ def test_the_histogram_is_the_tallies_spread_over_the_runs_span(tmp_path, db):
     synthetic_run(run_dir, events=3_000, receipts=0, contract=CONTRACT)
     importer.run_import(path=run_dir)
     run = Run.objects.get(run_id="spread")
-    from evidence import selectors
+    from evidence.review import selectors
 
     buckets = selectors.events_histogram(run=run)
     assert len(buckets) == 24 and sum(count for _, count in buckets) == 3_000

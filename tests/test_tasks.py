@@ -17,7 +17,9 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django_tasks_db.models import DBTaskResult
 
-from evidence import exports, importer, tasks
+from evidence import maintenance
+from evidence.export import jobs
+from evidence.ingest import importer
 from evidence.models import Export, Run
 from receipts import protocol
 from receipts.reader.verify import verify_export
@@ -110,7 +112,7 @@ def test_who_may_ask_for_an_export_and_download_one(demo_root, exporter, django_
     theirs.force_login(exporter)
     assert theirs.post("/runs/clean-run/export/").status_code == HTTPStatus.SEE_OTHER
     export = Export.objects.get()
-    tasks.make_export.call(export.pk)  # the worker's part, here: the test is about the doors
+    jobs.make_export.call(export.pk)  # the worker's part, here: the test is about the doors
     download = f"/runs/clean-run/exports/{export.pk}.zip"
 
     viewer = Client()
@@ -179,7 +181,7 @@ def test_an_export_whose_worker_was_killed_is_shown_failed_and_marked_so_not_run
     page = content(client.get("/runs/big-run/"))
     assert "the worker making it stopped before it finished (killed or restarted)" in page
     assert 'hx-trigger="every 1s"' not in page, "the page stops waiting for it"
-    assert exports.remove_expired(now=protocol.utc_now()) == 0, "kept, as failed, as long as any export"
+    assert jobs.remove_expired(now=protocol.utc_now()) == 0, "kept, as failed, as long as any export"
     export.refresh_from_db()
     assert export.state == Export.FAILED and export.worker_lost and export.finished_at is not None
     assert list(export_root.glob("*.zip")) == [], "no zip from a killed worker"
@@ -224,7 +226,7 @@ def test_the_maintenance_tasks_do_their_work_in_a_worker(tmp_path, export_root, 
         attempt = AccessAttempt.objects.create(username=name, ip_address="10.0.0.1", user_agent="t",
                                                failures_since_start=1, get_data="", post_data="")  # fmt: skip
         AccessAttempt.objects.filter(pk=attempt.pk).update(attempt_time=moment)
-    for name, days in (("old", tasks.LOGIN_LOG_KEEP_DAYS + 1), ("fresh", 1)):
+    for name, days in (("old", maintenance.LOGIN_LOG_KEEP_DAYS + 1), ("fresh", 1)):
         entry = AccessLog.objects.create(username=name, ip_address="10.0.0.1", user_agent="t")
         AccessLog.objects.filter(pk=entry.pk).update(attempt_time=now - dt.timedelta(days=days))
     # Exports: one finished past the keep, with its file; one finished now.
@@ -236,7 +238,7 @@ def test_the_maintenance_tasks_do_their_work_in_a_worker(tmp_path, export_root, 
     made = []
     for finished in (now - dt.timedelta(hours=kept_hours + 1), now):
         export = Export.objects.create(run=run, requested_by=exporter, created_at=finished)
-        exports.make(export.pk)
+        jobs.make(export.pk)
         Export.objects.filter(pk=export.pk).update(finished_at=finished)
         made.append(Export.objects.get(pk=export.pk))
     stale, recent = made
@@ -247,7 +249,7 @@ def test_the_maintenance_tasks_do_their_work_in_a_worker(tmp_path, export_root, 
     assert Path(stale.path).is_file() and Path(recent.path).is_file()
 
     call_command("enqueue_maintenance", "all", stdout=io.StringIO())
-    assert DBTaskResult.objects.filter(status="READY").count() == len(tasks.MAINTENANCE)
+    assert DBTaskResult.objects.filter(status="READY").count() == len(maintenance.MAINTENANCE)
     archive_root = tmp_path / "archive"
     # Retention: the run is due (a day for stripping, two for archiving, since 2026-11-29).
     env = {"EVIDENCE_EXPORT_ROOT": str(export_root), "EVIDENCE_ARCHIVE_ROOT": str(archive_root),
@@ -276,13 +278,13 @@ def test_enqueue_maintenance_names_what_it_knows(capsys):
     call_command("enqueue_maintenance", "sessions", "exports", "sessions", stdout=out)
     assert [line.split(":")[0] for line in out.getvalue().splitlines()] == ["sessions", "exports"]
     assert sorted(DBTaskResult.objects.values_list("task_path", flat=True)) == [
-        "evidence.tasks.clear_sessions",
-        "evidence.tasks.remove_expired_exports",
+        "evidence.export.jobs.remove_expired_exports",
+        "evidence.maintenance.clear_sessions",
     ]
 
 
 def test_metrics_count_the_queue_by_state(client):
-    first, second = tasks.clear_sessions.enqueue(), tasks.remove_expired_exports.enqueue()
+    first, second = maintenance.clear_sessions.enqueue(), jobs.remove_expired_exports.enqueue()
     DBTaskResult.objects.get(id=first.id).claim("a-worker")  # what a worker does as it takes a task
     DBTaskResult.objects.filter(id=second.id).update(enqueued_at=protocol.utc_now() - dt.timedelta(hours=1))
     values = scrape(client)

@@ -12,8 +12,10 @@ from http import HTTPStatus
 import pytest
 from django.urls import reverse
 
-from evidence import importer, inbox, retention
+from evidence.ingest import importer
 from evidence.models import Call, Finding, HumanDecision, Run
+from evidence.retention import plans
+from evidence.review import inbox
 from evidence.templatetags import dashboard
 from receipts import protocol, runtime
 from tests.helpers import content, import_as_seen_later, join
@@ -138,15 +140,15 @@ def test_a_finding_detail_says_its_time_for_people(demo):
 
 
 def test_retention_says_why_with_the_time_for_people(demo):
-    policy = retention.RetentionPolicy(strip_after=dt.timedelta(days=7), archive_after=dt.timedelta(days=30))
+    policy = plans.RetentionPolicy(strip_after=dt.timedelta(days=7), archive_after=dt.timedelta(days=30))
     now = protocol.utc_now()
     reasons: dict[str, str] = {}
     for later in (now, now + dt.timedelta(days=8), now + dt.timedelta(days=31)):
-        reasons |= {plan.action: plan.reason for plan in retention.plan_runs(policy=policy, now=later)}
-    assert set(reasons) == set(retention.ACTIONS)
+        reasons |= {plan.action: plan.reason for plan in plans.plan_runs(policy=policy, now=later)}
+    assert set(reasons) == set(plans.ACTIONS)
     for reason in reasons.values():
         assert not RAW.search(reason), reason
-    assert HUMAN.search(reasons[retention.KEEP] + reasons[retention.STRIP_BODIES] + reasons[retention.ARCHIVE])
+    assert HUMAN.search(reasons[plans.KEEP] + reasons[plans.STRIP_BODIES] + reasons[plans.ARCHIVE])
 
 
 def test_the_doubt_evidence_says_when_a_message_was_sent_for_people(admin, demo):

@@ -12,9 +12,10 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from evidence import importer, inbox, listings, triage
-from evidence.api import new_token
+from evidence.ingest import importer
 from evidence.models import AuditEntry, Finding, Run, Submission
+from evidence.review import inbox, listings, triage
+from evidence.web.api import new_token
 from receipts import protocol, runtime
 from receipts.demo import login_request
 from receipts.findings import FindingRecord
@@ -58,7 +59,7 @@ def deciding(client, confirmer):
     return client
 
 
-# --- the rules (evidence/triage.py), on both databases -------------------------------------
+# --- the rules (evidence/review/triage.py), on both databases -------------------------------------
 
 
 def test_an_acknowledged_finding_leaves_the_open_inbox_is_listed_under_its_own_and_comes_back(demo, confirmer):

@@ -307,14 +307,14 @@ def submission_lock(run_dir: Path) -> Path:
 
 @pytest.mark.django_db
 def test_the_lock_sweep_never_removes_a_lock_a_writer_holds(run_dir):
-    from evidence import retention
     from evidence.models import Run
+    from evidence.retention import actions
 
     run = Run.objects.create(run_id=run_dir.name, path=str(run_dir))
     lock = submission_lock(run_dir)
     fd = held(lock)  # a writer at work on sub-1
     try:
-        retention.sweep_writer_locks(run)
+        actions.sweep_writer_locks(run)
         assert lock.exists(), "a lock a writer holds is never removed"
         second = started(*write_task_args(run_dir), stdin=json.dumps(login_request()).encode())
         time.sleep(0.5)
@@ -322,7 +322,7 @@ def test_the_lock_sweep_never_removes_a_lock_a_writer_holds(run_dir):
     finally:
         os.close(fd)
     assert disposition_of(second) == "created"
-    assert retention.sweep_writer_locks(run) >= 1 and not lock.exists(), "a free lock is swept"
+    assert actions.sweep_writer_locks(run) >= 1 and not lock.exists(), "a free lock is swept"
 
 
 def test_a_writer_that_waited_on_a_swept_lock_takes_the_new_one(run_dir):

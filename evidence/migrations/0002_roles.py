@@ -1,4 +1,4 @@
-"""The four roles of evidence/roles.py: a group each, with exactly its permissions.
+"""The four roles of evidence/lib/roles.py: a group each, with exactly its permissions.
 
 A change to the roles needs a migration of its own that calls ``ensure_roles_in_migration``
 again: a database migrated before it keeps the groups as they were.
@@ -34,13 +34,13 @@ def refuse_a_database_stopped_on_the_long_way(apps, schema_editor):
 
 
 def make_roles(apps, schema_editor):
-    from evidence.roles import ensure_roles_in_migration
+    from evidence.lib.roles import ensure_roles_in_migration
 
     ensure_roles_in_migration(apps)
 
 
 def remove_roles(apps, schema_editor):
-    from evidence.roles import ROLES
+    from evidence.lib.roles import ROLES
 
     apps.get_model("auth", "Group").objects.filter(name__in=list(ROLES)).delete()
 

@@ -1,4 +1,4 @@
-"""The "I'm on it" box's lookups (evidence/claims.py)."""
+"""The "I'm on it" box's lookups (evidence/review/claims.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from django import template
 
-from evidence import claims
+from evidence.review import claims
 from receipts import protocol
 
 register = template.Library()

@@ -12,8 +12,11 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import pgettext
 
-from evidence import audit_words, charts, decision_text, i18n, inbox, people
-from evidence.views.common import url_of
+from evidence.lib import people
+from evidence.review import inbox
+from evidence.web import charts
+from evidence.web.views.common import url_of
+from evidence.words import audit_words, decision_text, i18n
 from receipts import protocol, states
 
 register = template.Library()
@@ -187,7 +190,7 @@ register.simple_tag(decision_text.resume_command, name="resume_command")
 
 @register.filter
 def decision_reason(reason: str) -> SafeString:
-    """A recovery decision's reason in the reader's language (evidence.decision_text)."""
+    """A recovery decision's reason in the reader's language (evidence.words.decision_text)."""
     return decision_text.reason_shown(reason)
 
 

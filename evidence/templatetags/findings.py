@@ -1,12 +1,12 @@
-"""A finding code's title beside the code (evidence/finding_titles.py), and its detail
-(evidence/finding_words.py), in the reader's language."""
+"""A finding code's title beside the code (evidence/words/finding_titles.py), and its detail
+(evidence/words/finding_words.py), in the reader's language."""
 
 from __future__ import annotations
 
 from django import template
 from django.utils.safestring import SafeString
 
-from evidence import finding_titles, finding_words
+from evidence.words import finding_titles, finding_words
 
 register = template.Library()
 

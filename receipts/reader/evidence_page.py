@@ -321,7 +321,7 @@ class _Page:
         return f'<time datetime="{exact}" title="{exact}">{escape(self.shown_time(moment))}</time>'
 
     def shown_time(self, moment: dt.datetime) -> str:
-        """As the dashboard says a time (evidence.i18n.shown_time), to the second in UTC."""
+        """As the dashboard says a time (evidence.words.i18n.shown_time), to the second in UTC."""
         if moment.year < 1000:
             return protocol.human_time(moment)
         if self.language == "zh-Hans":

@@ -91,8 +91,9 @@ def main() -> None:
     from django.conf import settings
     from django.contrib.auth.models import User
 
-    from evidence import roles, settle
+    from evidence.lib import roles
     from evidence.models import Call, Run
+    from evidence.review import settle
 
     env = {**os.environ, "EVIDENCE_HOST_NAME": "agent-host"}
     watch = subprocess.Popen([sys.executable, "manage.py", "import_runs", str(root), "--watch"], cwd=PROJECT, env=env,

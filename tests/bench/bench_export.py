@@ -29,7 +29,7 @@ import time
 from django.contrib.auth.models import User
 from django.test import Client
 from evidence.models import Export
-from evidence.roles import ensure_roles
+from evidence.lib.roles import ensure_roles
 user, _ = User.objects.get_or_create(username="bench")
 user.groups.add(ensure_roles()["exporter"])
 client = Client()

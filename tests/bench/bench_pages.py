@@ -75,7 +75,7 @@ def build_world(small_runs: int) -> Path:
 def watch_pass_seconds(url: str, world: Path) -> list[float]:
     """Three passes of the watch (``root_import`` without reports) over the unchanged root."""
     code = (
-        "import time; from pathlib import Path; from evidence.importer import root_import\n"
+        "import time; from pathlib import Path; from evidence.ingest.importer import root_import\n"
         "for _ in range(3):\n"
         "    started = time.perf_counter()\n"
         f"    root_import(root=Path({str(world)!r}), report_unchanged=False)\n"

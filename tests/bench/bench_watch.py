@@ -109,7 +109,8 @@ def main() -> None:
     import django
 
     django.setup()
-    from evidence import hosts, importer
+    from evidence.ingest import importer
+    from evidence.lib import hosts
     from evidence.models import Event
     from receipts import protocol
 

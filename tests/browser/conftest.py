@@ -57,7 +57,7 @@ def live_demo(demo) -> Path:
     """The demo, with send-message-killed writing just now: a run is live (its page refreshes)
     only while its last event is recent, and the demo runs are written once a session, which
     on a slow machine is longer ago than that."""
-    from evidence import importer
+    from evidence.ingest import importer
     from receipts import durable
 
     run_dir = demo / "send-message-killed"

@@ -7,7 +7,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from evidence import importer
+from evidence.ingest import importer
 from evidence.models import Call
 from receipts import durable
 from tests.browser.conftest import log_in, screenshot

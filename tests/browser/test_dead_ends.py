@@ -11,8 +11,8 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
-from evidence.inbox import inbox_total
 from evidence.models import Call
+from evidence.review.inbox import inbox_total
 from tests.browser.conftest import PASSWORD, log_in, screenshot
 from tests.helpers import join
 
@@ -122,7 +122,7 @@ def test_the_api_docs_render_every_operation_from_our_own_files(page, demo, live
     expect(page.get_by_role("heading", name="The JSON API")).to_be_visible()
     operations = page.locator("#swagger-ui .opblock")
     expect(operations.first).to_be_visible()
-    from evidence.api import api
+    from evidence.web.api import api
 
     described = api.get_openapi_schema()["paths"]
     expect(operations).to_have_count(sum(len(methods) for methods in described.values()))

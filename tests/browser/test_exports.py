@@ -12,7 +12,7 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
-from evidence import importer
+from evidence.ingest import importer
 from evidence.models import Export
 from receipts.reader.verify import verify_export
 from tests.browser.conftest import SCREENSHOTS, log_in

@@ -60,7 +60,7 @@ KEEPS_FOCUS_AND_SCROLL = "() => [document.activeElement.getAttribute('href'), wi
 def test_the_live_refresh_keeps_the_keyboards_place_and_the_scroll(page, demo):
     """The inbox refreshes itself every 10 s: a new run in doubt arrives under the runs root, the
     list is swapped, and the link the keyboard was on (and the page's scroll) stay where they were."""
-    from evidence import importer
+    from evidence.ingest import importer
 
     join(User.objects.get(username="alice"), "confirmer")
     page.set_viewport_size({"width": 390, "height": 500})
@@ -87,7 +87,7 @@ def test_the_live_refresh_keeps_the_keyboards_place_and_the_scroll(page, demo):
 def test_the_live_run_page_keeps_the_keyboards_place(page, live_demo):
     """The run page refreshes itself every 3 s while its run is live: an event arrives, the body is
     swapped, and the focused link keeps the focus."""
-    from evidence import importer
+    from evidence.ingest import importer
     from receipts import durable
 
     log_in(page)

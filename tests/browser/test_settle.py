@@ -74,7 +74,7 @@ def test_a_person_who_mistypes_the_call_id_is_told_and_nothing_is_recorded(page,
 def test_a_disputed_commit_is_settled_in_the_browser_and_the_writer_reuses_it(page, demo):
     """The clean run's message line is gone from the outbox: the writer refuses to reuse the commit,
     the page says disputed, a person settles it, and the runtime follows without sending again."""
-    from evidence import importer
+    from evidence.ingest import importer
 
     join(User.objects.get(username="alice"), "confirmer")
     run_dir = demo / "clean-run"
@@ -105,7 +105,7 @@ def test_a_disputed_commit_is_settled_in_the_browser_and_the_writer_reuses_it(pa
 
 
 def test_a_decision_made_away_from_the_runs_host_waits_for_it_then_shows_delivered(page, demo, settings):
-    from evidence import delivery
+    from evidence.ingest import delivery
     from evidence.models import Host
 
     join(User.objects.get(username="alice"), "confirmer")

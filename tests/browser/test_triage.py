@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
-from evidence import importer
+from evidence.ingest import importer
 from evidence.models import Finding
 from receipts import runtime
 from receipts.demo import login_request

@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
-from evidence import importer
+from evidence.ingest import importer
 from evidence.models import Call, HumanDecision
 from receipts import durable
 from tests.browser.conftest import PASSWORD, log_in, screenshot

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 
-from evidence import importer, settle
+from evidence.ingest import importer
 from evidence.models import Call, Finding, HumanDecision, Run
+from evidence.review import settle
 from receipts import durable
 from tests.browser.conftest import PASSWORD, log_in, screenshot
 from tests.helpers import join

@@ -8,8 +8,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from evidence.api import new_token
 from evidence.models import ApiToken
+from evidence.web.api import new_token
 
 
 class Command(BaseCommand):

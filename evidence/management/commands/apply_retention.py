@@ -6,7 +6,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from evidence import retention
+from evidence.retention import actions
 from receipts import protocol
 
 
@@ -21,7 +21,7 @@ class Command(BaseCommand):
         parser.add_argument("--apply", action="store_true", help="strip and archive what is due (default: plan only)")
 
     def handle(self, *args, **options) -> None:
-        results = retention.apply_due(now=protocol.utc_now(), apply=options["apply"])
+        results = actions.apply_due(now=protocol.utc_now(), apply=options["apply"])
         if options["json"]:
             self.stdout.write(json.dumps({"runs": results}, ensure_ascii=False))
             return

@@ -7,7 +7,7 @@ import secrets
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from evidence.roles import ensure_roles
+from evidence.lib.roles import ensure_roles
 
 
 class Command(BaseCommand):

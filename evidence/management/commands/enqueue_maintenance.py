@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from evidence.tasks import MAINTENANCE
+from evidence.maintenance import MAINTENANCE
 
 
 class Command(BaseCommand):

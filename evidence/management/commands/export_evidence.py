@@ -9,9 +9,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import translation
 
-from evidence.export import export_run
+from evidence.export.bundle import export_run
+from evidence.export.redaction import load_policy
 from evidence.models import Run
-from evidence.redaction import load_policy
 
 
 class Command(BaseCommand):

@@ -7,7 +7,8 @@ import getpass
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from evidence import hosts, shipping
+from evidence.ingest import shipping
+from evidence.lib import hosts
 
 
 class Command(BaseCommand):

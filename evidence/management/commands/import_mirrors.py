@@ -1,7 +1,7 @@
 """``manage.py import_mirrors [--watch] [--interval S]``: import what agent hosts shipped.
 
 Each host's folder of the mirror (``EVIDENCE_MIRROR_ROOT/<host>``, written by the shipper's
-requests, ``evidence.shipping``) is imported as that host's, by the importer every run goes
+requests, ``evidence.ingest.shipping``) is imported as that host's, by the importer every run goes
 through: a run belongs to the first host that ships it (decided under the run's lock).
 """
 
@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import Error as DatabaseFailure
 from django.db import close_old_connections, connections
 
-from evidence.importer import Watch, root_import
+from evidence.ingest.importer import Watch, root_import
 from evidence.models import Host
 
 

@@ -27,8 +27,11 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import Error as DatabaseFailure
 from django.db import close_old_connections, connections
 
-from evidence import alerts, delivery, hosts, retention
-from evidence.importer import ImportReport, Watch, root_import
+from evidence.ingest import delivery
+from evidence.ingest.importer import ImportReport, Watch, root_import
+from evidence.lib import hosts
+from evidence.retention import actions
+from evidence.review import alerts
 from receipts import protocol
 from receipts.reader import MAX_JSON_BYTES, MAX_LINE_BYTES, Limits
 
@@ -160,8 +163,8 @@ class Command(BaseCommand):
             alerts.queue()
 
     def apply_retention(self, host) -> None:
-        """What is due of this host's runs (``retention.apply_due``, as ``apply_retention --apply``)."""
-        results = retention.apply_due(now=protocol.utc_now(), apply=True, host=host, due_only=True)
+        """What is due of this host's runs (``actions.apply_due``, as ``apply_retention --apply``)."""
+        results = actions.apply_due(now=protocol.utc_now(), apply=True, host=host, due_only=True)
         done = [result for result in results if result.get("applied") not in (None, "nothing")]
         for result in done:
             said = result.get("error") or result.get("archive") or ""

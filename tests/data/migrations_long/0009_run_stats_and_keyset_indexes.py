@@ -13,7 +13,7 @@ def count_what_was_imported(apps, schema_editor):
 
     from django.db.models import Count
 
-    from evidence import stats
+    from evidence.lib import stats
 
     Run, Event, EventTally = (apps.get_model("receipts", name) for name in ("Run", "Event", "EventTally"))  # noqa: N806 - models, named as models
     for run in Run.objects.all():

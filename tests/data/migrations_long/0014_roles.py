@@ -4,9 +4,9 @@ from django.db import migrations
 
 
 def make_roles(apps, schema_editor):
-    """The four roles of evidence/roles.py. The "confirmers" group of 0005 becomes the
+    """The four roles of evidence/lib/roles.py. The "confirmers" group of 0005 becomes the
     confirmer role: its members keep settling, and also browse, as every role does."""
-    from evidence.roles import ensure_roles_in_migration
+    from evidence.lib.roles import ensure_roles_in_migration
 
     groups = ensure_roles_in_migration(apps)
     old = apps.get_model("auth", "Group").objects.filter(name="confirmers").first()
@@ -16,7 +16,7 @@ def make_roles(apps, schema_editor):
 
 
 def remove_roles(apps, schema_editor):
-    from evidence.roles import ROLES
+    from evidence.lib.roles import ROLES
 
     apps.get_model("auth", "Group").objects.filter(name__in=list(ROLES)).delete()
 

@@ -10,7 +10,7 @@ from django.db import migrations, models
 def fingerprint_existing_tokens(apps, schema_editor):
     ApiToken = apps.get_model("receipts", "ApiToken")
     for token in ApiToken.objects.select_related("user").iterator():
-        # evidence.api.password_fingerprint as it is at this migration (a migration keeps its own copy).
+        # evidence.web.api.password_fingerprint as it is at this migration (a migration keeps its own copy).
         token.password_fingerprint = hashlib.sha256(token.user.password.encode()).hexdigest()
         token.save(update_fields=["password_fingerprint"])
 

@@ -13,7 +13,7 @@ from django.db import migrations, models
 
 
 def count_again(apps, schema_editor):
-    from evidence import stats
+    from evidence.lib import stats
 
     for run in apps.get_model("receipts", "Run").objects.all():
         stats.refresh_run_summary(run, apps=apps)

@@ -1,4 +1,4 @@
-# Triage (evidence/triage.py): a finding's acknowledgement or snooze, the permission the confirmer
+# Triage (evidence/review/triage.py): a finding's acknowledgement or snooze, the permission the confirmer
 # role gets for it, and the audit's subject. A submission conflict found before this release as two
 # findings ("submission X" and "submission X digests") becomes the one the reader now makes.
 
@@ -10,7 +10,7 @@ DIGESTS = " digests"
 
 
 def give_the_permission(apps, schema_editor):
-    from evidence.roles import ensure_roles_in_migration
+    from evidence.lib.roles import ensure_roles_in_migration
 
     ensure_roles_in_migration(apps)
 

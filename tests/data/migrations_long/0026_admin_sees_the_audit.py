@@ -2,9 +2,9 @@ from django.db import migrations
 
 
 def refresh_roles(apps, schema_editor):
-    """The roles as evidence/roles.py has them now: the admin role gains viewing the audit in
+    """The roles as evidence/lib/roles.py has them now: the admin role gains viewing the audit in
     the admin (0014 made the roles; a database migrated since has them as they were then)."""
-    from evidence.roles import ensure_roles_in_migration
+    from evidence.lib.roles import ensure_roles_in_migration
 
     ensure_roles_in_migration(apps)
 

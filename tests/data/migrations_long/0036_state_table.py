@@ -6,7 +6,7 @@ from django.db import migrations
 
 
 def count_again(apps, schema_editor):
-    from evidence import stats
+    from evidence.lib import stats
 
     for run in apps.get_model("receipts", "Run").objects.iterator(chunk_size=500):
         stats.refresh_run_summary(run, apps=apps)

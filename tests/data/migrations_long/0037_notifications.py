@@ -6,8 +6,8 @@ from django.db import migrations, models
 
 
 def refresh_roles(apps, schema_editor):
-    """The admin role gains managing notification rules (evidence/roles.py)."""
-    from evidence.roles import ensure_roles_in_migration
+    """The admin role gains managing notification rules (evidence/lib/roles.py)."""
+    from evidence.lib.roles import ensure_roles_in_migration
 
     ensure_roles_in_migration(apps)
 

@@ -1,0 +1,2 @@
+"""Ingest: how a run gets into the database. Importing run directories (importer, read_ahead), the
+shipper's endpoint (shipping) and decisions travelling back to a run's host (delivery)."""

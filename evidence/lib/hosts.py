@@ -1,0 +1,291 @@
+"""Hosts: the machines whose importers ship their runs to this database.
+
+An agent host runs ``import_runs --watch`` pointed at the central database:
+it registers under ``EVIDENCE_HOST_NAME``, beats its heart after every pass,
+owns the runs it imports, and writes the people's decisions about them into
+their directories (``evidence.ingest.delivery``). A host that watches and stops
+reporting (or says it stopped) is *silent*: an inbox item, down on /metrics.
+One rule for it, here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+import secrets
+import socket
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, DateTimeField, ExpressionWrapper, Min, Q, QuerySet
+from django.db.models.functions import Now
+
+from evidence.models import Host, HumanDecision, Run
+from receipts import __version__, protocol
+
+
+def this_host_name() -> str:
+    return settings.EVIDENCE_HOST_NAME
+
+
+class HostTakenError(Exception):
+    """Another watching importer holds this host's name and reports: two must not share one."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        super().__init__(
+            f"host {host.name!r} is already shipping (pid {host.pid}, runs root {host.runs_root}, "
+            f"started {protocol.format_time(host.started_at)}): two importers must not share a name. "
+            f"Give this one its own EVIDENCE_HOST_NAME, or stop the other first"
+        )
+
+
+class LeaseLostError(Exception):
+    """This watch was silent past the limit and another importer took the host's name."""
+
+
+def _silent_before() -> ExpressionWrapper:
+    """The database's now less the silence limit: every host time is the database's clock, so a
+    host whose own clock is off is judged by the same clock that stamped it."""
+    return ExpressionWrapper(
+        Now() - dt.timedelta(seconds=settings.EVIDENCE_HOST_SILENT_AFTER_SECONDS), output_field=DateTimeField()
+    )
+
+
+def this_machine() -> str:
+    """This machine: its host name and, on Linux, the id of this boot."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()} {boot}".strip()[:300]
+
+
+def _is_gone(holder: Host) -> bool:
+    """Whether the watch holding a host's name is known dead: it ran on this machine, and the
+    machine has booted since or its pid is gone. On another machine only its silence frees the
+    name (a pid here says nothing of a process there)."""
+    here = this_machine()
+    if holder.machine.split(" ")[0] != here.split(" ")[0] or holder.pid is None:
+        return False
+    if holder.machine != here:
+        return True
+    try:
+        os.kill(holder.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return holder.pid == os.getpid()  # only this very process could have left its own pid
+
+
+def register(*, runs_root: Path, watching: bool) -> Host:
+    """This process's host, as an importer that starts (``watching``: ``--watch``).
+
+    A watch takes the host's lease: refused (``HostTakenError``, and the refusal recorded on the host)
+    while another watch under the same name holds it and reports. A one-off import under the
+    name of a host that ships changes nothing on its row."""
+    root = str(Path(runs_root).absolute())
+    with transaction.atomic():
+        Host.objects.get_or_create(
+            name=this_host_name(),
+            defaults={"runs_root": root, "version": __version__, "started_at": Now(), "last_seen_at": Now()},
+        )
+        held = Host.objects.select_for_update().filter(
+            name=this_host_name(), watching=True, stopped_at__isnull=True, last_seen_at__gte=_silent_before()
+        )
+        holder = held.first()
+        if holder is not None and watching and _is_gone(holder):
+            holder = None  # restarted after a crash on the same machine: its predecessor is dead
+        if holder is not None:
+            if not watching:
+                return holder
+            Host.objects.filter(pk=holder.pk).update(refused_at=Now(), refused_from=root)
+            refused = HostTakenError(holder)
+        else:
+            lease = secrets.token_hex(16) if watching else ""
+            Host.objects.filter(name=this_host_name()).update(
+                runs_root=root, version=__version__, pid=os.getpid(), started_at=Now(), last_seen_at=Now(),
+                stopped_at=None, watching=watching, lease=lease, machine=this_machine(),
+            )  # fmt: skip
+            return Host.objects.get(name=this_host_name())
+    raise refused  # outside the transaction, so that the refusal is recorded
+
+
+def current() -> Host:
+    """This process's host, registered by the first import that needs it (a one-off import
+    that never watches is never silent)."""
+    host, created = Host.objects.get_or_create(
+        name=this_host_name(),
+        defaults={
+            "runs_root": "",
+            "version": __version__,
+            "started_at": Now(),
+            "last_seen_at": Now(),
+            "watching": False,
+        },
+    )
+    if created:
+        host.refresh_from_db()  # the database's times, not the expressions that made them
+    return host
+
+
+def beat(host: Host, *, pass_seconds: float) -> None:
+    """A pass is done: the heartbeat, on the database's clock. A watch whose lease another took
+    (it was silent past the limit) is told so (``LeaseLostError``): it must stop, not ship beside it."""
+    if not host.lease:
+        Host.objects.filter(pk=host.pk).update(last_seen_at=Now(), last_pass_seconds=pass_seconds)
+        return
+    beaten = Host.objects.filter(pk=host.pk, lease=host.lease).update(
+        last_seen_at=Now(), last_pass_seconds=pass_seconds, stopped_at=None
+    )
+    if not beaten:
+        check_lease(host)
+
+
+def alive(host: Host) -> None:
+    """The watch is alive in the middle of a long pass (``delivery.BesideThePass``): its host is not
+    silent while it works. ``LeaseLostError`` when another importer took the name."""
+    if not Host.objects.filter(pk=host.pk, lease=host.lease).update(last_seen_at=Now()):
+        check_lease(host)
+
+
+def check_lease(host: Host) -> None:
+    """``LeaseLostError`` when another importer holds the host this watch registered."""
+    if host.lease and not Host.objects.filter(pk=host.pk, lease=host.lease).exists():
+        raise LeaseLostError(f"another importer took host {host.name!r} while this one was silent; this one stops")
+
+
+def record_error(host: Host, error: str) -> None:
+    """A pass of this watch failed (the database went away, a connection ended): kept on the host
+    for the Hosts page and /metrics. The watch tries again; a failure of this write is its own."""
+    Host.objects.filter(pk=host.pk, lease=host.lease).update(last_error=error[:2000], last_error_at=Now())
+
+
+def stopped(host: Host) -> None:
+    """This watch stops: the host says so, unless another importer holds it now."""
+    Host.objects.filter(pk=host.pk, lease=host.lease).update(stopped_at=Now())
+
+
+def silent(now: dt.datetime | None = None) -> QuerySet[Host]:
+    """Hosts that ship continuously and have not finished a pass for
+    ``EVIDENCE_HOST_SILENT_AFTER_SECONDS``, or said they stopped."""
+    now = now or protocol.utc_now()
+    quiet_since = now - dt.timedelta(seconds=settings.EVIDENCE_HOST_SILENT_AFTER_SECONDS)
+    return Host.objects.filter(Q(stopped_at__isnull=False) | Q(last_seen_at__lt=quiet_since), watching=True)
+
+
+def is_silent(host: Host, now: dt.datetime | None = None) -> bool:
+    """``silent``'s rule for one host already read (no query)."""
+    now = now or protocol.utc_now()
+    quiet_since = now - dt.timedelta(seconds=settings.EVIDENCE_HOST_SILENT_AFTER_SECONDS)
+    return host.watching and (host.stopped_at is not None or host.last_seen_at < quiet_since)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostFacts:
+    """One host as the Hosts page and the API show it."""
+
+    host: Host
+    state: str  # shipping, silent, stopped or "one-off" (imports now and then, never watches)
+    awaiting_delivery: int  # decisions about its runs it has still to write
+    oldest_undelivered_at: dt.datetime | None = None  # when the oldest of them was made
+    failing_delivery: int = 0  # of them, those whose last try failed (a full disk): tried again each pass
+    refused: int = 0  # decisions its run directories refused (never written)
+
+    @property
+    def oldest_undelivered_seconds(self) -> float:
+        """How long the oldest decision has waited for this host (0 when none waits)."""
+        if self.oldest_undelivered_at is None:
+            return 0.0
+        return max(0.0, (protocol.utc_now() - self.oldest_undelivered_at).total_seconds())
+
+    @property
+    def name(self) -> str:
+        return self.host.name
+
+
+SHIPPING, SILENT, STOPPED, ONE_OFF = "shipping", "silent", "stopped", "one-off"
+
+
+def state_of(host: Host, now: dt.datetime | None = None) -> str:
+    if not host.watching:
+        return ONE_OFF
+    if host.stopped_at is not None:
+        return STOPPED
+    return SILENT if is_silent(host, now) else SHIPPING
+
+
+def with_facts(rows: list[Host]) -> list[HostFacts]:
+    """A page of hosts with their state and what they have still to deliver, how long the oldest
+    has waited, how many fail to be written and how many were refused (one query)."""
+    now = protocol.utc_now()
+    waiting = Q(delivered_at__isnull=True, undeliverable="")
+    counted = {
+        host: (pending, oldest, failing, refused)
+        for host, pending, oldest, failing, refused in HumanDecision.objects.filter(run__host__in=rows)
+        .values_list("run__host")
+        .annotate(
+            n_waiting=Count("id", filter=waiting),
+            oldest_waiting=Min("decided_at", filter=waiting),
+            n_failing=Count("id", filter=waiting & ~Q(delivery_error="")),
+            n_refused=Count("id", filter=~Q(undeliverable="")),
+        )
+        .order_by()
+    }
+    return [HostFacts(host, state_of(host, now), *counted.get(host.pk, (0, None, 0, 0))) for host in rows]
+
+
+class MoveRefusedError(Exception):
+    """A host's runs cannot be handed over now (said in one line)."""
+
+
+def move(*, old: str, new: str, reason: str, actor: str) -> int:
+    """Hand every run of host ``old`` to host ``new`` (made when it does not exist, with ``old``'s
+    runs root): its runs, and so the decisions still to write into them, are ``new``'s from now
+    on; ``old`` is retired. One audit entry per run. Refused while ``old``'s watch ships (stop it
+    first: it would go on importing as ``old``), and for a name no host may take."""
+    from evidence.models import AuditEntry
+
+    if not reason.strip():
+        raise MoveRefusedError("a host is moved with a reason (--reason)")
+    if not protocol.RUN_ID_RE.fullmatch(new) or new.startswith("."):
+        raise MoveRefusedError(f"{new!r} is not a host name: 1-128 of A-Z a-z 0-9 . _ - (not starting with a dot)")
+    if new == old:
+        raise MoveRefusedError("the two names are the same")
+    with transaction.atomic():
+        source = Host.objects.select_for_update().filter(name=old).first()
+        if source is None:
+            raise MoveRefusedError(f"no host {old!r}")
+        if state_of(source) == SHIPPING:
+            raise MoveRefusedError(
+                f"host {old!r} is shipping (pid {source.pid}, last seen {protocol.format_time(source.last_seen_at)}): "
+                "stop its import_runs --watch first, then move it, then start the watch as the new name"
+            )
+        target, _ = Host.objects.get_or_create(
+            name=new,
+            defaults={"runs_root": source.runs_root, "version": source.version, "started_at": Now(),
+                      "last_seen_at": Now(), "watching": False},
+        )  # fmt: skip
+        runs = Run.objects.filter(host=source)
+        now = protocol.utc_now()
+        why = f"host {old} moved to {new}: {reason.strip()}"
+        moved = 0
+        while True:  # a thousand at a time: a batch moved leaves ``runs``
+            batch = list(runs.order_by("pk").values_list("pk", flat=True)[:1000])
+            if not batch:
+                break
+            AuditEntry.objects.bulk_create(
+                AuditEntry(run_id=pk, action=AuditEntry.HOST_MOVED, actor=actor, at=now, reason=why) for pk in batch
+            )
+            moved += Run.objects.filter(pk__in=batch).update(host=target)
+        Host.objects.filter(pk=source.pk).update(watching=False, lease="")  # retired: it has nothing left
+    return moved
+
+
+def owns(run: Run) -> bool:
+    """Whether this process is on the host whose directory holds ``run`` (a run imported before
+    hosts were recorded is this host's)."""
+    return run.host is None or run.host.name == this_host_name()
