@@ -25,17 +25,14 @@ from typing import Any
 from receipts import protocol, runs, tasks
 from receipts.client import describe_adapter, outcome_of
 from receipts.client import writer_socket as writer_socket_from_env
+from receipts.confined import UnsafePath, open_file, read_file, read_json_file
 from receipts.durable import (
     RecordingIncomplete,
-    UnsafePath,
     append_event,
     exclusive_lock,
     failpoint,
     json_file,
-    open_file,
     read_events,
-    read_file,
-    read_json_file,
     recording,
     remove_file,
     remove_temp_files,

@@ -352,7 +352,7 @@ def test_the_rooms_import_only_what_the_layout_says():
     }
     # The pages' read layer reaches the recovery rules without the reader; only the
     # evidence of a call in doubt (the adapters' evidence, in receipts.tools) opens files,
-    # through the writer's confined opens (durable: no symlink below the run followed).
+    # through the confined open (receipts.confined: no symlink below the run followed).
     for module in ("evidence/selectors.py", "evidence/listings.py", "receipts/doubt.py", "receipts/tools.py"):
         imported = imported_modules(PROJECT / module)
         assert not {name for name in imported if name.startswith("receipts.reader")}, module
