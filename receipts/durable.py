@@ -3,10 +3,12 @@
 Standard library only, like ``protocol``. Every write loops until its last
 byte (``write_all``); files are replaced atomically (``write_durable``) or
 created once (``create_durable``); the ledger is appended under a lock
-(``append_event``). Below a run directory every folder and file is reached
-through the confined open (``receipts.confined``, its write mode): no symlink
-followed, only regular files opened. The failpoints named in the interface docs
-end the process here, as if it had been killed, when ``RECEIPTS_FAILPOINT`` names them.
+(``append_event``), each line signed in a signed run (``receipts.signing``,
+which reads the run's key id through the confined open, not through this
+module). Below a run directory every folder and file is reached through the
+confined open (``receipts.confined``, its write mode): no symlink followed,
+only regular files opened. The failpoints named in the interface docs end the
+process here, as if it had been killed, when ``RECEIPTS_FAILPOINT`` names them.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from receipts.protocol import (
     signed,
     utc_now,
 )
+from receipts.signing import key_for_run
 
 
 class RecordingIncomplete(Exception):  # noqa: N818 - an outcome: the effect is done
@@ -430,8 +433,6 @@ def append_event(run_dir: Path, event_type: str, fields: Mapping[str, Any]) -> d
     Assigns ``seq`` (last + 1) and ``prev_sha256`` (digest of the last line's
     bytes), signs it in a signed run, writes one ``\\n``-terminated line and fsyncs it.
     """
-    from receipts.signing import key_for_run  # signing reads files through this module
-
     key = key_for_run(Path(run_dir))  # a signed run's every line is signed
     fd = open_file(Path(run_dir) / LEDGER_NAME, Path(run_dir), os.O_RDWR | os.O_CREAT | os.O_APPEND)
     try:

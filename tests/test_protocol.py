@@ -358,6 +358,13 @@ def test_the_rooms_import_only_what_the_layout_says():
         assert not {name for name in imported if name.startswith("receipts.reader")}, module
 
 
+def test_the_ledger_append_and_signing_do_not_import_each_other():
+    # Signing reads a run's steer.json through the confined open; the ledger's append asks it for
+    # the run's key. One way only, lazily or not: a circle would make either half load the other.
+    assert "receipts.durable" not in imported_modules(PROJECT / "receipts" / "signing.py")
+    assert "receipts.signing" in imported_modules(PROJECT / "receipts" / "durable.py")
+
+
 def imported_modules(path) -> set[str]:
     import ast
 
