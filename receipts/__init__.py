@@ -1,8 +1,9 @@
 """Callproof's writer and reader: what an agent runtime embeds. Standard library only.
 
 - ``@receipts.receipted`` (``receipts.decorator``): a plain function as a receipted tool;
-- the writer: ``protocol`` (the run directory's formulas), ``durable`` (confined, durable
-  writes), ``runtime`` (calls, confirmations, the run's state), ``tasks``, ``tools``,
+- the writer: ``protocol`` (the run directory's formulas), ``confined`` (every open below a
+  run directory, the reader's too: no symlink followed), ``durable`` (durable writes, the
+  ledger), ``runtime`` (calls, confirmations, the run's state), ``tasks``, ``tools``,
   ``recovery``, ``replay``, ``signing``, the ``cli`` (``python -m receipts``, ``callproof``);
 - ``receipts.reader``: reading a run directory into records and findings, never raising on
   bad input, and ``receipts.reader.verify``, the offline verifier of evidence exports.

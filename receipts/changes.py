@@ -41,17 +41,13 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+from receipts.confined import UnsafePath, folder, open_in, read_file, read_json_file
 from receipts.durable import (
-    UnsafePath,
     create_durable,
     exclusive_lock,
     failpoint,
-    folder,
     is_temp_name,
     json_file,
-    open_in,
-    read_file,
-    read_json_file,
     remove_temp_files,
     temp_name_for,
     write_all,

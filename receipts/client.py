@@ -156,7 +156,7 @@ def _answer(adapter: Any, question: dict[str, Any], run_dir: Path, raised: list[
 def _rebuilt(error: Mapping[str, Any]) -> BaseException:
     """The exception the writer raised in the daemon, as this process would have seen it."""
     from receipts import runtime
-    from receipts.durable import UnsafePath
+    from receipts.confined import UnsafePath
 
     kind, message = str(error.get("type")), str(error.get("message"))
     if kind == "ConfirmationRefused":

@@ -3,27 +3,35 @@
 Standard library only, like ``protocol``. Every write loops until its last
 byte (``write_all``); files are replaced atomically (``write_durable``) or
 created once (``create_durable``); the ledger is appended under a lock
-(``append_event``). The failpoints named in the interface docs end the process
-here, as if it had been killed, when ``RECEIPTS_FAILPOINT`` names them.
+(``append_event``), each line signed in a signed run (``receipts.signing``,
+which reads the run's key id through the confined open, not through this
+module). Below a run directory every folder and file is reached through the
+confined open (``receipts.confined``, its write mode): no symlink followed,
+only regular files opened. The failpoints named in the interface docs end the
+process here, as if it had been killed, when ``RECEIPTS_FAILPOINT`` names them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import itertools
 import json
 import os
 import re
 import signal
-import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+# The confined opens live in receipts.confined. UnsafePath, not_a_symlink and read_json_file are
+# named here too, as the dashboard (evidence/) imports them, until it takes them from there.
+from receipts.confined import UnsafePath as UnsafePath
+from receipts.confined import folder, folder_of, open_file, open_in
+from receipts.confined import not_a_symlink as not_a_symlink
+from receipts.confined import read_json_file as read_json_file
 from receipts.protocol import (
     LEDGER_NAME,
     MAX_INT,
@@ -36,6 +44,7 @@ from receipts.protocol import (
     signed,
     utc_now,
 )
+from receipts.signing import key_for_run
 
 
 class RecordingIncomplete(Exception):  # noqa: N818 - an outcome: the effect is done
@@ -86,134 +95,6 @@ def failpoint(name: str) -> None:
 def json_file(value: Any) -> bytes:
     """A record file's bytes: indented, sorted, UTF-8, one trailing newline."""
     return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True, allow_nan=False).encode() + b"\n"
-
-
-def read_json_file(path: Path, root: Path | None) -> Any:
-    """A strict read of one JSON file; ``None`` when it does not exist. Below ``root`` (the run
-    directory) no symlink is followed and only a regular file is read (``UnsafePath``)."""
-    try:
-        data = read_file(path, root)
-    except FileNotFoundError:
-        return None
-    return load_json_strict(data)
-
-
-# --- confined paths --------------------------------------------------------
-#
-# Everything under a run directory was written by an agent, and may be a symlink planted to
-# send a write elsewhere (a settle truncating a database file through a linked events.jsonl).
-# So every file the writer opens, creates, renames or removes there is reached from the run
-# directory one folder at a time through directory fds with O_NOFOLLOW: no name below the
-# run directory is ever followed, and a FIFO or device is refused, never opened for good.
-# The run directory's own path is the caller's (an operator's choice), and is trusted.
-
-
-class UnsafePath(ValueError):  # noqa: N818 - a verdict on a path, said to the person who asked
-    """A name below a run directory that is a symlink, or not the folder or regular file the
-    writer expects there: not followed, not written through."""
-
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def not_a_symlink(run_dir: Path) -> Path:
-    """``run_dir`` when it is a folder itself, not a symlink to one (``UnsafePath``).
-
-    The writer trusts its run directory's path (an agent's may well be a symlink it made). The
-    dashboard does not: it writes a person's decision into a run directory it found under a
-    runs root, where the reader never follows a symlink, and one swapped for a symlink since
-    would have the writer make ``.writer/`` and a lock in whatever it points to before refusing.
-    A path that cannot be looked at is returned as it is: the writer's own first open says why."""
-    try:
-        info = os.lstat(run_dir)
-    except OSError:
-        return Path(run_dir)
-    if not stat.S_ISDIR(info.st_mode):
-        raise UnsafePath(f"the run directory {run_dir} is a symlink or not a folder: not followed")
-    return Path(run_dir)
-
-
-def _below(path: Path, root: Path) -> tuple[str, ...]:
-    try:
-        parts = Path(path).relative_to(root).parts
-    except ValueError:
-        raise UnsafePath(f"{path} is not inside the run directory {root}") from None
-    if any(part in ("..", ".") for part in parts):
-        raise UnsafePath(f"{path}: not a plain name inside the run directory {root}")
-    return parts
-
-
-def _enter(dir_fd: int, name: str, *, create: bool) -> int:
-    """The fd of folder ``name`` in ``dir_fd`` (made when missing and ``create``); closes ``dir_fd``."""
-    try:
-        if create:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(name, 0o755, dir_fd=dir_fd)
-        try:
-            return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-        except OSError as error:
-            if error.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise UnsafePath(f"{name} is a symlink or not a folder: not followed") from None
-            raise
-    finally:
-        os.close(dir_fd)
-
-
-@contextlib.contextmanager
-def folder(directory: Path, root: Path | None, *, create: bool = True) -> Iterator[int]:
-    """An fd on ``directory``. Below ``root`` every folder is entered without following a
-    symlink (``UnsafePath``), and made when missing and ``create``. ``root=None``: a path of
-    the operator's (an archive), not below any run directory."""
-    if root is None:
-        if create:
-            Path(directory).mkdir(parents=True, exist_ok=True)
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    else:
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        for part in _below(directory, root):
-            fd = _enter(fd, part, create=create)
-    try:
-        yield fd
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def folder_of(path: Path, root: Path | None, *, create: bool = True) -> Iterator[tuple[int, str]]:
-    """An fd on ``path``'s folder (as ``folder`` opens it), and ``path``'s last name."""
-    if root is not None and not _below(path, root):
-        raise UnsafePath(f"{path}: not a plain name inside the run directory {root}")
-    with folder(Path(path).parent, root, create=create) as dir_fd:
-        yield dir_fd, Path(path).name
-
-
-def open_in(dir_fd: int, name: str, flags: int, mode: int = 0o644) -> int:
-    """``name`` in ``dir_fd`` opened with ``flags``, never through a symlink, and only when it
-    is a regular file (``O_NONBLOCK`` keeps a FIFO from hanging the open; it is then refused)."""
-    try:
-        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode, dir_fd=dir_fd)
-    except OSError as error:
-        if error.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
-            raise UnsafePath(f"{name} is a symlink or not a regular file: not opened") from None
-        raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise UnsafePath(f"{name} is not a regular file: not opened")
-    os.set_blocking(fd, True)
-    return fd
-
-
-def open_file(path: Path, root: Path | None, flags: int, mode: int = 0o644) -> int:
-    """``path`` opened as ``open_in`` does, its folders entered as ``folder_of`` does (none made
-    unless ``flags`` creates the file)."""
-    with folder_of(path, root, create=bool(flags & os.O_CREAT)) as (dir_fd, name):
-        return open_in(dir_fd, name, flags, mode)
-
-
-def read_file(path: Path, root: Path | None) -> bytes:
-    """The bytes of a regular file below ``root`` (``FileNotFoundError`` when absent)."""
-    with os.fdopen(open_file(path, root, os.O_RDONLY), "rb") as stream:
-        return stream.read()
 
 
 def fsync_directory(directory: Path, root: Path | None) -> None:
@@ -274,7 +155,7 @@ def write_all(fd: int, data: bytes) -> None:
 
 def _write_temp(dir_fd: int, name: str, data: bytes) -> str:
     temp = temp_name_for(name)
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+    fd = open_in(dir_fd, temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)  # a new name: nothing there to follow
     try:
         write_all(fd, data)
         # An fsync error is fatal: the caller never gets to call this durable.
@@ -552,8 +433,6 @@ def append_event(run_dir: Path, event_type: str, fields: Mapping[str, Any]) -> d
     Assigns ``seq`` (last + 1) and ``prev_sha256`` (digest of the last line's
     bytes), signs it in a signed run, writes one ``\\n``-terminated line and fsyncs it.
     """
-    from receipts.signing import key_for_run  # signing reads files through this module
-
     key = key_for_run(Path(run_dir))  # a signed run's every line is signed
     fd = open_file(Path(run_dir) / LEDGER_NAME, Path(run_dir), os.O_RDWR | os.O_CREAT | os.O_APPEND)
     try:

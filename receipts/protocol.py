@@ -1,8 +1,8 @@
 """The run directory contract: formulas, strict JSON, durable writes, the ledger.
 
 Everything here follows ``RUN_DIRECTORY.md`` to the letter and uses the
-standard library only, so an agent runtime can vendor this file (and
-``runtime.py``) without Django.
+standard library only, so an agent runtime can vendor this file (and the
+writer, ``runtime/``) without Django.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from receipts import protocol
-from receipts.durable import append_event, json_file, read_json_file, write_durable
+from receipts.confined import read_json_file
+from receipts.durable import append_event, json_file, write_durable
 from receipts.protocol import CALLABLE_STATES, IDENTITY_V1, IDENTITY_V2, format_time, utc_now
 from receipts.signing import key_for_new_run, key_for_run, new_run_uid, run_keys, writer_key
 

@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from receipts import __version__, durable, protocol, runtime
+from receipts import __version__, confined, durable, protocol, runtime
 from receipts.reader import MAX_JSON_BYTES, birth_digest, discover_runs
 
 CHUNK_BYTES = 384 * 1024  # what one push carries at most: the server takes 512 KiB a chunk
@@ -233,7 +233,7 @@ class Shipper:
                 yield relative, mark
 
     def _file_items(self, run_dir: Path, relative: str) -> Iterator[dict[str, Any]]:
-        data = durable.read_file(run_dir / relative, run_dir)
+        data = confined.read_file(run_dir / relative, run_dir)
         digest = hashlib.sha256(data).hexdigest()
         for offset in range(0, max(1, len(data)), CHUNK_BYTES):
             chunk = data[offset : offset + CHUNK_BYTES]
@@ -268,8 +268,8 @@ class Shipper:
         if not (run_dir / "steer.json").is_file():
             return "failed", f"no run directory {run_id} under {self.root}"
         try:
-            durable.not_a_symlink(run_dir)  # before the writer makes anything where it points
-        except durable.UnsafePath as unsafe:
+            confined.not_a_symlink(run_dir)  # before the writer makes anything where it points
+        except confined.UnsafePath as unsafe:
             return "refused", str(unsafe)
         try:
             runtime.confirm_call(

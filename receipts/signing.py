@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from receipts import protocol
-from receipts.durable import read_json_file
+from receipts.confined import read_json_file
 from receipts.protocol import SigningKey
 
 KEY_ENV = "RECEIPTS_SIGNING_KEY"

@@ -13,16 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from receipts import protocol
+from receipts.confined import UnsafePath, read_file, read_json_file
 from receipts.durable import (
-    UnsafePath,
     append_event,
     create_durable,
     exclusive_lock,
     failpoint,
     json_file,
     read_events,
-    read_file,
-    read_json_file,
     recording,
     remove_old_temp_files,
     write_durable,

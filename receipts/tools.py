@@ -21,16 +21,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from receipts.durable import (
-    ShortWriteError,
-    UnsafePath,
-    is_temp_name,
-    open_file,
-    read_file,
-    remove_old_temp_files,
-    write_all,
-    write_durable,
-)
+from receipts.confined import UnsafePath, open_file, read_file
+from receipts.durable import ShortWriteError, is_temp_name, remove_old_temp_files, write_all, write_durable
 from receipts.findings import Sentence
 from receipts.protocol import canonical_json, format_time, human_time, sha256_hex, utc_now
 

@@ -352,7 +352,7 @@ def test_the_rooms_import_only_what_the_layout_says():
     }
     # The pages' read layer reaches the recovery rules without the reader; only the
     # evidence of a call in doubt (the adapters' evidence, in receipts.tools) opens files,
-    # through the writer's confined opens (durable: no symlink below the run followed).
+    # through the confined open (receipts.confined: no symlink below the run followed).
     for module in (
         "evidence/review/selectors.py",
         "evidence/review/listings.py",
@@ -361,6 +361,13 @@ def test_the_rooms_import_only_what_the_layout_says():
     ):
         imported = imported_modules(PROJECT / module)
         assert not {name for name in imported if name.startswith("receipts.reader")}, module
+
+
+def test_the_ledger_append_and_signing_do_not_import_each_other():
+    # Signing reads a run's steer.json through the confined open; the ledger's append asks it for
+    # the run's key. One way only, lazily or not: a circle would make either half load the other.
+    assert "receipts.durable" not in imported_modules(PROJECT / "receipts" / "signing.py")
+    assert "receipts.signing" in imported_modules(PROJECT / "receipts" / "durable.py")
 
 
 def imported_modules(path) -> set[str]:

@@ -22,7 +22,7 @@ from django.http import HttpResponse
 
 from evidence.ingest import importer
 from evidence.models import Finding, HumanDecision
-from receipts import durable, runtime
+from receipts import confined, durable, runtime
 from receipts.demo import login_request, writer_command, writer_env
 from tests.helpers import content, first_call_of, join
 from tests.writer import FILE_ARGS, MESSAGE, cli_call, cli_write_task, outbox_lines
@@ -134,7 +134,7 @@ def test_the_sweep_never_removes_what_a_symlinked_folder_points_at(run_dir, outs
     swept = subprocess.run([*writer_command(), "sweep", str(run_dir)], capture_output=True, env=writer_env())
     assert swept.returncode == 1 and b"symlink" in swept.stderr
     assert lock.exists() and temp.exists()
-    with pytest.raises(durable.UnsafePath):
+    with pytest.raises(confined.UnsafePath):
         runtime.sweep_locks(run_dir)
     assert lock.exists()
 
@@ -236,8 +236,8 @@ def test_retention_never_sweeps_a_symlinked_writer_folder(demo_root, outside, se
 
 
 def test_a_path_that_leaves_the_run_is_refused_before_anything_is_opened(run_dir, outside):
-    with pytest.raises(durable.UnsafePath):
+    with pytest.raises(confined.UnsafePath):
         durable.write_durable(outside / "x.json", b"{}", root=run_dir)
-    with pytest.raises(durable.UnsafePath):
+    with pytest.raises(confined.UnsafePath):
         durable.write_durable(run_dir / ".." / "outside" / "x.json", b"{}", root=run_dir)
     assert not (outside / "x.json").exists()

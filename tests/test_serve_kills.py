@@ -23,6 +23,7 @@ import pytest
 
 from receipts import runtime
 from receipts.crashes import CALL_FAILPOINTS, CALL_WINDOWS, call_window, kill_at_failpoint, ledger_events
+from receipts.runtime.executor import _new_receipt
 from tests.helpers import CONTRACT
 from tests.served import Daemon, env_for, python_for
 from tests.writer import FILE_ARGS, MESSAGE, outbox_lines
@@ -46,7 +47,7 @@ def effects(run: Path, tool: str) -> int:
 def call_id_of(run: Path, tool: str) -> str:
     probe = runtime.Executor(run)  # the id only: computed as the writer does, nothing written
     adapter = probe.adapters[tool]
-    return runtime._new_receipt(adapter, CONTRACT, 1, adapter.normalise(dict(ARGS[tool])), "call-id-v2")["call_id"]
+    return _new_receipt(adapter, CONTRACT, 1, adapter.normalise(dict(ARGS[tool])), "call-id-v2")["call_id"]
 
 
 def finish(run: Path, tool: str, socket: Path | None) -> dict:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from receipts import protocol
-from receipts.durable import read_json_file
+from receipts.confined import read_json_file
 from receipts.tools import ABSENT, NOT_DONE, PRESENT, UNCLEAR, Evidence, OutcomeUnknown, Rejected, short_text
 
 __all__ = ["HttpRequest", "http_factory"]

@@ -4,7 +4,8 @@ Every check of the finding table in RUN_DIRECTORY.md is made here; the importer
 only stores what comes back. A bad record becomes a finding and never hides the
 good ones beside it. The package's rooms:
 
-- ``safe_open``: directory fds, ``O_NOFOLLOW``, regular files only, size limits;
+- ``safe_open``: size limits, and files read whole within them, each opened through
+  ``receipts.confined`` in its read-only mode (directory fds, ``O_NOFOLLOW``, regular files only);
 - ``discovery``: the runs in a runs root, and each run's fingerprint;
 - ``ledger``: the event ledger, streamed from a cursor in batches;
 - ``records``: what the rest is read into, one record per receipt, submission and confirmation;
@@ -35,7 +36,7 @@ from receipts.reader.discovery import Discovery, birth_digest, discover_runs, lo
 from receipts.reader.files import read_run_files, run_signing_key
 from receipts.reader.ledger import BATCH_EVENTS, EventRecord, LedgerBatch, LedgerCursor, read_ledger
 from receipts.reader.records import CallRecord, ConfirmationRecord, RunFiles, SubmissionRecord
-from receipts.reader.safe_open import DEFAULT_LIMITS, MAX_JSON_BYTES, MAX_LINE_BYTES, Limits, Unsafe
+from receipts.reader.safe_open import DEFAULT_LIMITS, MAX_JSON_BYTES, MAX_LINE_BYTES, Limits
 
 __all__ = [
     "BATCH_EVENTS",
@@ -51,7 +52,6 @@ __all__ = [
     "Limits",
     "RunFiles",
     "SubmissionRecord",
-    "Unsafe",
     "birth_digest",
     "discover_runs",
     "looks_like_run",

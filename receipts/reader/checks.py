@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from receipts import protocol
+from receipts.confined import UnsafePath, open_folder
 from receipts.findings import FindingRecord, Sentence, storable_text
 from receipts.reader.ledger import LedgerCursor
 from receipts.reader.records import RunFiles
-from receipts.reader.safe_open import Limits, Unsafe, considered, list_names, open_dir, read_regular
+from receipts.reader.safe_open import Limits, considered, list_names, read_regular
 
 
 class RunContext:
@@ -41,7 +42,7 @@ class RunContext:
             data = read_regular(name, dir_fd, self.limits.max_json_bytes)
         except FileNotFoundError:
             return None
-        except Unsafe as unsafe:
+        except UnsafePath as unsafe:
             self.finding(unsafe.code, subject, unsafe.detail)
             return None
         except OSError as error:
@@ -55,10 +56,10 @@ class RunContext:
 
     def folder(self, run_fd: int, name: str) -> int | None:
         try:
-            return open_dir(name, run_fd)
+            return open_folder(name, run_fd)
         except FileNotFoundError:
             return None
-        except Unsafe as unsafe:
+        except UnsafePath as unsafe:
             self.finding(unsafe.code, f"{name}/", unsafe.detail)
             return None
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from receipts import protocol
+from receipts.confined import UnsafePath, open_folder
 from receipts.findings import Sentence, storable_text
 from receipts.protocol import RUN_FOLDERS
 from receipts.reader.checks import RunContext
@@ -21,7 +22,7 @@ from receipts.reader.confirmations import read_confirmations
 from receipts.reader.ledger import LedgerCursor
 from receipts.reader.receipts import ReceiptReader, check_stale_call
 from receipts.reader.records import CallRecord, ConfirmationRecord, RunFiles
-from receipts.reader.safe_open import DEFAULT_LIMITS, Limits, Unsafe, _exists, open_dir, read_regular
+from receipts.reader.safe_open import DEFAULT_LIMITS, Limits, _exists, read_regular
 from receipts.reader.submissions import read_submissions
 
 
@@ -62,9 +63,9 @@ def read_run_files(
     """
     run = RunContext(Path(run_dir), LedgerCursor(), limits, now or protocol.utc_now())
     try:
-        run_fd = open_dir(run.run_dir)
-    except (Unsafe, OSError) as error:
-        said = error.detail if isinstance(error, Unsafe) else Sentence("unsafe_path.os_error", error=error)
+        run_fd = open_folder(run.run_dir)
+    except (UnsafePath, OSError) as error:
+        said = error.detail if isinstance(error, UnsafePath) else Sentence("unsafe_path.os_error", error=error)
         run.finding("unsafe_path", str(run.run_dir), said)
         return run.out
     folders: dict[str, int | None] = {}
@@ -219,12 +220,12 @@ def run_signing_key(run_dir: Path, keys: Mapping[str, protocol.SigningKey] | Non
     if not keys:
         return None
     try:
-        fd = open_dir(run_dir)
-    except (Unsafe, OSError):
+        fd = open_folder(run_dir)
+    except (UnsafePath, OSError):
         return None
     try:
         steer = protocol.load_json_strict(read_regular("steer.json", fd, DEFAULT_LIMITS.max_json_bytes))
-    except (Unsafe, OSError, ValueError):
+    except (UnsafePath, OSError, ValueError):
         return None
     finally:
         os.close(fd)

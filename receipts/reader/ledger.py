@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from receipts import protocol
+from receipts.confined import UnsafePath, open_folder, open_regular
 from receipts.findings import LEDGER as LEDGER_SCOPE
 from receipts.findings import STICKY, FindingRecord, Sentence, storable_text
 from receipts.protocol import LEDGER_NAME as LEDGER
-from receipts.reader.safe_open import DEFAULT_LIMITS, Limits, Unsafe, open_dir, open_regular
+from receipts.reader.safe_open import DEFAULT_LIMITS, Limits
 
 _KNOWN_STATUSES = frozenset((*protocol.RECEIPT_STATUSES, protocol.LEGACY_STATUS))
 # Events stored and committed together with the cursor after them: fewer commits, and at
@@ -114,9 +115,9 @@ def read_ledger(
     cursor.disputed_call_ids = set(cursor.disputed_call_ids)
     cursor.submission_digests = dict(cursor.submission_digests)
     try:
-        run_fd = open_dir(run_dir)
-    except (Unsafe, OSError) as error:
-        said = error.detail if isinstance(error, Unsafe) else Sentence("unsafe_path.os_error", error=error)
+        run_fd = open_folder(run_dir)
+    except (UnsafePath, OSError) as error:
+        said = error.detail if isinstance(error, UnsafePath) else Sentence("unsafe_path.os_error", error=error)
         yield LedgerBatch([], [FindingRecord("unsafe_path", str(run_dir), said)], cursor)
         return
     try:
@@ -125,7 +126,7 @@ def read_ledger(
         except FileNotFoundError:
             yield LedgerBatch([], [], cursor)
             return
-        except Unsafe as unsafe:
+        except UnsafePath as unsafe:
             yield LedgerBatch([], [FindingRecord(unsafe.code, LEDGER, unsafe.detail)], cursor)
             return
         try:

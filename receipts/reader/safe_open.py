@@ -1,21 +1,22 @@
-"""Opening files without trusting names: directory fds, ``O_NOFOLLOW``, regular files only.
+"""The reader's side of the confined open: size limits, whole reads within them, file signatures,
+and the names a reader considers.
 
-Every file of a run is opened relative to a directory file descriptor with
-``O_NOFOLLOW | O_NONBLOCK``: no symlink is followed, nothing outside the run
-directory is opened, a FIFO cannot block the reader, and anything that is not a
-regular file is a verdict (``Unsafe``), never an exception that escapes.
+Every file of a run is opened through ``receipts.confined`` in its read-only mode, relative to
+a directory file descriptor with ``O_NOFOLLOW | O_NONBLOCK``: no symlink is followed, nothing
+outside the run directory is opened, a FIFO cannot block the reader, and anything that is not a
+regular file, or a file over its limit, is a verdict (``UnsafePath``: its ``code`` and
+``detail`` are the finding), never an exception that escapes the reader.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import errno
 import os
 import stat
 from collections.abc import Iterable
-from pathlib import Path
 
+from receipts.confined import UnsafePath, open_regular
 from receipts.findings import Sentence
 
 MAX_JSON_BYTES = 16 * 1024 * 1024
@@ -33,57 +34,22 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
-# --- opening files safely --------------------------------------------------
-
-
-class Unsafe(Exception):  # noqa: N818 - a verdict on a path, used for control flow inside this module
-    def __init__(self, code: str, detail: str) -> None:
-        super().__init__(detail)
-        self.code = code
-        self.detail = detail
-
-
-_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-def open_dir(name: str | Path, dir_fd: int | None = None) -> int:
-    """A directory fd; ``Unsafe`` for a symlink or anything that is not a directory."""
-    try:
-        return os.open(name, _OPEN_FLAGS | os.O_DIRECTORY, dir_fd=dir_fd)
-    except OSError as error:
-        if error.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise Unsafe("unsafe_path", Sentence("unsafe_path.symlink_or_not_directory")) from None
-        raise
-
-
-def open_regular(name: str, dir_fd: int) -> tuple[int, os.stat_result]:
-    """An fd on a regular file in ``dir_fd``; ``Unsafe`` for a symlink, FIFO, device or directory."""
-    try:
-        fd = os.open(name, _OPEN_FLAGS, dir_fd=dir_fd)
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise Unsafe("unsafe_path", Sentence("unsafe_path.symlink")) from None
-        if error.errno in (errno.EISDIR, errno.ENXIO):
-            raise Unsafe("unsafe_path", Sentence("unsafe_path.not_regular")) from None
-        raise
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise Unsafe("unsafe_path", Sentence("unsafe_path.not_regular"))
-    return fd, info
+# --- reading files whole, within a limit -------------------------------------------
 
 
 def read_regular(name: str, dir_fd: int, limit: int) -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes, or ``Unsafe``."""
+    """The bytes of a regular file of at most ``limit`` bytes, or ``UnsafePath``."""
     fd, info = open_regular(name, dir_fd)
     try:
         if info.st_size > limit:
-            raise Unsafe("oversize", Sentence("oversize.file", size=info.st_size, limit=limit))
+            detail = Sentence("oversize.file", size=info.st_size, limit=limit)
+            raise UnsafePath(f"{name}: {detail}", detail=detail, code="oversize")
         chunks, total = [], 0
         while chunk := os.read(fd, 1 << 20):
             total += len(chunk)
             if total > limit:  # grew while we read
-                raise Unsafe("oversize", Sentence("oversize.grew", limit=limit))
+                detail = Sentence("oversize.grew", limit=limit)
+                raise UnsafePath(f"{name}: {detail}", detail=detail, code="oversize")
             chunks.append(chunk)
         return b"".join(chunks)
     finally:

@@ -10,10 +10,11 @@ import hashlib
 from typing import Any
 
 from receipts import protocol
+from receipts.confined import UnsafePath
 from receipts.findings import Sentence
 from receipts.reader.checks import RunContext
 from receipts.reader.records import SubmissionRecord, copy_fields, time_field
-from receipts.reader.safe_open import Unsafe, read_regular
+from receipts.reader.safe_open import read_regular
 
 
 def read_submissions(run: RunContext, dir_fd: int | None, tasks_fd: int | None) -> None:
@@ -100,7 +101,7 @@ def _check_task(run: RunContext, submission: SubmissionRecord, tasks_fd: int | N
             data = read_regular(name, tasks_fd, run.limits.max_json_bytes)
         except FileNotFoundError:
             data = None
-        except Unsafe as unsafe:
+        except UnsafePath as unsafe:
             run.finding(unsafe.code, path, unsafe.detail)
             return
     submission.task_present = data is not None
