@@ -53,6 +53,19 @@ from receipts.durable import (
     write_all,
 )
 from receipts.protocol import canonical_json, sha256_hex
+from receipts.tools import (
+    ABSENT,
+    NOT_DONE,
+    PRESENT,
+    UNCLEAR,
+    Evidence,
+    Fact,
+    OutcomeUnknown,
+    Rejected,
+    _NotDone,
+    normal_workspace_path,
+    short_text,
+)
 
 MODES = ("content", "git")
 # Bounds: a call is one reviewable change, and every file of it is checked before it is made current.
@@ -739,21 +752,3 @@ def apply_changes_evidence(
         return Evidence(UNCLEAR, (Fact("changes_moved", current=_short(current), **shown),))
     except (OSError, ValueError) as problem:  # UnsafePath is a ValueError
         return Evidence(UNCLEAR, (Fact("changes_unreadable", tree=tree.shown, problem=problem),))
-
-
-# At the end, not the top: receipts.tools registers ApplyChanges in BUILTIN_ADAPTERS when it loads,
-# so whichever of the two modules is imported first, the other finds what it needs already defined
-# (this module uses these names inside its functions only).
-from receipts.tools import (  # noqa: E402
-    ABSENT,
-    NOT_DONE,
-    PRESENT,
-    UNCLEAR,
-    Evidence,
-    Fact,
-    OutcomeUnknown,
-    Rejected,
-    _NotDone,
-    normal_workspace_path,
-    short_text,
-)

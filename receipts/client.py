@@ -26,6 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from receipts import protocol
+from receipts.confined import UnsafePath
+from receipts.durable import RecordingIncomplete
+from receipts.outcomes import CallOutcome, ConfirmationRefused
+from receipts.runs import UnsettledCalls
 
 SOCKET_ENV = "RECEIPTS_WRITER_SOCKET"
 # A question or answer carries at most a call's args (4 MiB) or result (8 MiB), each a JSON value
@@ -155,23 +159,20 @@ def _answer(adapter: Any, question: dict[str, Any], run_dir: Path, raised: list[
 
 def _rebuilt(error: Mapping[str, Any]) -> BaseException:
     """The exception the writer raised in the daemon, as this process would have seen it."""
-    from receipts import runtime
-    from receipts.confined import UnsafePath
-
     kind, message = str(error.get("type")), str(error.get("message"))
     if kind == "ConfirmationRefused":
         existing = error.get("existing")
-        return runtime.ConfirmationRefused(
+        return ConfirmationRefused(
             message,
             current_receipt_sha256=str(error.get("current_receipt_sha256") or ""),
             existing=existing if isinstance(existing, dict) else None,
         )
     if kind == "UnsettledCalls":
-        return runtime.UnsettledCalls(message, [str(call_id) for call_id in error.get("call_ids") or []])
+        return UnsettledCalls(message, [str(call_id) for call_id in error.get("call_ids") or []])
     if kind == "RecordingIncomplete":
         outcome = error.get("outcome")
         done = outcome_of(outcome) if isinstance(outcome, dict) else None
-        return runtime.RecordingIncomplete(done, ValueError(str(error.get("cause") or message)))
+        return RecordingIncomplete(done, ValueError(str(error.get("cause") or message)))
     if kind == "UnsafePath":
         return UnsafePath(message)
     if kind in ("FileExistsError", "FileNotFoundError", "PermissionError"):
@@ -187,8 +188,6 @@ def _rebuilt(error: Mapping[str, Any]) -> BaseException:
 
 
 def outcome_of(document: Mapping[str, Any]) -> Any:
-    from receipts.runtime import CallOutcome
-
     return CallOutcome(
         call_id=str(document.get("call_id", "")),
         status=document.get("status"),

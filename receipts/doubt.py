@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from receipts.adapters.smtp import email_evidence
+from receipts.builtin_tools import BUILTIN_ADAPTERS
 from receipts.tools import (
     ABSENT,
-    BUILTIN_ADAPTERS,
     PRESENT,
     UNCLEAR,
     Evidence,

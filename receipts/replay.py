@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from receipts.builtin_tools import BUILTIN_ADAPTERS
 from receipts.reader import RunFiles, read_run
 from receipts.recovery import decide
 from receipts.signing import run_keys
-from receipts.tools import BUILTIN_ADAPTERS, tool_can_query
+from receipts.tools import tool_can_query
 
 
 def apply_decisions(

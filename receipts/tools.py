@@ -460,11 +460,3 @@ def short_text(value: Any, limit: int = 120) -> str:
     """``value`` as text for a sentence, cut to ``limit`` characters."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-# apply_changes (receipts.changes) builds on this module's classes and functions: imported once they are defined.
-from receipts.changes import ApplyChanges  # noqa: E402
-
-BUILTIN_ADAPTERS: dict[str, Adapter] = {
-    adapter.name: adapter for adapter in (WriteFile(), SendMessage(), ApplyChanges())
-}

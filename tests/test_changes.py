@@ -18,9 +18,10 @@ from django.utils.html import strip_tags
 
 from evidence.ingest import importer
 from receipts import runtime
+from receipts.builtin_tools import BUILTIN_ADAPTERS
 from receipts.changes import ApplyChanges, open_tree, planned_manifest, tree_digest
 from receipts.demo import writer_command, writer_env
-from receipts.tools import ABSENT, BUILTIN_ADAPTERS, NOT_DONE, PRESENT, UNCLEAR, OutcomeUnknown, Rejected
+from receipts.tools import ABSENT, NOT_DONE, PRESENT, UNCLEAR, OutcomeUnknown, Rejected
 from tests.helpers import PROJECT, content
 from tests.test_docs_adapters import example, run
 

@@ -1,7 +1,8 @@
 """The house's rooms and which way their imports point (docs/architecture.md, "The dashboard's rooms").
 
-Read from the source (every import, those inside functions and under TYPE_CHECKING too), not by
-importing it: an arrow that only a rarely taken path follows is still an arrow.
+Read from the source (every import, those inside functions too), not by importing it: an arrow
+that only a rarely taken path follows is still an arrow. An import under ``if TYPE_CHECKING:``
+names a type for the checker and loads nothing: it is not one.
 """
 
 from __future__ import annotations
@@ -38,11 +39,26 @@ def modules_under(package: str) -> dict[str, Path]:
     return found
 
 
+def _for_types_only(tree: ast.Module) -> set[ast.AST]:
+    """The statements under ``if TYPE_CHECKING:``: they name a type for the checker and load nothing."""
+    hidden: set[ast.AST] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for statement in node.body:
+                hidden.update(ast.walk(statement))
+    return hidden
+
+
 def imports_of(path: Path, known: Iterable[str]) -> set[str]:
-    """The project's modules ``path`` imports: ``from a.b import c`` is ``a.b.c`` when that is a module."""
+    """The project's modules ``path`` imports (inside functions too, not those only for types):
+    ``from a.b import c`` is ``a.b.c`` when that is a module."""
     known = set(known)
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    types_only = _for_types_only(tree)
+    for node in ast.walk(tree):
+        if node in types_only:
+            continue
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             for alias in node.names:
                 submodule = f"{node.module}.{alias.name}"
@@ -165,8 +181,11 @@ def test_the_rules_find_a_planted_back_arrow_and_a_planted_circle():
 
 def test_the_graph_sees_imports_inside_functions_and_the_folders_have_their_rooms(tmp_path):
     source = tmp_path / "lazy.py"
-    source.write_text("def later():\n    from evidence.review import settle\n    import receipts.durable\n")
-    known = {"evidence.review.settle", "receipts.durable"}
+    source.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from evidence.web import forms\n"
+        "def later():\n    from evidence.review import settle\n    import receipts.durable\n"
+    )
+    known = {"evidence.review.settle", "receipts.durable", "evidence.web.forms"}
     assert imports_of(source, known) == {"evidence.review.settle", "receipts.durable"}
     # Every folder under evidence/ is a room of the table or a door Django or the layout names.
     folders = {path.name for path in (PROJECT / "evidence").iterdir() if (path / "__init__.py").exists()}

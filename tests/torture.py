@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from receipts import protocol, runtime
+from receipts.builtin_tools import BUILTIN_ADAPTERS
 from receipts.changes import open_tree, planned_manifest, tree_digest
 from receipts.crashes import (
     CALL_EFFECT_DONE_UNRECORDED,
@@ -53,7 +54,6 @@ from receipts.crashes import (
 from receipts.demo import login_request, writer_command, writer_env
 from receipts.reader import read_run
 from receipts.replay import replay_run
-from receipts.tools import BUILTIN_ADAPTERS
 
 CONTRACT = protocol.sha256_hex(b"torture contract")
 TOOLS = ("write_file", "send_message", "write-task", "apply_changes", "apply_changes-git")

@@ -32,7 +32,7 @@ from evidence.retention.plans import (
     plan_segment,
     replanned,
 )
-from receipts import durable, protocol
+from receipts import confined, durable, protocol
 from receipts.reader import birth_digest
 
 # --- legal holds ----------------------------------------------------------------
@@ -77,7 +77,7 @@ def sweep_writer_locks(run: Run) -> int:
     try:
         temps = durable.sweep_temp_files(run_dir)  # first: it takes (and leaves) the sweep's own lock
         return len(durable.sweep_locks(run_dir)) + len(temps)
-    except durable.UnsafePath as unsafe:
+    except confined.UnsafePath as unsafe:
         # A symlinked .writer/ is never entered: what it points at is not the run's to sweep.
         log.warning("writer files not swept", extra={"event": "sweep_refused", "run_id": run.run_id,
                                                      "reason": str(unsafe)})  # fmt: skip

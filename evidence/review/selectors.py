@@ -42,9 +42,9 @@ from evidence.models import (
 from evidence.review import triage
 from evidence.words import i18n
 from receipts import doubt, protocol, recovery, states
+from receipts.builtin_tools import BUILTIN_ADAPTERS
 from receipts.findings import DIGEST_CODES, ERROR, WARNING
 from receipts.recovery import reservation_resume
-from receipts.tools import BUILTIN_ADAPTERS
 
 STALE_CODES = ("stale_reservation", "stale_call")
 HEX_RE = re.compile(r"[0-9a-f]{4,64}")

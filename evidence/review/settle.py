@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+from collections.abc import Mapping
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,8 @@ from evidence.lib import hosts, stats
 from evidence.models import Call, Confirmation, HumanDecision, Run
 from evidence.review import claims
 from receipts import protocol, runtime
-from receipts.durable import UnsafePath, json_file, not_a_symlink, read_json_file
+from receipts.confined import UnsafePath, not_a_symlink, read_json_file
+from receipts.durable import json_file
 from receipts.recovery import decide
 
 log = logging.getLogger("callproof.settle")
@@ -56,12 +58,12 @@ class SettleError(Exception):
         self,
         status: HTTPStatus,
         code: str,
-        values: dict[str, object] | None = None,
+        values: Mapping[str, object] | None = None,
         *,
         existing: HumanDecision | None = None,
         problems: dict[str, str] | None = None,
     ) -> None:
-        self.status, self.code, self.values = status, code, values or {}
+        self.status, self.code, self.values = status, code, dict(values or {})
         self.existing = existing
         # Every field that does not hold, each with its problem: a person fixes them all in one go.
         self.problems = problems or {}

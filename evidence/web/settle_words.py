@@ -56,7 +56,7 @@ def refusal(refused: settle.SettleError) -> str | SafeString:
         return gettext("This call has no receipt: a decision has nothing to hold to. Its findings say what is known.")
     if code == settle.NOT_IN_DOUBT:
         return format_html(
-            gettext("This call is not in doubt: {reason}."), reason=decision_text.reason_shown(values["reason"])
+            gettext("This call is not in doubt: {reason}."), reason=decision_text.reason_shown(str(values["reason"]))
         )
     if code == settle.RECEIPT_CHANGED:
         if values.get("now_status") is None:

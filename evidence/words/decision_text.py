@@ -19,7 +19,7 @@ from django.utils.translation import gettext_lazy
 
 from evidence.words import i18n
 from receipts import protocol
-from receipts.tools import BUILTIN_ADAPTERS
+from receipts.builtin_tools import BUILTIN_ADAPTERS
 
 _STATUS = r"(?P<status>[^,:]+)"
 _QUOTED = r"(?P<{}>'[^']*'|\"[^\"]*\"|None)"

@@ -23,7 +23,9 @@ The package's rooms, each importing only those above it:
 
 from __future__ import annotations
 
+from receipts.builtin_tools import BUILTIN_ADAPTERS
 from receipts.durable import RecordingIncomplete, sweep_locks, sweep_temp_files
+from receipts.outcomes import CallOutcome, ConfirmationRefused
 from receipts.runs import (
     UnsettledCalls,
     next_attempt,
@@ -34,11 +36,11 @@ from receipts.runs import (
     unsettled_calls,
 )
 from receipts.runtime.call_records import commit_problem, read_confirmation, read_receipt, receipt_was_installed
-from receipts.runtime.decisions import ConfirmationRefused, call_in_doubt, confirm_call, refusal_text
-from receipts.runtime.executor import CallOutcome, Executor
+from receipts.runtime.decisions import call_in_doubt, confirm_call, refusal_text
+from receipts.runtime.executor import Executor
 from receipts.runtime.served import run_init, run_set_state, write_task
 from receipts.tasks import TaskResult
-from receipts.tools import BUILTIN_ADAPTERS, NOT_DONE, Adapter, OutcomeUnknown, Rejected, SendMessage, WriteFile
+from receipts.tools import NOT_DONE, Adapter, OutcomeUnknown, Rejected, SendMessage, WriteFile
 
 __all__ = [
     "BUILTIN_ADAPTERS",

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from receipts import protocol
+from receipts.builtin_tools import BUILTIN_ADAPTERS
 from receipts.confined import read_file
 from receipts.durable import append_event, exclusive_lock, failpoint, json_file, remove_file, write_durable
+from receipts.outcomes import ConfirmationRefused
 from receipts.protocol import WRITER_DIR, SigningKey, format_time, sha256_hex, utc_now
 from receipts.recovery import decide
 from receipts.runs import run_contract
@@ -29,16 +31,6 @@ from receipts.runtime.call_records import (
 )
 from receipts.runtime.served import daemon_socket
 from receipts.signing import key_for_run
-from receipts.tools import BUILTIN_ADAPTERS
-
-
-class ConfirmationRefused(ValueError):  # noqa: N818 - a verdict, said to the person who asked
-    """The confirmation was not written; ``reason`` says why in a person's words."""
-
-    def __init__(self, reason: str, *, current_receipt_sha256: str = "", existing: dict[str, Any] | None = None):
-        super().__init__(reason)
-        self.current_receipt_sha256 = current_receipt_sha256
-        self.existing = existing
 
 
 def refusal_text(refused: ConfirmationRefused) -> str:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copy
-import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from receipts import protocol
+from receipts.builtin_tools import BUILTIN_ADAPTERS
 from receipts.client import describe_adapter, outcome_of
 from receipts.confined import read_file
 from receipts.durable import (
@@ -35,6 +35,7 @@ from receipts.durable import (
     temp_files_of,
     write_durable,
 )
+from receipts.outcomes import CallOutcome
 from receipts.protocol import WRITER_DIR, SigningKey, format_time, utc_now
 from receipts.runs import UnsettledCalls, formula_for_new_calls, next_attempt, recorded_identity, run_contract
 from receipts.runtime.attempts import check_other_attempts
@@ -51,26 +52,7 @@ from receipts.runtime.call_records import (
 )
 from receipts.runtime.served import daemon_socket
 from receipts.signing import key_for_run
-from receipts.tools import BUILTIN_ADAPTERS, NOT_DONE, Adapter, OutcomeUnknown, Rejected, adapter_can_query
-
-
-@dataclasses.dataclass(frozen=True)
-class CallOutcome:
-    call_id: str
-    status: str | None  # None: the call was refused before it had a receipt
-    reused: bool
-    result: dict[str, Any] | None
-    error: dict[str, Any] | None = None
-    needs: str | None = None  # "confirmation" when a person must decide
-
-    def as_dict(self) -> dict[str, Any]:
-        document = {"call_id": self.call_id, "status": self.status, "reused": self.reused, "result": self.result}
-        if self.error:
-            document["error"] = self.error
-        if self.needs:
-            document["needs"] = self.needs
-        return document
-
+from receipts.tools import NOT_DONE, Adapter, OutcomeUnknown, Rejected, adapter_can_query
 
 # The calls this thread (or asyncio task) holds the lock of, by run and call_id.
 _CALLS_UNDER_WAY: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
