@@ -148,7 +148,7 @@ class Run(models.Model):
     ledger_signature = models.CharField(max_length=100, blank=True)
     fingerprint = models.CharField(max_length=64, blank=True)
     # The receipts' names and signatures as last imported, a digest per first two characters of
-    # the call id (importer.receipt_buckets): a re-import reads and checks the buckets that differ.
+    # the call id (rereading.receipt_buckets): a re-import reads and checks the buckets that differ.
     receipt_buckets = JSONTextField(default=dict)
     # The earliest moment a stale_* finding can appear with no file changing.
     next_stale_at = models.DateTimeField(null=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from evidence.ingest import delivery, importer
+from evidence.ingest import delivery, importer, storing
 from evidence.lib import hosts
 from evidence.models import Call, Confirmation, Finding, Host, HumanDecision, Run
 from evidence.review import inbox, selectors, settle
@@ -238,7 +238,7 @@ def test_a_decision_is_delivered_beside_a_pass_that_waits_on_another_run(demo_ro
         while not Run.objects.filter(run_id="send-message-killed", host__name="busy").exists():
             assert time.monotonic() < deadline and watch.poll() is None, "the first pass never ended"
             time.sleep(0.2)
-        with importer.run_import_lock("arrives-later"):
+        with storing.run_import_lock("arrives-later"):
             writer_run(demo_root / "arrives-later")
             deadline = time.monotonic() + 60
             while not waiting_for_an_advisory_lock():

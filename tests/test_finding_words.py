@@ -22,7 +22,7 @@ from django.urls import reverse
 from django.utils import translation
 from django.utils.translation import gettext
 
-from evidence.ingest import importer
+from evidence.ingest import storing
 from evidence.models import AuditEntry, Finding, Run
 from evidence.review import triage
 from evidence.words import audit_words, doubt_text, finding_words
@@ -115,7 +115,7 @@ def test_a_run_page_in_chinese_words_every_sentence_and_keeps_each_value_as_data
     made = {key: sample(key) for key in SENTENCES}
     code_of = {key: key.split(".")[0] if key.split(".")[0] in CODES else "signature_invalid" for key in SENTENCES}
     records = [FindingRecord(code_of[key], f"subject {key}", said) for key, said in made.items()]
-    importer.store_findings(run, records, protocol.utc_now())  # the bulk upsert: JSON as text, on both databases
+    storing.store_findings(run, records, protocol.utc_now())  # the bulk upsert: JSON as text, on both databases
     stored = list(Finding.objects.filter(run=run, subject__startswith="subject "))
     assert len(stored) == len(SENTENCES)
     assert all(f.sentence == f.subject.removeprefix("subject ") and f.detail == made[f.sentence] for f in stored)
@@ -133,7 +133,7 @@ def test_a_run_page_in_chinese_words_every_sentence_and_keeps_each_value_as_data
 def test_every_value_is_escaped_and_marked_as_data(chinese, tmp_path):
     run = a_run(tmp_path)
     said = Sentence("invalid_status.status", status="'<script>alert(1)</script>'")
-    importer.store_findings(run, [FindingRecord("invalid_status", "receipts/x.json", said)], protocol.utc_now())
+    storing.store_findings(run, [FindingRecord("invalid_status", "receipts/x.json", said)], protocol.utc_now())
     page = content(chinese.get(reverse("run", args=[run.run_id])))
     assert "<script>alert(1)" not in page
     assert '状态 <span translate="no">&#x27;&lt;script&gt;alert(1)&lt;/script&gt;&#x27;</span>' in page
@@ -263,7 +263,7 @@ def test_the_audit_page_words_each_action_and_keeps_its_code(chinese, tmp_path):
 def test_what_triage_adds_to_a_reason_is_worded_and_the_persons_words_stay_as_written(chinese, tmp_path):
     run = a_run(tmp_path)
     finding = FindingRecord("stale_call", "receipts/x.json", Sentence("stale_call.since", status="prepared", since="t"))
-    importer.store_findings(run, [finding], protocol.utc_now())
+    storing.store_findings(run, [finding], protocol.utc_now())
     stored = Finding.objects.get(run=run, subject="receipts/x.json")
     person = chinese.get("/").wsgi_request.user
     now = protocol.utc_now()
@@ -273,7 +273,7 @@ def test_what_triage_adds_to_a_reason_is_worded_and_the_persons_words_stay_as_wr
     assert entry.reason.startswith("waiting on ops (snoozed until ") and entry.reason.endswith(" or until it changes)")
     # The import sees the finding change: the snooze ends, and the import says why.
     changed = FindingRecord("stale_call", "receipts/x.json", Sentence("stale_call.since", status="unknown", since="t"))
-    importer.store_findings(run, [changed], protocol.utc_now())
+    storing.store_findings(run, [changed], protocol.utc_now())
     ended = AuditEntry.objects.get(action=AuditEntry.TRIAGE_ENDED)
     assert ended.reason == "snoozed no longer: it changed (detail): unknown since t, unconfirmed"
     for url in ("/audit/", reverse("triage", args=[stored.pk])):

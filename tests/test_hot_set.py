@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from evidence.ingest import importer
+from evidence.ingest.watch import Watch
 from evidence.lib import stats
 from evidence.models import HOT_AFTER_CHANGE, Finding, Run
 from evidence.review import inbox
@@ -66,7 +67,7 @@ def test_a_changed_file_in_a_cold_run_waits_for_the_cold_sweep_then_the_run_is_h
     start = protocol.utc_now()
     importer.root_import(root=root, now=start)
     events = Run.objects.get(run_id="hot-run").event_count
-    watch = importer.Watch(cold_sweep=SWEEP)
+    watch = Watch(cold_sweep=SWEEP)
     later = start + HOT_AFTER_CHANGE + dt.timedelta(minutes=1)
     edit_receipt(root / "cold-run", call_id, lambda receipt: receipt["args"].update(content="edited"))
     durable.append_event(root / "hot-run", "note", {})
@@ -90,7 +91,7 @@ def test_a_new_run_directory_is_picked_up_by_the_next_pass(root, tmp_path):
     make_run(root, "first-run", finished=True)
     start = protocol.utc_now()
     importer.root_import(root=root, now=start)
-    watch = importer.Watch(cold_sweep=SWEEP)
+    watch = Watch(cold_sweep=SWEEP)
     later = start + HOT_AFTER_CHANGE + dt.timedelta(minutes=1)
     assert checked(importer.root_import(root=root, now=later, watch=watch)) == []
     make_run(tmp_path, "new-run", finished=False)
@@ -103,7 +104,7 @@ def test_a_new_run_directory_is_picked_up_by_the_next_pass(root, tmp_path):
 def test_a_running_run_stays_hot_and_what_it_writes_is_imported_every_pass(root):
     make_run(root, "busy-run", finished=False)
     start = protocol.utc_now()
-    watch = importer.Watch(cold_sweep=SWEEP)
+    watch = Watch(cold_sweep=SWEEP)
     importer.root_import(root=root, now=start, watch=watch)
     for minutes in (20, 40, 60 * 5):
         moment = start + dt.timedelta(minutes=minutes)
@@ -116,7 +117,7 @@ def test_a_running_run_stays_hot_and_what_it_writes_is_imported_every_pass(root)
 def test_a_silent_run_is_abandoned_goes_cold_and_the_finding_closes_when_it_writes_again(root, monkeypatch):
     make_run(root, "quiet-run", finished=False)
     start = protocol.utc_now()
-    watch = importer.Watch(cold_sweep=SWEEP)
+    watch = Watch(cold_sweep=SWEEP)
     importer.root_import(root=root, now=start, watch=watch)
     assert open_codes("quiet-run") == set()
 
@@ -277,9 +278,7 @@ def test_the_cold_sweep_is_kept_per_run_across_a_restart_of_the_watch(root):
     start = protocol.utc_now()
     importer.root_import(root=root, now=start)
     just_before = start + SWEEP - dt.timedelta(seconds=1)
-    assert checked(importer.root_import(root=root, now=just_before, watch=importer.Watch(cold_sweep=SWEEP))) == []
+    assert checked(importer.root_import(root=root, now=just_before, watch=Watch(cold_sweep=SWEEP))) == []
     # A new watch (the importer restarted) knows no name yet: the stamps say the run is due.
-    assert checked(importer.root_import(root=root, now=start + SWEEP, watch=importer.Watch(cold_sweep=SWEEP))) == [
-        "cold-run"
-    ]
+    assert checked(importer.root_import(root=root, now=start + SWEEP, watch=Watch(cold_sweep=SWEEP))) == ["cold-run"]
     assert Run.objects.get(run_id="cold-run").checked_at == start + SWEEP

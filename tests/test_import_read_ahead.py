@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from evidence.ingest import importer, read_ahead
+from evidence.ingest import importer, read_ahead, reading
 from evidence.models import Call, Confirmation, Event, EventTally, Finding, Run, Submission
 from receipts import protocol
 from tests.helpers import CONTRACT, IMPORT_TIMESTAMPS, until
@@ -37,8 +37,8 @@ NOW = protocol.parse_time("2026-12-03T12:00:00Z")
 @pytest.fixture
 def always_ahead(monkeypatch) -> list[tuple[read_ahead.ReadAhead, read_ahead.Request]]:
     """Children for every import however small; the list of those started, with their requests."""
-    monkeypatch.setattr(importer, "READ_AHEAD_LEDGER_BYTES", 0)
-    monkeypatch.setattr(importer, "READ_AHEAD_RECEIPTS", 0)
+    monkeypatch.setattr(reading, "READ_AHEAD_LEDGER_BYTES", 0)
+    monkeypatch.setattr(reading, "READ_AHEAD_RECEIPTS", 0)
     started = []
     start = read_ahead.ReadAhead.__init__
 

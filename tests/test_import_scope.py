@@ -1,8 +1,8 @@
 """A re-import reads and checks only what changed, and ends where reading everything again would.
 
 The importer keeps each run's receipts as one digest per bucket of call ids
-(``importer.receipt_buckets``); a re-import reads the buckets that differ, the calls
-the ledger's new lines name, the open calls and the confirmed ones (``importer._Scope``).
+(``rereading.receipt_buckets``); a re-import reads the buckets that differ, the calls
+the ledger's new lines name, the open calls and the confirmed ones (``rereading.Scope``).
 Each test changes real files the ways a writer, a crash or an attacker would, imports
 the root, and compares every table with what an import that reads everything again
 (``force``) makes of the same files.
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from evidence.ingest import importer
+from evidence.ingest import importer, storing
 from evidence.models import Call, Event, Finding, Run
 from receipts import durable, protocol, runtime
 from tests.helpers import CONTRACT, table_snapshot
@@ -281,7 +281,7 @@ def planner_rows(model) -> float | None:
 
 
 def test_an_import_that_grows_a_table_leaves_the_planner_its_statistics(tmp_path, monkeypatch):
-    monkeypatch.setattr(importer, "STATISTICS_AFTER_ROWS", 100)
+    monkeypatch.setattr(storing, "STATISTICS_AFTER_ROWS", 100)
     synthetic_run(tmp_path / "big", events=3_000, receipts=300, contract=CONTRACT)
     synthetic_run(tmp_path / "small", events=20, receipts=2, contract=CONTRACT)
     importer.run_import(path=tmp_path / "big")

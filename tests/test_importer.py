@@ -16,7 +16,7 @@ import pytest
 from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 
-from evidence.ingest import importer
+from evidence.ingest import importer, reading
 from evidence.models import Call, Event, Finding, Run
 from evidence.review import selectors
 from evidence.review.selectors import calls_with_prefix
@@ -81,13 +81,13 @@ def test_a_reimport_parses_only_the_appended_lines(demo_root, monkeypatch):
     durable.append_event(run_dir, "note", {"n": 1})
     durable.append_event(run_dir, "note", {"n": 2})
     seen_offsets = []
-    real = importer.read_ledger
+    real = reading.read_ledger
 
     def spy(path, cursor, *args):
         seen_offsets.append(cursor.offset)
         yield from real(path, cursor, *args)
 
-    monkeypatch.setattr(importer, "read_ledger", spy)
+    monkeypatch.setattr(reading, "read_ledger", spy)
     report = importer.run_import(path=run_dir)
     assert seen_offsets == [offset]
     assert report.events == 12

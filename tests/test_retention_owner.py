@@ -179,7 +179,7 @@ def test_a_run_another_host_created_since_the_pass_read_the_owners_is_not_overwr
     now = protocol.utc_now()
     other_host = Host.objects.create(name="b", runs_root=str(copy), started_at=now, last_seen_at=now)
     # The pass of host b read the owners before host a created the run: it sees no owner.
-    monkeypatch.setattr(importer, "_claimed_elsewhere", lambda *args: None)
+    monkeypatch.setattr(importer, "claimed_elsewhere", lambda *args: None)
     report = importer.root_import(root=copy, host=other_host)
     assert report.runs == []
     [finding] = Finding.objects.filter(code="duplicate_run_id", subject="clean-run", closed_at__isnull=True)

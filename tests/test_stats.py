@@ -10,7 +10,7 @@ from django.db import connection
 from django.db.models import Count
 from django.test.utils import CaptureQueriesContext
 
-from evidence.ingest import importer
+from evidence.ingest import importer, reading
 from evidence.lib import hosts, stats
 from evidence.models import Call, Event, EventTally, Finding, Run
 from tests.helpers import CONTRACT
@@ -176,13 +176,13 @@ def test_an_unchanged_ledger_is_not_read_again_when_other_files_change(tmp_path,
     run_dir = tmp_path / "quiet-ledger"
     synthetic_run(run_dir, events=200, receipts=10, contract=CONTRACT)
     importer.run_import(path=run_dir)
-    reads, read_ledger = [], importer.read_ledger
+    reads, read_ledger = [], reading.read_ledger
 
     def counting(*args, **kwargs):
         reads.append(args[0])
         return read_ledger(*args, **kwargs)
 
-    monkeypatch.setattr(importer, "read_ledger", counting)
+    monkeypatch.setattr(reading, "read_ledger", counting)
     os.utime(run_dir / "state.json")
     importer.run_import(path=run_dir)
     assert reads == [], "the ledger's size, times and inode are as they were: nothing to read"

@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from evidence.ingest import importer
+from evidence.ingest import importer, storing
 from evidence.models import AuditEntry, Finding, Run, Submission
 from evidence.review import inbox, listings, triage
 from evidence.web.api import new_token
@@ -146,7 +146,7 @@ def test_a_finding_that_closed_and_opens_again_loses_its_triage(demo, confirmer)
     Finding.objects.filter(pk=row.pk).update(closed_at=now)
     record = FindingRecord(row.code, row.subject, row.detail, stored_value=row.stored_value,
                            recomputed_value=row.recomputed_value, scope=row.scope)  # fmt: skip
-    importer.store_findings(Run.objects.get(run_id=CONFLICT_RUN), [record], now)
+    storing.store_findings(Run.objects.get(run_id=CONFLICT_RUN), [record], now)
     row.refresh_from_db()
     assert (row.closed_at, row.triage) == (None, "")
     assert "it had closed, and opened again" in AuditEntry.objects.get(action=AuditEntry.TRIAGE_ENDED).reason

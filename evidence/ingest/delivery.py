@@ -26,7 +26,7 @@ from pathlib import Path
 from django.db import DatabaseError, connection, transaction
 from django.db.models.functions import Now
 
-from evidence.ingest import importer
+from evidence.ingest import storing
 from evidence.lib import hosts, stats
 from evidence.models import Call, Host, HumanDecision
 from evidence.review import settle
@@ -68,7 +68,7 @@ def deliver(decision: HumanDecision, *, host_name: str, now: dt.datetime | None 
     delivered_at = now or Now()  # the database's clock: the page judges it beside the web's, not this host's
     now = now or protocol.utc_now()
     run = decision.run
-    with importer.run_import_lock(run.run_id):
+    with storing.run_import_lock(run.run_id):
         decision.refresh_from_db()
         if not decision.pending:
             return DELIVERED if decision.delivered_at else REFUSED
@@ -122,7 +122,7 @@ def refuse(decision: HumanDecision, why: str, now: dt.datetime) -> None:
                           reason=repr(decision.reason), why=why)  # fmt: skip
         finding = FindingRecord("decision_undeliverable", f"decision/{decision.call_id}", detail,
                                 call_id=decision.call_id, scope=STICKY)  # fmt: skip
-        importer.store_findings(run, [finding], now)
+        storing.store_findings(run, [finding], now)
         stats.refresh_run_summary(run)
     log.warning(
         "decision undeliverable",

@@ -12,7 +12,7 @@ The child never outlives the importer: it dies with it (``PR_SET_PDEATHSIG`` on
 Linux; elsewhere at its next write into the closed pipe), and the importer kills it
 when it is done with it, whatever the outcome. A child that dies, or says something
 the importer cannot read, is a ``ReadAheadError``: the importer carries on reading in
-its own process (see ``evidence.ingest.importer``), never waits on a child that is gone.
+its own process (see ``evidence.ingest.reading``), never waits on a child that is gone.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def db_time(value: dt.datetime | None, postgres: bool) -> Any:
 
 @dataclasses.dataclass
 class PreparedBatch:
-    """One ledger batch as the importer stores it: its event rows (``evidence.ingest.importer.EVENT_COLUMNS``),
+    """One ledger batch as the importer stores it: its event rows (``evidence.ingest.reading.EVENT_COLUMNS``),
     its counts by type and by minute, what the reader found, and the cursor after it."""
 
     rows: list[tuple[Any, ...]]

@@ -110,6 +110,7 @@ def main() -> None:
 
     django.setup()
     from evidence.ingest import importer
+    from evidence.ingest.watch import Watch
     from evidence.lib import hosts
     from evidence.models import Event
     from receipts import protocol
@@ -124,11 +125,11 @@ def main() -> None:
     assert not report.runs  # type: ignore[attr-defined]
     # The watch's passes a quarter of an hour on: the one-off import's changes are past.
     later = dt.timedelta(minutes=15)
-    watch = importer.Watch.from_settings()
+    watch = Watch.from_settings()
     first_watch, report = timed(importer.root_import, root=root, host=host, watch=watch, now=protocol.utc_now() + later)
     assert len(report.runs) == options.active  # type: ignore[attr-defined]
 
-    def changed_pass(watch: importer.Watch | None) -> float:
+    def changed_pass(watch: Watch | None) -> float:
         events = Event.objects.count()
         for run_dir in active:
             append_now(run_dir, 10)

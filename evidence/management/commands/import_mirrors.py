@@ -16,7 +16,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import Error as DatabaseFailure
 from django.db import close_old_connections, connections
 
-from evidence.ingest.importer import Watch, root_import
+from evidence.ingest.importer import root_import
+from evidence.ingest.watch import Watch
 from evidence.models import Host
 
 

@@ -28,7 +28,8 @@ from django.db import Error as DatabaseFailure
 from django.db import close_old_connections, connections
 
 from evidence.ingest import delivery
-from evidence.ingest.importer import ImportReport, Watch, root_import
+from evidence.ingest.importer import ImportReport, root_import
+from evidence.ingest.watch import Watch
 from evidence.lib import hosts
 from evidence.retention import actions
 from evidence.review import alerts

@@ -1,0 +1,141 @@
+"""What does a re-import read again? Nothing when the files have not changed; otherwise,
+when few may have changed, only the calls that may have.
+
+``Listing`` takes a run's fingerprint and its receipts' signatures in one pass, and
+``Known`` (what the last import recorded) says whether there is anything to read. The
+receipts are kept as one digest per bucket of call ids (``receipt_buckets``): ``Scope`` is
+the calls a re-import reads and checks again, those of the changed buckets, those the
+ledger's new lines name, the open ones and those a confirmation or a decision waits on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+from pathlib import Path
+
+from evidence.models import Call, Run
+from receipts import protocol
+from receipts.reader import run_fingerprint
+
+
+@dataclasses.dataclass
+class Listing:
+    """A run directory's fingerprint, its receipts' signatures and its confirmations' names,
+    taken in one pass."""
+
+    fingerprint: str
+    receipt_signatures: dict[str, str]
+    confirmation_names: set[str] = dataclasses.field(default_factory=set)
+
+    @classmethod
+    def of(cls, path: Path) -> Listing:
+        signatures: dict[str, str] = {}
+        confirmations: set[str] = set()
+        return cls(run_fingerprint(path, signatures, confirmations), signatures, confirmations)
+
+
+# Above this share of the receipts (and this many calls), a re-import reads them all: it costs
+# what reading some would. Below the floor it reads some, so every run exercises the one way.
+SCOPED_READ_AT_MOST = 0.25
+SCOPED_READ_FLOOR = 1_000
+
+
+def _call_id_of(name: str) -> str:
+    return name.removesuffix(".json")
+
+
+def _bucket_of(call_id: str) -> str:
+    bucket = call_id[:2]
+    try:
+        bucket.encode("utf-8")
+    except UnicodeEncodeError:
+        return "\ufffd"  # a name that is not UTF-8 never names a call: a bucket of their own, kept as text
+    return bucket
+
+
+def receipt_buckets(signatures: dict[str, str]) -> dict[str, str]:
+    """The names and signatures of ``receipts/`` as one digest per bucket (the call ids' first two
+    characters: call ids are hex digests, so a hundred thousand make 256 buckets of some 400).
+
+    Kept with the run: a re-import compares them, and looks only at the buckets that differ,
+    instead of loading every known receipt to find the one that changed.
+    """
+    lines: dict[str, list[str]] = {}
+    for name, signature in signatures.items():
+        lines.setdefault(_bucket_of(_call_id_of(name)), []).append(f"{name}\0{signature}")
+    return {bucket: hashlib.sha256("\n".join(sorted(found)).encode("utf-8", "surrogateescape")).hexdigest()
+            for bucket, found in lines.items()}  # fmt: skip
+
+
+@dataclasses.dataclass
+class Scope:
+    """The calls a re-import reads and checks again, when not all of them need it: those whose
+    receipt bucket changed (files added, replaced or removed), those the ledger's new lines
+    name, the calls still open (the clock can make them stale), those with a confirmation file
+    or a decision waiting for this host. The rest were checked before against a ledger that
+    said nothing new of them, and nothing they depend on has changed."""
+
+    calls: set[str]
+    receipt_names: set[str]
+
+    @classmethod
+    def of(
+        cls, run: Run, listing: Listing, buckets: dict[str, str], named_by_new_lines: set[str], decided: dict
+    ) -> Scope | None:
+        before = run.receipt_buckets
+        if not before:
+            return None  # imported before buckets were kept: read whole once
+        changed = {bucket for bucket in buckets.keys() | before.keys() if buckets.get(bucket) != before.get(bucket)}
+        names = {name for name in listing.receipt_signatures if _bucket_of(_call_id_of(name)) in changed}
+        calls = {_call_id_of(name) for name in names} | named_by_new_lines | set(decided)
+        calls |= {_call_id_of(name) for name in listing.confirmation_names}
+        stored = Call.objects.filter(run=run)
+        for bucket in sorted(changed):  # removed files: their rows, in the bucket's range of call ids
+            calls.update(stored.filter(**_bucket_range(bucket)).values_list("call_id", flat=True))
+        calls.update(stored.filter(status__in=protocol.OPEN_STATUSES).values_list("call_id", flat=True))
+        if len(calls) > max(SCOPED_READ_FLOOR, SCOPED_READ_AT_MOST * len(listing.receipt_signatures)):
+            return None
+        names |= {f"{call_id}.json" for call_id in calls} & listing.receipt_signatures.keys()
+        return cls(calls, names)
+
+    def rechecked(self, call_id: str, subject: str) -> bool:
+        """Whether a finding was looked for again: about a call in scope, a receipt file read,
+        or any other file but a receipt (those are read whole every time)."""
+        if call_id:
+            return call_id in self.calls
+        folder, _, name = subject.partition("/")
+        return folder != "receipts" or name in self.receipt_names
+
+
+def _bucket_range(bucket: str) -> dict[str, str]:
+    """The call ids that start with ``bucket``, as a range the (run, call_id) index serves."""
+    following = bucket[:-1] + chr(min(ord(bucket[-1]) + 1, 0x10FFFF))
+    return {"call_id__gte": bucket, "call_id__lt": following}
+
+
+@dataclasses.dataclass
+class Known:
+    """What the last import recorded of a run: enough to tell that nothing changed."""
+
+    path: str
+    fingerprint: str
+    next_stale_at: dt.datetime | None
+    archived: bool
+    summarised: bool
+
+    @classmethod
+    def of(cls, run: Run) -> Known:
+        return cls(run.path, run.fingerprint, run.next_stale_at, run.archived, run.summary is not None)
+
+    def may_be_unchanged(self, path: Path, now: dt.datetime) -> bool:
+        """Whether only the files' fingerprint can tell: the same directory, summarised, and no
+        call or reservation due to turn stale."""
+        if self.path != str(path) or not self.summarised:
+            return False
+        return self.next_stale_at is None or now < self.next_stale_at
+
+    def unchanged(self, path: Path, now: dt.datetime, listing: Listing) -> bool:
+        """Nothing to read: the one rule, for a root's pass and for the import under the lock."""
+        return self.may_be_unchanged(path, now) and listing.fingerprint == self.fingerprint

@@ -1,0 +1,137 @@
+"""Which runs does a runs root's pass check, and what does it leave on them?
+
+``Watch`` carries from one watch pass to the next the runs found to be this host's: a pass
+checks the hot set, the cold runs due and new directories (``Watch.to_check``). After every
+pass, ``stamp_checked`` stamps the runs it checked as checked (and changed, when their files
+were), and each is found abandoned, or no longer, by ``models.is_abandoned``: the
+``run_abandoned`` finding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import os
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+
+from evidence import models
+from evidence.ingest.rereading import Known
+from evidence.ingest.storing import store_findings
+from evidence.lib import stats
+from evidence.models import Host, Run
+from receipts import protocol
+from receipts.findings import ACTIVITY as ACTIVITY_SCOPE
+from receipts.findings import FindingRecord, Sentence
+
+log = logging.getLogger("callproof.importer")
+
+
+@dataclasses.dataclass
+class Watch:
+    """What a watch carries from one pass to the next (``root_import``'s ``watch``).
+
+    ``mine``: the listed names already found in the database as this host's runs at these
+    paths. A pass looks up only the names it has not found so (a new directory, a copy another
+    host owns): looking 20,000 names up every pass would cost more than the hot runs. Forgotten
+    every ``cold_sweep``, so that a run deleted from the database is found again.
+    """
+
+    cold_sweep: dt.timedelta
+    mine: set[str] = dataclasses.field(default_factory=set)
+    found_at: dt.datetime | None = None
+
+    @classmethod
+    def from_settings(cls) -> Watch:
+        return cls(cold_sweep=dt.timedelta(seconds=settings.EVIDENCE_COLD_SWEEP_SECONDS))
+
+    def to_check(self, base: Path, names: list[str], host: Host, now: dt.datetime) -> set[str]:
+        """The runs listed under ``base`` that this pass checks: the hot set, the cold runs due,
+        and every name not found as this host's run at this path. No other run is touched."""
+        if self.found_at is None or now - self.found_at >= self.cold_sweep:
+            self.mine, self.found_at = set(), now
+        listed = set(names)
+        runs = Run.objects.filter(Q(host=host) | Q(host__isnull=True))
+        new = sorted(listed - self.mine)
+        for start in range(0, len(new), 500):
+            rows = runs.filter(run_id__in=new[start : start + 500]).values_list("run_id", "path")
+            self.mine.update(run_id for run_id, path in rows if path == os.path.join(base, run_id))
+        self.mine &= listed
+        # Two queries, not one with both: SQLite walks the indexes of an OR's branches only when
+        # each branch is a range of its own, and unordered, or it reads the run_id index whole.
+        due = {*runs.hot(now).order_by().values_list("run_id", flat=True)}
+        due.update(runs.cold_due(now, self.cold_sweep).order_by().values_list("run_id", flat=True))
+        return (listed - self.mine) | (due & listed)
+
+
+# What ``models.is_abandoned`` reads of a run, and the stamp it leaves.
+ACTIVITY = ("id", "state", "last_event_at", "changed_at", "abandoned_at")
+
+
+def stamp_checked(
+    imported: list[str],
+    failed: set[str],
+    unchanged: list[str],
+    known: dict[str, Known],
+    activity: dict,
+    now: dt.datetime,
+) -> None:
+    """After a pass: the runs it checked (``imported``, of which ``failed`` failed, and
+    ``unchanged``) are stamped checked, those whose files changed (or whose import failed, to be
+    read again while hot) changed, and each is judged abandoned or not: an unchanged run from
+    what the pass read of it already, an imported one from its rows now."""
+    judged = [activity[run_id] for run_id in unchanged]
+    changed = []
+    for start in range(0, len(imported), 500):
+        rows = Run.objects.filter(run_id__in=imported[start : start + 500]).values_list(
+            "run_id", "fingerprint", *ACTIVITY
+        )
+        for run_id, fingerprint, pk, state, last_event_at, changed_at, abandoned_at in rows:
+            recorded = known.get(run_id)
+            if run_id in failed or recorded is None or recorded.fingerprint != fingerprint:
+                changed.append(run_id)
+                changed_at = now
+            judged.append((pk, state, last_event_at, changed_at, abandoned_at))
+    checked = imported + unchanged
+    for start in range(0, len(checked), 500):
+        Run.objects.filter(run_id__in=checked[start : start + 500]).update(checked_at=now)
+    for start in range(0, len(changed), 500):
+        Run.objects.filter(run_id__in=changed[start : start + 500]).update(changed_at=now)
+    _judge_abandoned(judged, now)
+
+
+ABANDONED_SUBJECT = "activity"
+
+
+def _judge_abandoned(rows: list[tuple], now: dt.datetime) -> None:
+    """Open the run_abandoned finding of each run that ``models.is_abandoned`` says is (it then
+    leaves the hot set), and close it for each that wrote again or finished. ``rows``: each
+    run's ``ACTIVITY``."""
+    after = dt.timedelta(seconds=settings.EVIDENCE_ABANDONED_AFTER_SECONDS)
+    for pk, state, last_event_at, changed_at, abandoned_at in rows:
+        abandoned = models.is_abandoned(state, last_event_at or changed_at, now, after)
+        if abandoned == (abandoned_at is not None):
+            continue
+        run = Run.objects.get(pk=pk)
+        with transaction.atomic():
+            if abandoned:
+                since = protocol.human_time(last_event_at or changed_at)
+                detail = Sentence(
+                    "run_abandoned.silent",
+                    state=repr(state or "none"),
+                    since=since,
+                    command="`python -m receipts state`",
+                )
+                store_findings(
+                    run, [FindingRecord("run_abandoned", ABANDONED_SUBJECT, detail, scope=ACTIVITY_SCOPE)], now
+                )
+            else:
+                run.findings.filter(code="run_abandoned", closed_at__isnull=True).update(closed_at=now)
+            Run.objects.filter(pk=pk).update(abandoned_at=now if abandoned else None)
+            stats.refresh_run_summary(run)
+        event = "run_abandoned" if abandoned else "run_resumed"
+        log.info(event.replace("_", " "), extra={"event": event, "run_id": run.run_id})
