@@ -26,12 +26,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-# The confined opens live in receipts.confined. UnsafePath, not_a_symlink and read_json_file are
-# named here too, as the dashboard (evidence/) imports them, until it takes them from there.
-from receipts.confined import UnsafePath as UnsafePath
-from receipts.confined import folder, folder_of, open_file, open_in
-from receipts.confined import not_a_symlink as not_a_symlink
-from receipts.confined import read_json_file as read_json_file
+from receipts.confined import UnsafePath, folder, folder_of, open_file, open_in
 from receipts.protocol import (
     LEDGER_NAME,
     MAX_INT,

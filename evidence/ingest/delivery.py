@@ -31,7 +31,7 @@ from evidence.lib import hosts, stats
 from evidence.models import Call, Host, HumanDecision
 from evidence.review import settle
 from receipts import protocol, runtime
-from receipts.durable import UnsafePath, not_a_symlink
+from receipts.confined import UnsafePath, not_a_symlink
 from receipts.findings import STICKY, FindingRecord, Sentence
 from receipts.recovery import decide
 
