@@ -1,4 +1,4 @@
-"""The house's rooms and which way their imports point (docs/architecture.md, "The dashboard's rooms").
+"""The house's rooms and which way their imports point (docs/architecture.md, "The code, room by room").
 
 Read from the source (every import, those inside functions too), not by importing it: an arrow
 that only a rarely taken path follows is still an arrow. An import under ``if TYPE_CHECKING:``
@@ -8,6 +8,7 @@ names a type for the checker and loads nothing: it is not one.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -75,7 +76,7 @@ def room_of(module: str) -> str:
         return "receipts"
     if module == "evidence.models":
         return "models"
-    if len(parts) > 2 and parts[1] in ROOMS:
+    if len(parts) >= 2 and parts[1] in ROOMS:  # a room's own __init__ is in the room
         return parts[1]
     return "door"
 
@@ -190,3 +191,112 @@ def test_the_graph_sees_imports_inside_functions_and_the_folders_have_their_room
     # Every folder under evidence/ is a room of the table or a door Django or the layout names.
     folders = {path.name for path in (PROJECT / "evidence").iterdir() if (path / "__init__.py").exists()}
     assert folders - ROOMS == {"web", "templatetags", "management", "migrations", "formats"}
+
+
+# --- docs/architecture.md's tables say what each module imports -------------------------------
+
+ARCHITECTURE = PROJECT / "docs" / "architecture.md"
+# What a table's "imports" cell may say besides the project's modules.
+OUTSIDE_WORDS = {
+    "django",
+    "the standard library",
+    "nothing",
+    "detect-secrets",
+    "ninja",
+    "prometheus_client",
+    "django-tasks",
+    "django-axes",
+    "the `mcp` sdk",
+    "each framework",
+    "an extra",
+    "imported only where the proxy runs",
+    "imported only when a tool is made",
+    "when used",
+    "ending a triage when its finding changes",
+    "stripping what was stripped before",
+    "the sentences its problems are said in",
+    "each other",
+}
+# Words that stand for a part of the project the row does not list module by module.
+WILDCARDS = {"its modules", "the modules above", "the checks", "the rooms", "everything", "the rooms' tasks"}
+SYNONYMS = {"the reader": "reader", "the verifier": "reader", "the verifier's format": "reader",
+            "retention's plans": "plans", "retention's actions": "actions", "the demo": "demo"}  # fmt: skip
+
+
+def seen_as(imported: str, importer: str) -> str:
+    """What the tables call ``imported`` in ``importer``'s row: a package's own modules by their
+    names, another package (the reader, the runtime, the conformance kit) by its name."""
+    for package in ("receipts.reader", "receipts.runtime", "receipts.conformance", "receipts.integrations"):
+        if (imported == package or imported.startswith(package + ".")) and not importer.startswith(package + "."):
+            return package.rsplit(".", 1)[1]
+    if imported == "receipts":
+        return "receipts"
+    if imported.startswith("receipts.adapters."):
+        return imported.removeprefix("receipts.")
+    if imported.startswith("evidence.web.views."):
+        return imported.removeprefix("evidence.web.")
+    return imported.rsplit(".", 1)[1]
+
+
+def table_rows() -> list[tuple[list[str], str]]:
+    """(the modules a row of "The code, room by room" is about, its imports cell)."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    section = text[text.index("## The code, room by room") :]
+    base, rows, modules_table = "", [], False
+    for line in section.splitlines():
+        if line.startswith("| module |"):
+            modules_table = True
+        elif not line.startswith("|"):
+            modules_table = False
+        if line.startswith(("#### The doors", "#### `lib/`")):  # rows named from evidence/ itself
+            base = "evidence/"
+        elif heading := re.match(r"#{3,4} `([\w/]+)`", line):
+            folder = heading.group(1)
+            base = folder if folder.startswith(("receipts", "evidence")) else f"evidence/{folder}"
+        elif line.startswith("| `") and base and modules_table:
+            cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+            names, folder, modules = re.findall(r"`([\w./]+)`", cells[0]), "", []
+            for name in names:
+                folder = name.rsplit("/", 1)[0] + "/" if "/" in name.rstrip("/") else folder
+                path = PROJECT / base / (name if "/" in name.rstrip("/") else folder + name)
+                found = sorted(path.rglob("*.py")) if name.endswith("/") else [path]
+                modules += [".".join(p.relative_to(PROJECT).with_suffix("").parts).removesuffix(".__init__")
+                            for p in found if "migrations" not in p.parts]  # fmt: skip
+            rows.append((modules, cells[-1]))
+    return rows
+
+
+def said_imports(cell: str) -> tuple[set[str], bool]:
+    """The modules an imports cell names, and whether it also stands for more (a wildcard)."""
+    named, wild = set(), False
+    for item in re.split(r"[,;()]|\band\b|: ", cell):
+        item = item.strip().lower()
+        if not item or item in OUTSIDE_WORDS or item in ("http", "sql"):
+            continue
+        if item in WILDCARDS:
+            wild = True
+            continue
+        named.add(SYNONYMS.get(item, item.removesuffix(" when used")))
+    return named, wild
+
+
+def test_the_architecture_tables_say_what_each_module_imports():
+    graph = project_graph()
+    rows = table_rows()
+    covered = {module for modules, _ in rows for module in modules}
+    wrong = []
+    for modules, cell in rows:
+        missing_files = [module for module in modules if module not in graph]
+        assert not missing_files, f"the tables name modules that are not there: {missing_files}"
+        actual = {seen_as(target, module) for module in modules for target in graph[module] if target not in modules}
+        named, wild = said_imports(cell)
+        if named - actual or (actual - named and not wild):
+            wrong.append(f"{', '.join(modules)}: says {sorted(named - actual)} it does not import, "
+                         f"leaves out {sorted(actual - named) if not wild else []}")  # fmt: skip
+    assert wrong == []
+    # Every module with code has its row (a package's __init__ that is only a docstring needs none).
+    unlisted = [name for name in graph if name not in covered and ast.parse(
+        (PROJECT / Path(*name.split("."))).with_suffix(".py").read_text()
+        if (PROJECT / Path(*name.split("."))).with_suffix(".py").exists()
+        else (PROJECT / Path(*name.split(".")) / "__init__.py").read_text()).body[1:]]  # fmt: skip
+    assert unlisted == []

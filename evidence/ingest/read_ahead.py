@@ -6,7 +6,8 @@ hands it what the importer would have passed the reader, and receives the ledger
 batches as the rows the importer stores (``prepare_batch``: the same function the
 in-process path calls), then, when asked, the run's other files as ``PreparedFiles``.
 
-This module imports no Django: the child loads the reader and this module only.
+This module imports no Django: the child loads the reader, replay (for the calls' decisions),
+this module and ``evidence.lib.minutes``.
 
 The child never outlives the importer: it dies with it (``PR_SET_PDEATHSIG`` on
 Linux; elsewhere at its next write into the closed pipe), and the importer kills it
