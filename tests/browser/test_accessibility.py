@@ -5,6 +5,7 @@ ring on whatever has the keyboard."""
 from __future__ import annotations
 
 import pytest
+from axe_playwright_python.base import AxeResults
 from axe_playwright_python.sync_playwright import Axe
 
 from evidence.models import Call
@@ -36,7 +37,7 @@ def logged_in(chromium, live_server, username: str, width: int, scheme: str):
 VIEWS = [(width, scheme) for width in (390, 1366) for scheme in ("light", "dark")]
 
 
-def checked_in_every_view(page) -> list[tuple[str, object]]:
+def checked_in_every_view(page) -> list[tuple[str, AxeResults]]:
     results = []
     for width, scheme in VIEWS:
         page.set_viewport_size({"width": width, "height": 900})
