@@ -74,10 +74,10 @@ def measure(events: int) -> None:
     manage(url, "import_runs", str(run))
     out = OUT / f"export-{events}"
     shutil.rmtree(out, ignore_errors=True)
-    seconds, peak = manage(url, "export_evidence", run.name, "--out", str(out))
+    seconds, peak, _ = manage(url, "export_evidence", run.name, "--out", str(out))
     size = (out / "evidence.json").stat().st_size / 2**20
     print(f"{events:>9,} events: export {seconds:6.1f} s, peak {peak:5.0f} MiB, evidence.json {size:6.1f} MiB")
-    seconds, peak = manage(url, "verify_evidence", str(out))
+    seconds, peak, _ = manage(url, "verify_evidence", str(out))
     print(f"{events:>9,} events: verify {seconds:6.1f} s, peak {peak:5.0f} MiB")
     through_the_page(url, run.name, events)
 

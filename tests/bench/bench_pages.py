@@ -193,7 +193,7 @@ def main() -> None:
     world = build_world(options.small_runs)
     label = "PostgreSQL" if options.postgres else "SQLite"
     url = fresh_database(options.postgres, "bench_pages")
-    import_seconds, import_rss = manage(url, "import_runs", str(world))
+    import_seconds, import_rss, _ = manage(url, "import_runs", str(world))
     watch_pass = watch_pass_seconds(url, world)
     env = server_env(url)
     run: dict[str, Any] = {"env": env, "cwd": PROJECT, "check": True}
