@@ -8,7 +8,7 @@ ADDR ?= 127.0.0.1:8000
 PIP_VERSION := 26.3
 UV_VERSION := 0.13.9
 
-.PHONY: install lock demo test-packages messages test check lint format bench bench-serve bench-import bench-export bench-pages torture clean
+.PHONY: install lock demo test-packages messages test check lint format bench bench-serve bench-import bench-import-10m bench-export bench-pages torture clean
 
 # Everything comes from the lock file, each package by its hash (the test and deploy extras,
 # so the suite, the proxy tests and the benchmarks run on the same versions everywhere);
@@ -123,6 +123,12 @@ bench-export: install
 bench-import: install
 	$(BIN)/python tests/bench/bench_import.py
 	$(BIN)/python tests/bench/bench_import.py --postgres
+
+# The same at ten million events and a million receipts, one round each: the run is built once
+# under tests/bench/out/ and reused by every later run.
+bench-import-10m: install
+	$(BIN)/python tests/bench/bench_import.py --events 10000000 --receipts 1000000 --rounds 1
+	$(BIN)/python tests/bench/bench_import.py --events 10000000 --receipts 1000000 --rounds 1 --postgres
 
 # Every page under gunicorn (in the lock, with the deploy extra), driven by wrk (Debian's package), on both databases.
 bench-pages: install
