@@ -168,7 +168,8 @@ def main() -> None:
     def spread(values: list[float], unit: str = " s") -> str:
         return f"min {min(values):7.2f}{unit}, median {statistics.median(values):7.2f}{unit}"
 
-    print(f"{label}: {options.events:,} events, {options.receipts:,} receipts, {options.rounds} round{'s' if options.rounds != 1 else ''} interleaved, "
+    rounds = f"{options.rounds} round{'s' if options.rounds != 1 else ''}"
+    print(f"{label}: {options.events:,} events, {options.receipts:,} receipts, {rounds} interleaved, "
           f"load average {load_before:.2f} at the start, {load_after:.2f} at the end")  # fmt: skip
     print(f"  floor (json + executemany, one transaction): {spread(floors)}")
     print(f"  import_runs, fresh database:                 {spread(imports)}")
