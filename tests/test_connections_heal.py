@@ -21,7 +21,7 @@ from tests.helpers import PROJECT, until
 from tests.serving import free_port, stop, wait_for
 from tests.subprocess_db import child_env, manage, manage_command, start_worker, this_database_url
 
-pytestmark = [pytest.mark.postgresql, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.postgresql, pytest.mark.django_db(transaction=True)]
 
 KEPT_OPEN = {"DATABASE_CONN_MAX_AGE": "60"}
 

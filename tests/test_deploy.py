@@ -126,6 +126,7 @@ def test_systemd_accepts_every_unit(tmp_path):
     assert {"callproof-worker.service", "callproof-retention.timer", "callproof-cleanup.timer"} <= set(names)
 
 
+@pytest.mark.slow
 @pytest.mark.postgresql(reason="the scale-out database is PostgreSQL")
 @pytest.mark.django_db(transaction=True)
 def test_two_importers_and_web_requests_at_once_lose_and_duplicate_nothing(demo_root, tmp_path, django_user_model):

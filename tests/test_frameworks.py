@@ -86,6 +86,7 @@ def callproof(*args: str) -> subprocess.CompletedProcess[str]:
                           cwd=PROJECT)  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 def test_killed_after_the_effect_the_agent_stops_in_doubt_and_goes_on_once_a_person_settles(
     framework, mode, run_dir, effects

@@ -246,6 +246,7 @@ def test_a_big_run_is_committed_batch_by_batch(demo_root):
     assert batches[-1] == (run_dir / "events.jsonl").stat().st_size
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_an_importer_killed_at_random_moments_is_completed_by_the_next(demo_root, tmp_path):
     synthetic_ledger(demo_root / "clean-run", 150_000, start_seq=11)
@@ -274,6 +275,7 @@ def test_an_importer_killed_at_random_moments_is_completed_by_the_next(demo_root
     assert after_kills == normalized_dump(clean_url)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_two_importers_at_once_converge_without_duplicates(demo_root, tmp_path):
     synthetic_ledger(demo_root / "clean-run", 20_000, start_seq=11)

@@ -96,6 +96,7 @@ def child_query(url: str, expression: str) -> str:
     return manage(url, "shell", "-v", "0", "-c", code, check=True).stdout.strip()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_full_disk_while_archiving_removes_nothing(demo_root, tmp_path, small_disk):
     url = database_url_for_children(tmp_path)
@@ -252,6 +253,7 @@ def assert_whole(run_id: str, facts: dict, before: dict, left: Left) -> None:
         assert left.files == "directory" and "run_archived" not in audit, (run_id, facts, left)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("failpoint", list(PHASES))
 def test_a_kill_at_each_phase_of_archiving_leaves_every_run_whole_and_the_next_apply_finishes(
@@ -301,6 +303,7 @@ def test_a_kill_at_each_phase_of_archiving_leaves_every_run_whole_and_the_next_a
     assert not [path for path in demo_root.iterdir() if path.name.startswith(".")], "no renamed copy is left"
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("failpoint", ["retention_mid_strip", "retention_after_strip"])
 def test_a_kill_while_stripping_leaves_the_run_stripped_or_not_and_the_next_apply_finishes(
