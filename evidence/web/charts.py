@@ -8,12 +8,13 @@ label is escaped.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Mapping, Sequence
 
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+from django.utils.translation import get_language, pgettext
 from django.utils.translation import gettext as _
-from django.utils.translation import pgettext
 
 from evidence.words import i18n
 from receipts import states
@@ -68,7 +69,18 @@ def marks(kind: str, x: float, width: float, height: int) -> str:
 
 
 def status_bar(counts: Mapping[str, int], width: int = 140, height: int = 12) -> SafeString:
-    """A stacked bar of calls by state, each state told by its colour and by its marks."""
+    """A stacked bar of calls by state, each state told by its colour and by its marks.
+
+    Drawn once per counts, size and language (``_status_bar``): a page of runs shows the same
+    few bars again and again, and a bar cost more to draw than the rest of its row."""
+    return _status_bar(tuple(sorted(counts.items())), width, height, get_language())
+
+
+@functools.lru_cache(maxsize=1024)
+def _status_bar(counted: tuple[tuple[str, int], ...], width: int, height: int, language: str | None) -> SafeString:
+    """``status_bar`` of ``dict(counted)``; ``language`` keys the cache (the words are the active
+    language's)."""
+    counts = dict(counted)
     total = sum(counts.values())
     summary = pgettext("list separator", ", ").join(
         _counted(count, status) for status, count in sorted(counts.items(), key=lambda i: _status_key(i[0]))
