@@ -6,6 +6,8 @@ import datetime as dt
 import re
 from pathlib import Path
 
+from django.utils import translation
+
 from evidence.web import charts
 from receipts import states
 
@@ -21,6 +23,20 @@ def test_the_status_bar_stacks_statuses_in_the_protocols_order_and_in_proportion
     assert 'aria-label="calls: 3 committed, 1 rejected"' in svg
     assert widths(svg) == [75.0, 25.0]
     assert svg.index("fill-committed") < svg.index("fill-rejected")
+
+
+def test_a_status_bar_drawn_again_is_said_in_the_language_of_its_page():
+    """Bars are remembered once drawn (a page of runs draws the same few): never across languages."""
+    counts = {"committed": 2, "prepared": 1}
+    with translation.override("en"):
+        english = str(charts.status_bar(counts))
+    with translation.override("zh-hans"):
+        chinese = str(charts.status_bar(dict(reversed(counts.items()))))
+    with translation.override("en"):
+        again = str(charts.status_bar(counts))
+    assert 'aria-label="calls: 2 committed, 1 prepared"' in english and again == english
+    assert chinese != english and "calls:" not in chinese
+    assert "已提交" in chinese, chinese
 
 
 def test_the_status_bar_of_no_call_says_so():

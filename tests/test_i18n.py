@@ -93,6 +93,37 @@ def test_the_check_finds_a_string_left_unmarked(tmp_path):
     assert unmarked(page) == ["Last event", "Show it", "Nothing here", "Send it"]
 
 
+def labels_looked_up_per_row(template: Path) -> list[str]:
+    """The words a template looks up in each row of a loop for a card label (``data-label``):
+    a page of fifty rows asked the catalogue fifty times for one word (issue 41). A column's
+    word is looked up once, before the rows (``{% translate "Seq" as seq_label %}``)."""
+    found, loops, text_before = [], 0, ""
+    for token in Lexer(template.read_text()).tokenize():
+        words = token.contents.split()
+        if token.token_type == TokenType.BLOCK and words:
+            loops += {"for": 1, "endfor": -1}.get(words[0], 0)
+            per_row = loops and words[0] in {"translate", "trans"} and "as" not in words
+            if per_row and text_before.endswith('data-label="'):
+                found.append(" ".join(words[1:]))
+        text_before = token.contents if token.token_type == TokenType.TEXT else ""
+    return found
+
+
+@pytest.mark.parametrize("template", TEMPLATE_FILES, ids=[str(t.relative_to(TEMPLATES)) for t in TEMPLATE_FILES])
+def test_no_template_looks_up_a_card_label_in_each_row(template):
+    assert labels_looked_up_per_row(template) == []
+
+
+def test_the_check_finds_a_card_label_looked_up_per_row(tmp_path):
+    page = tmp_path / "page.html"
+    page.write_text(
+        '{% load i18n %}{% translate "Seq" as seq_label %}<td data-label="{% translate \'Time\' %}">'
+        '{% for e in rows %}<td data-label="{{ seq_label }}">{{ e.seq }}</td>'
+        "<td data-label=\"{% translate 'Time' %}\">{{ e.ts }}</td>{% endfor %}"
+    )
+    assert labels_looked_up_per_row(page) == ["'Time'"]
+
+
 def entries(po_text: str) -> list[str]:
     """The entries of a PO file's text, its header left out."""
     blocks = [block for block in po_text.strip().split("\n\n") if "\nmsgid " in "\n" + block]

@@ -11,12 +11,14 @@ from http import HTTPStatus
 
 import pytest
 from django.urls import reverse
+from django.utils import translation
 
 from evidence.ingest import importer
 from evidence.models import Call, Finding, HumanDecision, Run
 from evidence.retention import plans
 from evidence.review import inbox
 from evidence.templatetags import dashboard
+from evidence.words import i18n
 from receipts import protocol, runtime
 from tests.helpers import content, import_as_seen_later, join
 
@@ -130,6 +132,19 @@ def test_one_function_formats_a_time_for_people():
     # A record is data: what is not a time is shown as it is, never an error.
     assert protocol.human_time("yesterday") == "yesterday" and protocol.human_time(7) == "7"
     assert f">{protocol.human_time(moment)}</time>" in dashboard.when(moment)
+
+
+def test_a_time_said_again_is_said_in_the_language_of_its_page():
+    """A shown time is remembered once formatted (a row says its time and its age's tooltip):
+    never across languages, and the same instant in another zone is the same time."""
+    moment = dt.datetime(2026, 12, 3, 6, 49, 32, tzinfo=dt.UTC)
+    with translation.override("en"):
+        assert i18n.shown_time(moment) == "2026-12-03 06:49:32 UTC"
+    with translation.override("zh-hans"):
+        assert i18n.shown_time(moment) == "2026年12月3日 06:49:32 UTC"
+        assert i18n.shown_time(moment.astimezone(dt.timezone(dt.timedelta(hours=8)))) == "2026年12月3日 06:49:32 UTC"
+    with translation.override("en"):
+        assert i18n.shown_time(moment) == "2026-12-03 06:49:32 UTC"
 
 
 def test_a_finding_detail_says_its_time_for_people(demo):

@@ -8,6 +8,7 @@ word in the badge's ``data-value``. docs/glossary.md fixes the Chinese for each.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 
 from django.utils import formats
 from django.utils.functional import Promise
@@ -31,7 +32,14 @@ def shown_time(moment: object) -> str:
         parsed = moment
     if not isinstance(parsed, dt.datetime):
         return str(parsed)
-    instant = parsed.astimezone(dt.UTC)
+    return _shown_utc(parsed.astimezone(dt.UTC), get_language())
+
+
+@functools.lru_cache(maxsize=4096)
+def _shown_utc(instant: dt.datetime, language: str | None) -> str:
+    """``shown_time`` of a UTC instant, remembered per language (``language``, the active one,
+    keys the cache): Django's date format is the dearest part of a time cell, and a page says
+    many instants twice (a row's time and the tooltip of its age)."""
     if instant.year < 1000:
         # Django's "Y" writes the year 1 as "1": the protocol's own form keeps four digits.
         return protocol.human_time(instant)
@@ -136,8 +144,15 @@ ROLE_WORDS: dict[str, Promise] = {
 def word(value: object) -> str:
     """The reader's word for a protocol value; an unforeseen value as it is."""
     text = value if isinstance(value, str) else str(value)
-    label = WORDS.get(text)
-    return str(label) if label is not None else text
+    return _words_in(get_language()).get(text, text)
+
+
+@functools.lru_cache(maxsize=16)
+def _words_in(language: str | None) -> dict[str, str]:
+    """``WORDS`` said in ``language`` (the active one, which keys the cache): looked up once, not
+    for every badge and cell of every page (a page of fifty rows said the same words hundreds of
+    times)."""
+    return {text: str(label) for text, label in WORDS.items()}
 
 
 def table_language() -> str:

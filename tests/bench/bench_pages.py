@@ -22,6 +22,7 @@ the server for the CPU it measures.
 from __future__ import annotations
 
 import argparse
+import html
 import http.cookiejar
 import json
 import os
@@ -135,16 +136,26 @@ def login(base: str) -> str:
     return "; ".join(f"{name}={value}" for name, value in cookies.items())
 
 
+def page_text(base: str, path: str, cookie: str) -> str:
+    return urllib.request.urlopen(urllib.request.Request(base + path, headers={"Cookie": cookie})).read().decode()
+
+
+def older(base: str, path: str, cookie: str) -> str:
+    """The page's own "older" link (its keyset cursor), as a reader following it would ask."""
+    href = html.unescape(found(r'<a href="([^"]+)" rel="next"', page_text(base, path, cookie)).group(1))
+    return urllib.parse.urljoin(path, href)
+
+
 def urls(base: str, cookie: str) -> dict[str, str]:
-    request = urllib.request.Request(f"{base}/runs/{BIG}/", headers={"Cookie": cookie})
-    page = urllib.request.urlopen(request).read().decode()
-    call = found(rf'href="/runs/{BIG}/calls/([0-9a-f]+)/"', page).group(1)
+    call = found(rf'href="/runs/{BIG}/calls/([0-9a-f]+)/"', page_text(base, f"/runs/{BIG}/", cookie)).group(1)
     return {
         "runs list": "/",
+        "runs list, older page": older(base, "/", cookie),
         "runs needing attention": "/?attention=1",
         "runs list, last page": "/?page=last",
         "run, ledger first page": f"/runs/{BIG}/",
         "run, ledger middle (seq 500,000)": f"/runs/{BIG}/?seq=500000",
+        "run, ledger middle, older page": older(base, f"/runs/{BIG}/?seq=500000", cookie),
         "run, ledger last page": f"/runs/{BIG}/?page=last",
         "run, filter type=receipt": f"/runs/{BIG}/?type=receipt",
         "run, filter type=note, last page": f"/runs/{BIG}/?type=note&page=last",
