@@ -192,3 +192,58 @@ def test_two_checkouts_get_two_postgresql_test_databases(tmp_path):
     ]
     assert names[0] == names[2], "one checkout keeps its name: a killed run's database is replaced, not left"
     assert names[0] != names[1] and all(name.startswith("test_callproof_") for name in names)
+
+
+ORDER_SAMPLE = """
+import pytest
+
+
+def test_pure():
+    pass
+
+
+@pytest.mark.slow
+def test_pure_and_slow():
+    pass
+
+
+@pytest.mark.django_db
+def test_in_a_transaction():
+    pass
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_in_a_transaction_and_slow():
+    pass
+
+
+@pytest.mark.django_db(transaction=True)
+def test_that_flushes():
+    pass
+
+
+@pytest.mark.slow
+def test_that_flushes_and_slow(transactional_db):
+    pass
+"""
+
+
+def test_the_slow_tests_are_handed_out_first_within_pytest_djangos_groups(tmp_path):
+    """docs/testing.md: the workers get pytest-django's groups in its order, each group's slow
+    tests first; pytest-randomly's shuffle (left on here) cannot move a test out of its place."""
+    sample = tmp_path / "test_order.py"
+    sample.write_text(ORDER_SAMPLE)
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", str(PROJECT / "pyproject.toml"), "--rootdir", str(tmp_path),
+         "-p", "tests.suite_plugin", "--collect-only", "-q", str(sample)],
+        cwd=PROJECT, env={**os.environ, "DATABASE_URL": "sqlite:///unused"}, capture_output=True, text=True,
+        check=False, timeout=120,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    order = [line.rsplit("::", 1)[1] for line in completed.stdout.splitlines() if "::" in line]
+    assert order == [
+        "test_in_a_transaction_and_slow", "test_in_a_transaction",
+        "test_that_flushes_and_slow", "test_that_flushes",
+        "test_pure_and_slow", "test_pure",
+    ]  # fmt: skip
