@@ -134,7 +134,6 @@ async def _in_a_thread_of_its_own(function: Callable[..., Any], *args: Any) -> A
     all hold. Cancelled, the caller stops waiting and the call goes on in its thread."""
     loop = asyncio.get_running_loop()
     answered: asyncio.Future[Any] = loop.create_future()
-    finished = threading.Event()
     context = contextvars.copy_context()
 
     def hand_over(settle: Callable[[Any], None], value: Any) -> None:
@@ -148,19 +147,19 @@ async def _in_a_thread_of_its_own(function: Callable[..., Any], *args: Any) -> A
             settle, value = answered.set_exception, error
         else:
             settle, value = answered.set_result, result
-        finally:
-            finished.set()
         with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits for the answer
             loop.call_soon_threadsafe(hand_over, settle, value)
 
-    threading.Thread(target=work, name="receipts-writer").start()
+    writer = threading.Thread(target=work, name="receipts-writer")
+    writer.start()
     try:
         return await answered
     except asyncio.CancelledError:
         # asyncio.run waits for its default pool before it returns: a thread of it waits for this
-        # call, so that the receipt says how the call ended once the loop's runner is done.
+        # call's thread to end (not only its function: the thread still hands the answer over
+        # after it), so that the receipt says how the call ended once the loop's runner is done.
         with contextlib.suppress(RuntimeError):  # the pool is shut down already: nothing will wait
-            loop.run_in_executor(None, finished.wait)
+            loop.run_in_executor(None, writer.join)
         raise
 
 
