@@ -111,8 +111,10 @@ class Watch:
         proved = self.proved.get(path.name)
         if proved is None or proved.fingerprint != known.fingerprint or now - proved.at >= self.cold_sweep:
             return False
+        if run_glance(path).digest != proved.glance:
+            return False
         self.told_by[path.name] = "glance"
-        return run_glance(path).digest == proved.glance
+        return True
 
     def keep(self, path: Path, listing: Listing, now: dt.datetime) -> None:
         """After ``listing`` (taken with its glance) matched the database or was imported: its
