@@ -138,10 +138,12 @@ class Waker:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def follow(self, folders: Iterable[Path]) -> None:
-        """Watch ``folders`` from now on, and no other."""
+    def follow(self, folders: Iterable[Path]) -> int:
+        """Watch ``folders`` from now on, and no other; how many were not watched before (a
+        write in one of them since the caller last looked at it woke nobody)."""
         if self.fd is None:
-            return
+            return 0
+        added = 0
         wanted = {str(folder) for folder in folders}
         for folder in self.watched.keys() - wanted:
             wd = self.watched.pop(folder)
@@ -150,6 +152,7 @@ class Waker:
         for folder in sorted(wanted - self.watched.keys()):
             try:
                 self.watched[folder] = _add_watch(self.fd, Path(folder), CHANGE_EVENTS | IN_ONLYDIR | IN_DONT_FOLLOW)
+                added += 1
             except OSError as error:
                 if error.errno == errno.ENOENT:
                     continue  # a run's folder not made yet: its directory's watch sees it made
@@ -157,6 +160,7 @@ class Waker:
                     log.warning("not watching %s (and maybe others): their changes wait for the interval: %s",
                                 folder, error.strerror)  # fmt: skip
                 self.refused += 1
+        return added
 
     def drain(self) -> None:
         """Forget the changes seen so far: what comes next is looked at anyway."""

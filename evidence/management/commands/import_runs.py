@@ -146,9 +146,11 @@ class Command(BaseCommand):
                     first_pass = False
                     # Woken by a write in the root or in a run this pass checked (the writer ends
                     # each command with a ledger line), or after the interval: a change in another
-                    # run waits for the pass that checks it, as it would have.
-                    waker.follow([root.absolute(), *watch.checked])
-                    waker.wait(options["interval"])
+                    # run waits for the pass that checks it, as it would have. A run followed only
+                    # from now on (a new one) may have been written since the pass read it, with
+                    # nobody to wake: the next pass comes at once.
+                    if not waker.follow([root.absolute(), *watch.checked]):
+                        waker.wait(options["interval"])
                     continue
                 time.sleep(options["interval"])  # the database away: not sooner, whatever is written
         except hosts.LeaseLostError as lost:
