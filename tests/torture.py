@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
-import ctypes.util
 import dataclasses
 import json
 import os
@@ -30,7 +28,6 @@ import select
 import shutil
 import signal
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -41,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from evidence.lib.inotify import CHANGE_EVENTS, IN_CREATE, IN_MOVED_TO, IN_OPEN, inotify_watch, read_inotify_events
 from receipts import protocol, runtime
 from receipts.builtin_tools import BUILTIN_ADAPTERS
 from receipts.changes import open_tree, planned_manifest, tree_digest
@@ -120,11 +118,8 @@ def windows_of(tool: str) -> tuple[str, ...]:
 
 # --- the first touch, through inotify ------------------------------------------------
 
-IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE, IN_OPEN = 0x2, 0x4, 0x8, 0x20
-IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
 # Opening steer.json is the writer's first act in a run directory, so IN_OPEN sees it
 # before any lock or receipt; the rest catch a writer that would start by changing something.
-CHANGE_EVENTS = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE
 TOUCH_EVENTS = CHANGE_EVENTS | IN_OPEN
 WRITTEN_FOLDERS = (
     protocol.WRITER_DIR,
@@ -134,36 +129,6 @@ WRITTEN_FOLDERS = (
     "workspace",
     str(Path(FILE_ARGS["path"]).parent),
 )
-
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-INOTIFY_EVENT = struct.Struct("iIII")  # wd, mask, cookie, length of the name that follows
-
-
-def inotify_watch(folders: Sequence[Path], events: int) -> int:
-    """A non-blocking inotify descriptor watching ``folders``."""
-    fd = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-    if fd < 0:
-        raise OSError(ctypes.get_errno(), "inotify_init1 failed")
-    for folder in folders:
-        if _libc.inotify_add_watch(fd, os.fsencode(folder), events) < 0:
-            error = ctypes.get_errno()
-            os.close(fd)
-            raise OSError(error, f"inotify_add_watch failed on {folder}")
-    return fd
-
-
-def read_inotify_events(fd: int) -> list[tuple[int, str]]:
-    """The events waiting on ``fd``, as (mask, name)."""
-    found = []
-    with contextlib.suppress(BlockingIOError):
-        while data := os.read(fd, 65536):
-            offset = 0
-            while offset < len(data):
-                _, mask, _, length = INOTIFY_EVENT.unpack_from(data, offset)
-                name = data[offset + INOTIFY_EVENT.size : offset + INOTIFY_EVENT.size + length]
-                found.append((mask, os.fsdecode(name.rstrip(b"\0"))))
-                offset += INOTIFY_EVENT.size + length
-    return found
 
 
 class TouchWatch:

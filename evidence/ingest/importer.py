@@ -328,18 +328,26 @@ def root_import(
             root_problems.append(FindingRecord("duplicate_run_id", path.name, detail))
         elif force or recorded is None or not recorded.may_be_unchanged(path, now):
             changed.append((path, None))
-        elif recorded.unchanged(path, now, listing := Listing.of(path)):
+        elif watch is not None and watch.unchanged_at_a_glance(path, recorded, now):
             unchanged.append(path.name)
+        elif recorded.unchanged(path, now, listing := Listing.of(path, glance=watch is not None)):
+            unchanged.append(path.name)
+            if watch is not None:
+                watch.keep(path, listing, now)
         else:
             changed.append((path, listing))
     reports = []
     for path, listed in changed:
         try:
-            reports.append(run_import(path=path, limits=limits, now=now, force=force, progress=progress,
-                                      listing=listed, host=host))  # fmt: skip
+            report = run_import(path=path, limits=limits, now=now, force=force, progress=progress,
+                                listing=listed, host=host)  # fmt: skip
         except ClaimedElsewhereError as claimed:
             detail = Sentence("duplicate_run_id.elsewhere", run_id=path.name, other=claimed)
             root_problems.append(FindingRecord("duplicate_run_id", path.name, detail))
+            continue
+        reports.append(report)
+        if watch is not None and listed is not None and not report.failed:
+            watch.keep(path, listed, now)  # the fingerprint the import stored
     with transaction.atomic():  # after the imports: some are found under the runs' own locks
         seen = store_findings(None, root_problems, now, root=root_key)
         close_findings_not_seen(Finding.objects.filter(run__isnull=True, root=root_key), seen, now)

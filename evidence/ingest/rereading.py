@@ -17,23 +17,27 @@ from pathlib import Path
 
 from evidence.models import Call, Run
 from receipts import protocol
-from receipts.reader import run_fingerprint
+from receipts.reader import Glance, run_fingerprint, run_glance
 
 
 @dataclasses.dataclass
 class Listing:
     """A run directory's fingerprint, its receipts' signatures and its confirmations' names,
-    taken in one pass."""
+    taken in one pass; with ``glance``, the run's glance taken just before (a watch keeps it)."""
 
     fingerprint: str
     receipt_signatures: dict[str, str]
     confirmation_names: set[str] = dataclasses.field(default_factory=set)
+    glance: Glance | None = None
 
     @classmethod
-    def of(cls, path: Path) -> Listing:
+    def of(cls, path: Path, *, glance: bool = False) -> Listing:
+        # The glance first: a change made after it changes the next glance, so the glance can
+        # stand for this fingerprint; taken after, it could stand for files the listing missed.
+        first = run_glance(path) if glance else None
         signatures: dict[str, str] = {}
         confirmations: set[str] = set()
-        return cls(run_fingerprint(path, signatures, confirmations), signatures, confirmations)
+        return cls(run_fingerprint(path, signatures, confirmations), signatures, confirmations, first)
 
 
 # Above this share of the receipts (and this many calls), a re-import reads them all: it costs

@@ -5,6 +5,10 @@ checks the hot set, the cold runs due and new directories (``Watch.to_check``). 
 pass, ``stamp_checked`` stamps the runs it checked as checked (and changed, when their files
 were), and each is found abandoned, or no longer, by ``models.is_abandoned``: the
 ``run_abandoned`` finding.
+
+A hot run is told unchanged at a glance (``Watch.unchanged_at_a_glance``): a few ``lstat``
+calls, not one per file, once a full fingerprint has matched; the full one is taken again
+at least every cold sweep (an edit in place inside a folder shows only there).
 """
 
 from __future__ import annotations
@@ -20,15 +24,32 @@ from django.db import transaction
 from django.db.models import Q
 
 from evidence import models
-from evidence.ingest.rereading import Known
+from evidence.ingest.rereading import Known, Listing
 from evidence.ingest.storing import store_findings
 from evidence.lib import stats
 from evidence.models import Host, Run
 from receipts import protocol
 from receipts.findings import ACTIVITY as ACTIVITY_SCOPE
 from receipts.findings import FindingRecord, Sentence
+from receipts.reader import run_glance
 
 log = logging.getLogger("callproof.importer")
+
+# How old the newest time of a glance must be when it is taken for it to stand for the files
+# later: a rename in the same tick of the file system's clock leaves a folder's times as they
+# were. Linux's ticks are milliseconds; some file systems keep whole seconds (ext3) or two
+# (FAT), and the clocks of a client and a server differ a little.
+GLANCE_SETTLE = dt.timedelta(seconds=2)
+
+
+@dataclasses.dataclass(frozen=True)
+class Proved:
+    """A run's glance, taken just before a full fingerprint that matched what the database
+    holds (``fingerprint``), at ``at``."""
+
+    glance: str
+    fingerprint: str
+    at: dt.datetime
 
 
 @dataclasses.dataclass
@@ -39,11 +60,20 @@ class Watch:
     paths. A pass looks up only the names it has not found so (a new directory, a copy another
     host owns): looking 20,000 names up every pass would cost more than the hot runs. Forgotten
     every ``cold_sweep``, so that a run deleted from the database is found again.
+
+    ``proved``: by run_id, the glance that stands for the run's last matching fingerprint
+    (``keep``); ``told_by``: how this pass told each run it checked unchanged or not, "glance"
+    or "fingerprint" (for the tests and the benchmark); ``checked``: the run directories this
+    pass chose (what a waker follows until the next pass).
     """
 
     cold_sweep: dt.timedelta
     mine: set[str] = dataclasses.field(default_factory=set)
     found_at: dt.datetime | None = None
+    settle: dt.timedelta = GLANCE_SETTLE
+    proved: dict[str, Proved] = dataclasses.field(default_factory=dict)
+    told_by: dict[str, str] = dataclasses.field(default_factory=dict)
+    checked: list[Path] = dataclasses.field(default_factory=list)
 
     @classmethod
     def from_settings(cls) -> Watch:
@@ -65,7 +95,38 @@ class Watch:
         # each branch is a range of its own, and unordered, or it reads the run_id index whole.
         due = {*runs.hot(now).order_by().values_list("run_id", flat=True)}
         due.update(runs.cold_due(now, self.cold_sweep).order_by().values_list("run_id", flat=True))
-        return (listed - self.mine) | (due & listed)
+        chosen = (listed - self.mine) | (due & listed)
+        # What a run not chosen was proved unchanged by is old when it is chosen again.
+        self.proved = {run_id: proved for run_id, proved in self.proved.items() if run_id in chosen}
+        self.told_by = {}
+        self.checked = [base / name for name in sorted(chosen)]
+        return chosen
+
+    def unchanged_at_a_glance(self, path: Path, known: Known, now: dt.datetime) -> bool:
+        """Whether the run at ``path`` is unchanged without a ``stat`` of each of its files: what
+        ``Known.may_be_unchanged`` asks, a glance kept (``keep``) for the fingerprint the database
+        holds and taken within the cold sweep, and the run's glance now the same."""
+        if not known.may_be_unchanged(path, now):
+            return False
+        proved = self.proved.get(path.name)
+        if proved is None or proved.fingerprint != known.fingerprint or now - proved.at >= self.cold_sweep:
+            return False
+        if run_glance(path).digest != proved.glance:
+            return False
+        self.told_by[path.name] = "glance"
+        return True
+
+    def keep(self, path: Path, listing: Listing, now: dt.datetime) -> None:
+        """After ``listing`` (taken with its glance) matched the database or was imported: its
+        glance stands for its fingerprint, when the files were older than ``settle`` at the
+        glance. A glance of files written just before says nothing of a write in the same tick:
+        the next pass takes the full fingerprint again, and keeps its glance then."""
+        self.told_by[path.name] = "fingerprint"
+        glance = listing.glance
+        if glance is None or glance.newest_ns > glance.taken_ns - self.settle // dt.timedelta(microseconds=1) * 1000:
+            self.proved.pop(path.name, None)
+            return
+        self.proved[path.name] = Proved(glance.digest, listing.fingerprint, now)
 
 
 # What ``models.is_abandoned`` reads of a run, and the stamp it leaves.

@@ -6,7 +6,7 @@ good ones beside it. The package's rooms:
 
 - ``safe_open``: size limits, and files read whole within them, each opened through
   ``receipts.confined`` in its read-only mode (directory fds, ``O_NOFOLLOW``, regular files only);
-- ``discovery``: the runs in a runs root, and each run's fingerprint;
+- ``discovery``: the runs in a runs root, and each run's fingerprint and glance;
 - ``ledger``: the event ledger, streamed from a cursor in batches;
 - ``records``: what the rest is read into, one record per receipt, submission and confirmation;
 - ``checks``: ``RunContext``, one pass over a run's files: the run, its ledger cursor, limits and
@@ -32,7 +32,15 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from receipts.protocol import SigningKey
-from receipts.reader.discovery import Discovery, birth_digest, discover_runs, looks_like_run, run_fingerprint
+from receipts.reader.discovery import (
+    Discovery,
+    Glance,
+    birth_digest,
+    discover_runs,
+    looks_like_run,
+    run_fingerprint,
+    run_glance,
+)
 from receipts.reader.files import read_run_files, run_signing_key
 from receipts.reader.ledger import BATCH_EVENTS, EventRecord, LedgerBatch, LedgerCursor, read_ledger
 from receipts.reader.records import CallRecord, ConfirmationRecord, RunFiles, SubmissionRecord
@@ -47,6 +55,7 @@ __all__ = [
     "ConfirmationRecord",
     "Discovery",
     "EventRecord",
+    "Glance",
     "LedgerBatch",
     "LedgerCursor",
     "Limits",
@@ -59,6 +68,7 @@ __all__ = [
     "read_run",
     "read_run_files",
     "run_fingerprint",
+    "run_glance",
 ]
 
 

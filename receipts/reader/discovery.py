@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import os
 import stat
+import time
 from pathlib import Path
 
 from receipts import protocol
@@ -168,3 +169,42 @@ def run_fingerprint(
     digest = hashlib.sha256("\0".join(names).encode("utf-8", "surrogateescape"))
     digest.update(numbers.tobytes())
     return digest.hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class Glance:
+    """A run directory at a glance: the stat of the directory, its own files and its folders,
+    not of the files in them (``run_glance``).
+
+    ``newest_ns``: the latest mtime or ctime among them; ``taken_ns``: the clock just before
+    they were taken. A glance whose ``newest_ns`` is close to ``taken_ns`` proves little: a
+    change in the same tick of the file system's clock leaves the same times (git's "racy"
+    index), so whoever compares glances says how far apart is enough."""
+
+    digest: str
+    newest_ns: int
+    taken_ns: int
+
+
+def run_glance(run_dir: Path) -> Glance:
+    """What the writer touches when it writes, in a handful of ``lstat`` calls whatever the
+    run's size: the run directory, ``state.json``, ``steer.json``, the ledger and the folders.
+
+    The writer appends to the ledger (its size and mtime move) and puts every other file in
+    place by a rename, which changes the mtime and ctime of the folder it lands in: any write
+    of the writer changes the glance, a rename in the same clock tick as the last glance aside.
+    An edit in place of a file inside a folder (a person's editor writing over a receipt) does
+    not: only ``run_fingerprint`` sees that.
+    """
+    taken_ns = time.time_ns()
+    numbers = array.array("q")
+    newest = 0
+    for name in (".", "state.json", "steer.json", LEDGER, *RUN_FOLDERS):
+        try:
+            info = os.lstat(run_dir / name)
+        except OSError as error:
+            numbers.extend((-1, error.errno or 0, -1, -1, -1))
+            continue
+        numbers.extend((info.st_mode, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino))
+        newest = max(newest, info.st_mtime_ns, info.st_ctime_ns)
+    return Glance(hashlib.sha256(numbers.tobytes()).hexdigest(), newest, taken_ns)

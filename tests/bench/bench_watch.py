@@ -9,11 +9,23 @@ times, in this process, with the importer's own functions:
   pass before the hot set, on a root where 50 runs are writing;
 - the first pass of a watch (every listed name looked up once, no file of a cold run read);
 - a hot pass after each of the 50 running runs was appended events (the
-  events imported), and a hot pass with nothing changed;
+  events imported), and a hot pass with nothing changed right after (each hot
+  run's full fingerprint: its files were just written);
+- with --big-receipts N, one more running run of N receipts (10 events each);
+- a hot pass with nothing changed once the files are older than the glance's
+  settle (each hot run told unchanged at a glance), and the same pass made to
+  take every hot run's full fingerprint;
 each measurement but the first import the median of --repeat passes (the full
 pass without a change: of --repeat + 1, the first one right after the import).
 
-    python tests/bench/bench_watch.py [--runs N] [--active N] [--repeat N] [--postgres]
+With --latency N, then: a real ``import_runs --watch`` (default interval) on the
+root, and N times an event appended to a running run (a writer's command ends
+with its ledger line), the time from the append's end until the event is in the
+database (polled every 5 ms; the page that shows it adds its own render time),
+as p50 and p95.
+
+    python tests/bench/bench_watch.py [--runs N] [--active N] [--repeat N] [--big-receipts N]
+                                      [--latency N] [--postgres]
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -35,11 +48,13 @@ CONTRACT = "c" * 64
 # The benchmarks' own PostgreSQL database: made again from nothing by each run of this script.
 PG_SERVER = "postgres://postgres@127.0.0.1:5432"
 PG_NAME = "imp"
+BIG = "big-run"
 
 
-def build_root(runs: int, active: int) -> Path:
-    """``runs`` run directories of 20 events and 2 receipts each, the first ``active`` running."""
-    root = OUT / f"watch-root-{runs}-{active}"
+def build_root(runs: int, active: int, big_receipts: int) -> Path:
+    """``runs`` run directories of 20 events and 2 receipts each, the first ``active`` running;
+    with ``big_receipts``, one more running run (``big-run``) of that many receipts."""
+    root = OUT / (f"watch-root-{runs}-{active}" + (f"-big-{big_receipts}" if big_receipts else ""))
     done = root / ".built"
     if done.exists():
         return root
@@ -53,6 +68,9 @@ def build_root(runs: int, active: int) -> Path:
         synthetic_run(run_dir, events=20, receipts=2, contract=CONTRACT)
         if number < active:
             (run_dir / "state.json").write_text(json.dumps({"name": "running", "attempts": 1}))
+    if big_receipts:
+        synthetic_run(root / BIG, events=10 * big_receipts, receipts=big_receipts, contract=CONTRACT)
+        (root / BIG / "state.json").write_text(json.dumps({"name": "running", "attempts": 1}))
     done.touch()  # a dot-name: no reader lists it
     print(f"built {runs:,} runs in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return root
@@ -76,8 +94,8 @@ def fresh_database(postgres: bool) -> str:
     return url
 
 
-def append_now(run_dir: Path, count: int) -> None:
-    """``count`` chained note events stamped now: the run is writing."""
+def append_now(run_dir: Path, count: int) -> int:
+    """``count`` chained note events stamped now: the run is writing. The last one's seq."""
     from receipts import protocol
     from tests.volume import _append_chained
 
@@ -86,6 +104,50 @@ def append_now(run_dir: Path, count: int) -> None:
     stamp = protocol.format_time(protocol.utc_now())
     seqs = range(last["seq"] + 1, last["seq"] + 1 + count)
     _append_chained(run_dir / "events.jsonl", ({"seq": seq, "ts": stamp, "type": "note"} for seq in seqs))
+    return seqs[-1]
+
+
+def watch_latency(root: Path, run_dir: Path, trials: int, host) -> list[float]:
+    """A real ``import_runs --watch`` on ``root`` (default interval), and ``trials`` times an event
+    appended to ``run_dir``: the seconds from the append's end until the event is a row."""
+    from evidence.lib import hosts
+    from evidence.models import Event
+    from receipts import protocol
+
+    hosts.stopped(host)  # this process's passes were the host's watch: the child's now
+
+    def seconds_until_stored(seq: int) -> float:
+        written = time.perf_counter()
+        while not Event.objects.filter(run__run_id=run_dir.name, seq=seq).exists():
+            if time.perf_counter() - written > 120:
+                raise SystemExit(f"event {seq} of {run_dir.name} not imported within 120 s")
+            time.sleep(0.005)
+        return time.perf_counter() - written
+
+    command = [sys.executable, "manage.py", "import_runs", str(root), "--watch"]
+    log = (OUT / "bench_watch_latency.log").open("w")
+    # The watch's clock as the passes' above: the root's first import is past, and every run
+    # but the running ones is cold (right after a bulk import, every run is hot for a while).
+    clock = protocol.format_time(protocol.utc_now() + dt.timedelta(minutes=16))
+    env = {**os.environ, "RECEIPTS_CLOCK": clock}
+    child = subprocess.Popen(command, cwd=PROJECT, stdout=log, stderr=log, env=env)
+    try:
+        seconds_until_stored(append_now(run_dir, 1))  # the watch's first pass: every name looked up once
+        latencies = []
+        chance = random.Random(41)
+        for _ in range(trials):
+            time.sleep(chance.uniform(0.2, 1.5))  # anywhere in the watch's cycle
+            latencies.append(seconds_until_stored(append_now(run_dir, 1)))
+        return latencies
+    finally:
+        child.terminate()
+        child.wait(timeout=60)
+        log.close()
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
 def timed(function, *args, **kwargs) -> tuple[float, object]:
@@ -99,11 +161,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20_000)
     parser.add_argument("--active", type=int, default=50)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--big-receipts", type=int, default=0, help="one more running run of N receipts")
+    parser.add_argument("--latency", type=int, default=0, help="N writes timed until stored by a real watch")
     parser.add_argument("--postgres", action="store_true", help=f"measure on {PG_SERVER}/{PG_NAME} instead of SQLite")
     options = parser.parse_args()
     OUT.mkdir(exist_ok=True)
     sys.path.insert(0, str(PROJECT))
-    root = build_root(options.runs, options.active)
+    root = build_root(options.runs, options.active, options.big_receipts)
     url = fresh_database(options.postgres)
     os.environ.update({"DATABASE_URL": url, "DJANGO_DEBUG": "1", "DJANGO_SETTINGS_MODULE": "evidence.settings"})
     import django
@@ -117,7 +181,7 @@ def main() -> None:
 
     host = hosts.register(runs_root=root, watching=True)
     active = [root / f"run-{number:05d}" for number in range(options.active)]
-    for run_dir in active:
+    for run_dir in active + ([root / BIG] if options.big_receipts else []):
         append_now(run_dir, 1)  # writing now: not abandoned
     first_import, _ = timed(importer.root_import, root=root, host=host)
     # A watch's pass before the hot set: every run's files stat-ed, only the changed ones reported.
@@ -127,7 +191,7 @@ def main() -> None:
     later = dt.timedelta(minutes=15)
     watch = Watch.from_settings()
     first_watch, report = timed(importer.root_import, root=root, host=host, watch=watch, now=protocol.utc_now() + later)
-    assert len(report.runs) == options.active  # type: ignore[attr-defined]
+    assert len(report.runs) == options.active + bool(options.big_receipts)  # type: ignore[attr-defined]
 
     def changed_pass(watch: Watch | None) -> float:
         events = Event.objects.count()
@@ -150,6 +214,22 @@ def main() -> None:
                                 now=protocol.utc_now() + later, report_unchanged=False)  # fmt: skip
         assert not report.runs  # type: ignore[attr-defined]
         quiet_passes.append(seconds)
+    # Once the files are older than the glance's settle, a quiet hot run is told unchanged at a
+    # glance; the same pass with the glances forgotten takes every hot run's full fingerprint.
+    time.sleep(watch.settle.total_seconds() + 0.5)
+    importer.root_import(root=root, host=host, watch=watch, now=protocol.utc_now() + later, report_unchanged=False)
+    glance_passes: list[float] = []
+    fingerprint_passes: list[float] = []
+    for _ in range(options.repeat):
+        for passes, told in ((glance_passes, "glance"), (fingerprint_passes, "fingerprint")):
+            if told == "fingerprint":
+                watch.proved.clear()
+            seconds, report = timed(importer.root_import, root=root, host=host, watch=watch,
+                                    now=protocol.utc_now() + later, report_unchanged=False)  # fmt: skip
+            assert not report.runs and set(watch.told_by.values()) == {told}, watch.told_by  # type: ignore[attr-defined]
+            passes.append(seconds)
+    glance, fingerprint = statistics.median(glance_passes), statistics.median(fingerprint_passes)
+    latencies = watch_latency(root, active[0], options.latency, host) if options.latency else []
     full_changed = statistics.median(full_changed_passes)
     full = statistics.median(full_passes)
     hot, quiet = statistics.median(changed_passes), statistics.median(quiet_passes)
@@ -161,6 +241,13 @@ def main() -> None:
     print(f"  first pass of a watch:                             {first_watch:8.3f} s")
     print(f"  hot pass, 10 events appended to each running run:  {hot:8.3f} s  ({full_changed / hot:.0f}x less)")
     print(f"  hot pass, nothing changed:                         {quiet:8.3f} s  ({full / quiet:.0f}x less)")
+    big = f", {options.big_receipts:,} receipts in {BIG}" if options.big_receipts else ""
+    print(f"  hot pass, nothing changed, files settled{big}:")
+    print(f"    each hot run at a glance:                        {glance:8.3f} s")
+    print(f"    each hot run's full fingerprint:                 {fingerprint:8.3f} s")
+    if latencies:
+        p50, p95 = percentile(latencies, 0.5), percentile(latencies, 0.95)
+        print(f"  write to stored, a real watch, {len(latencies)} writes:      p50 {p50:.3f} s, p95 {p95:.3f} s")
     figures: dict[str, object] = {
         "first_import_s": first_import,
         "full_pass_s": full,
@@ -172,6 +259,11 @@ def main() -> None:
         "full_changed_passes_s": full_changed_passes,
     }
     figures |= {"hot_pass_s": hot, "quiet_hot_pass_s": quiet, "hot_passes_s": changed_passes}
+    figures |= {"big_receipts": options.big_receipts, "glance_pass_s": glance, "fingerprint_pass_s": fingerprint}
+    figures |= {"glance_passes_s": glance_passes, "fingerprint_passes_s": fingerprint_passes}
+    if latencies:
+        figures |= {"latency_p50_s": percentile(latencies, 0.5), "latency_p95_s": percentile(latencies, 0.95)}
+        figures |= {"latencies_s": latencies}
     print(
         json.dumps(
             {"db": label, "runs": options.runs, "active": options.active, **figures, "quiet_passes_s": quiet_passes}

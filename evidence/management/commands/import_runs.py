@@ -8,7 +8,9 @@ touches its files).
 
 A one-off import checks every run. A watch checks the hot set (``RunQuerySet.hot``), the
 cold runs due for their sweep (``EVIDENCE_COLD_SWEEP_SECONDS``) and new run directories,
-from its first pass on (``--force`` makes the first pass a full, forced one).
+from its first pass on (``--force`` makes the first pass a full, forced one). Between passes
+it waits for a write in the root or in a run it checked (inotify, ``lib/inotify.py``), at most
+``--interval`` seconds.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from evidence.ingest import delivery
 from evidence.ingest.importer import ImportReport, root_import
 from evidence.ingest.watch import Watch
 from evidence.lib import hosts
+from evidence.lib.inotify import Waker
 from evidence.retention import actions
 from evidence.review import alerts
 from receipts import protocol
@@ -109,6 +112,7 @@ class Command(BaseCommand):
         first_pass = True  # until one pass has gone through: --force applies, and it reports every run
         retention_every = settings.EVIDENCE_WATCH_RETENTION_SECONDS
         retention_due = time.monotonic()  # after the first pass that goes through
+        waker = Waker()
         try:
             while True:
                 started = time.monotonic()
@@ -118,6 +122,7 @@ class Command(BaseCommand):
                 try:
                     hosts.check_lease(host)  # never deliver into this root for a host another holds
                     self.deliver(host)
+                    waker.drain()  # what was written so far, the pass below sees (the decisions too)
                     with delivery.BesideThePass(host, say=self.stderr.write):
                         report = root_import(
                             root=root, limits=limits, progress=progress, host=host,
@@ -139,13 +144,22 @@ class Command(BaseCommand):
                 else:
                     self.emit(report, options["json"], only_changed=not first_pass)
                     first_pass = False
-                time.sleep(options["interval"])
+                    # Woken by a write in the root or in a run this pass checked (the writer ends
+                    # each command with a ledger line), or after the interval: a change in another
+                    # run waits for the pass that checks it, as it would have. A run followed only
+                    # from now on (a new one) may have been written since the pass read it, with
+                    # nobody to wake: the next pass comes at once.
+                    if not waker.follow([root.absolute(), *watch.checked]):
+                        waker.wait(options["interval"])
+                    continue
+                time.sleep(options["interval"])  # the database away: not sooner, whatever is written
         except hosts.LeaseLostError as lost:
             raise CommandError(str(lost)) from None
         except KeyboardInterrupt:
             self.stderr.write("stopped watching")
             _say_stopped(host)
         finally:
+            waker.close()
             signal.signal(signal.SIGTERM, previous)
 
     def deliver(self, host) -> None:
