@@ -120,3 +120,43 @@ def test_a_worker_whose_connection_was_ended_makes_the_next_task(tmp_path):
         assert worker.poll() is None, log.read_text()
     finally:
         stop(worker)
+
+
+def test_a_stop_that_cuts_a_query_short_is_found_behind_the_error_it_leaves():
+    """A SIGTERM becomes an interrupt inside a query (the watch's handler); what leaves the
+    transaction is the interrupt, or a database error raised while it unwound (a cursor or a
+    rollback on a connection left mid-statement). Either way ``stopping.interrupted`` finds it,
+    so the watch stops instead of taking the error for a database gone and going on."""
+    from django.db import Error as DatabaseFailure
+    from django.db import transaction
+
+    from evidence.lib import stopping
+
+    previous = signal.signal(signal.SIGALRM, stopping.raise_interrupt)
+    left: BaseException | None = None
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(20)")
+    except (KeyboardInterrupt, DatabaseFailure) as error:
+        left = error
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        connection.close()
+    assert left is not None, "the query ran to its end: the interrupt never came"
+    assert stopping.interrupted(left), repr(left)
+    assert not stopping.interrupted(DatabaseFailure("the database went away")), "an error of its own is not a stop"
+    # What the watch met once: the rollback's own error, raised while the interrupt unwound.
+    with pytest.raises(DatabaseFailure) as during:
+        _rollback_failing_while_interrupted()
+    assert stopping.interrupted(during.value)
+
+
+def _rollback_failing_while_interrupted() -> None:
+    from django.db import Error as DatabaseFailure
+
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        raise DatabaseFailure("can't rollback, connection in transaction status ACTIVE") from None

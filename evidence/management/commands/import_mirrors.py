@@ -18,6 +18,7 @@ from django.db import close_old_connections, connections
 
 from evidence.ingest.importer import root_import
 from evidence.ingest.watch import Watch
+from evidence.lib import stopping
 from evidence.models import Host
 
 
@@ -36,13 +37,15 @@ class Command(BaseCommand):
             self.import_all(watch=None)
             return
         watch = Watch.from_settings()
-        previous = signal.signal(signal.SIGTERM, _stop_as_interrupt)
+        previous = signal.signal(signal.SIGTERM, stopping.raise_interrupt)
         try:
             while True:
                 close_old_connections()
                 try:
                     self.import_all(watch=watch)
                 except DatabaseFailure as error:
+                    if stopping.interrupted(error):  # a stop cut a query short: its rollback failed after
+                        raise KeyboardInterrupt from error
                     self.stderr.write(f"import pass failed, trying again: {error}")
                     connections.close_all()
                 time.sleep(options["interval"])
@@ -60,7 +63,3 @@ class Command(BaseCommand):
                 for run in report.runs:
                     if run.changed:
                         self.stdout.write(f"{host.name}/{run.run_id}: imported; {run.events} events")
-
-
-def _stop_as_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt

@@ -32,7 +32,7 @@ from django.db import close_old_connections, connections
 from evidence.ingest import delivery
 from evidence.ingest.importer import ImportReport, root_import
 from evidence.ingest.watch import Watch
-from evidence.lib import hosts
+from evidence.lib import hosts, stopping
 from evidence.lib.inotify import Waker
 from evidence.retention import actions
 from evidence.review import alerts
@@ -108,7 +108,7 @@ class Command(BaseCommand):
         watch = Watch.from_settings()
         # systemd (and a shell that ignores SIGINT, as a non-interactive one does) stops a watch
         # with SIGTERM: end as Ctrl-C does, between or inside a pass (its transaction rolls back).
-        previous = signal.signal(signal.SIGTERM, _stop_as_interrupt)
+        previous = signal.signal(signal.SIGTERM, stopping.raise_interrupt)
         first_pass = True  # until one pass has gone through: --force applies, and it reports every run
         retention_every = settings.EVIDENCE_WATCH_RETENTION_SECONDS
         retention_due = time.monotonic()  # after the first pass that goes through
@@ -135,6 +135,8 @@ class Command(BaseCommand):
                         self.apply_retention(host)
                         retention_due = time.monotonic() + retention_every
                 except DatabaseFailure as error:
+                    if stopping.interrupted(error):  # a stop cut a query short: its rollback failed after
+                        raise KeyboardInterrupt from error
                     # The database went away (a restart, a full disk, an ended connection), in the
                     # first pass or any other: the watch goes on with a new connection and tries again.
                     self.stderr.write(f"import pass failed, trying again in {options['interval']} s: {error}")
@@ -225,7 +227,3 @@ def _say_stopped(host) -> None:
     teller = threading.Thread(target=say, name="say-stopped")
     teller.start()
     teller.join(timeout=30)
-
-
-def _stop_as_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
