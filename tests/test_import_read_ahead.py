@@ -153,18 +153,24 @@ def test_the_files_child_hands_its_calls_over_a_batch_at_a_time(tmp_path, always
     hostile_run(root, events=2000, receipts=200)
     settings.EVIDENCE_IMPORT_CALLS_BATCH = 16
     sizes: list[int] = []
+    findings_handed: list[int] = []
     files = read_ahead.ReadAhead.files
 
     def counted(self, cursor):
-        for rows in files(self, cursor):
+        for rows, findings in files(self, cursor):
             sizes.append(len(rows))
-            yield rows
+            findings_handed.append(len(findings))
+            yield rows, findings
+        assert self.files_read.findings == [], "every finding was handed over with a batch"
 
     monkeypatch.setattr(read_ahead.ReadAhead, "files", counted)
     import_root(root)
     assert not read_here_instead(caplog)
-    assert [request.calls_batch for _, request in always_ahead if request.files is not None] == [16]
+    [files_request] = [request for _, request in always_ahead if request.files is not None]
+    assert files_request.calls_batch == 16
+    assert "listed_signatures" not in files_request.files, "the child takes each file's signature itself"
     assert len(sizes) > 200 // 16 and max(sizes) <= 16 and sum(sizes) == Call.objects.count()
+    assert sum(findings_handed) > 0
     ahead = dump_and_forget()
 
     settings.EVIDENCE_IMPORT_READ_AHEAD = False
@@ -184,11 +190,11 @@ def test_a_files_child_failing_halfway_through_its_calls_leaves_none_of_them(
     stored_meanwhile: list[int] = []
 
     def failing(self, cursor):
-        for number, rows in enumerate(files(self, cursor)):
+        for number, batch in enumerate(files(self, cursor)):
             if number == 2:
                 stored_meanwhile.append(Call.objects.count())
                 raise read_ahead.ReadAheadError("the reading process stopped answering (a test)")
-            yield rows
+            yield batch
 
     read_and_store = importer._read_and_store
     when_read_here: list[int] = []

@@ -25,7 +25,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -227,12 +227,19 @@ def _import_run_locked(
         if child is not None:
             batches = child.files(cursor)
 
-            def store_read_ahead() -> RunFiles:
+            def store_read_ahead() -> tuple[RunFiles, set]:
                 nonlocal calls_read
-                calls_read = store_call_batches(run, batches)
+                seen: set = set()
+
+                def calls() -> Iterator[list[tuple[Any, ...]]]:
+                    for rows, findings in batches:
+                        seen.update(store_findings(run, findings, now))
+                        yield rows
+
+                calls_read = store_call_batches(run, calls())
                 files = child.files_read
                 store_files(run, files, {}, None, calls=False)
-                return files
+                return files, seen
 
             try:  # the calls are stored as they come, in the transaction that stores the rest
                 _store_run(run, path, now, listing, buckets, ledger_file_findings, None, store_read_ahead)
@@ -284,9 +291,9 @@ def _read_and_store(
     apply_decisions(files, decided=decided)
     among = None if scope is None else scope.calls
 
-    def store() -> RunFiles:
+    def store() -> tuple[RunFiles, set]:
         store_files(run, files, judged_before, among)
-        return files
+        return files, set()
 
     _store_run(
         run, path, now, listing, buckets, ledger_file_findings, None if scope is None else scope.rechecked, store
@@ -302,13 +309,14 @@ def _store_run(
     buckets: dict[str, str],
     ledger_file_findings: list[FindingRecord],
     rechecked: Callable[[str, str], bool] | None,
-    store: Callable[[], RunFiles],
+    store: Callable[[], tuple[RunFiles, set]],
 ) -> None:
-    """In one transaction: the other files (``store`` stores them, and returns what was read),
-    their findings (those not seen again closed, of those ``rechecked``), and the run's row."""
+    """In one transaction: the other files (``store`` stores them, and returns what was read
+    and the keys of the findings it stored meanwhile), their findings (those not seen again
+    closed, of those ``rechecked``), and the run's row."""
     with transaction.atomic():
-        files = store()
-        seen = store_findings(run, ledger_file_findings + files.findings, now)
+        files, seen = store()
+        seen |= store_findings(run, ledger_file_findings + files.findings, now)
         # Ledger findings were stored batch by batch; re-check only what this pass re-checked.
         close_findings_not_seen(run.findings.filter(scope=FILES), seen, now, rechecked)
         Run.objects.filter(pk=run.pk).update(

@@ -5,8 +5,8 @@ process does. ``ReadAhead`` starts one (``python -c``, this module's ``child_mai
 hands it what the importer would have passed the reader, and receives the ledger's
 batches as the rows the importer stores (``prepare_batch``: the same function the
 in-process path calls), then, when asked, the run's other files: their calls as rows, a
-batch at a time (``calls_batch``: what the child holds of them, and the importer), then the
-rest of ``read_run_files``' result.
+batch at a time (``calls_batch``: what the child holds of them, and the importer) with the
+findings made meanwhile, then the rest of ``read_run_files``' result.
 
 This module imports no Django: the child loads the reader, replay (for the calls' decisions),
 this module and ``evidence.lib.minutes``.
@@ -199,7 +199,8 @@ def _answer(request: Request, out: Any) -> None:
         if not resolutions:  # the confirmations are read before the first batch comes
             resolutions.append(resolutions_of(files.confirmations))
         decide_calls(calls, resolutions[0], decided=request.decided)
-        send(("calls", record_rows(request.run_pk, calls, request.call_conversions, request.postgres)))
+        findings, files.findings = files.findings, []  # handed over with the batch, not held to the end
+        send(("calls", record_rows(request.run_pk, calls, request.call_conversions, request.postgres), findings))
 
     files = read_run_files(
         request.run_dir, ledger=whole_ledger, sink=send_calls, calls_batch=request.calls_batch, **request.files
@@ -322,10 +323,11 @@ class ReadAhead:
                 raise ReadAheadError(self._why(f"answered {str(message[0])[:40]!r} for a batch"))
             yield message[1]
 
-    def files(self, cursor: LedgerCursor) -> Iterator[list[tuple[Any, ...]]]:
+    def files(self, cursor: LedgerCursor) -> Iterator[tuple[list[tuple[Any, ...]], list[FindingRecord]]]:
         """The other files, given the cursor after the whole ledger (as read in either process):
-        their calls' rows (``record_rows``), decisions applied, a batch at a time; then ``files_read``
-        holds the rest (``read_run_files``' result, with no calls)."""
+        their calls' rows (``record_rows``), decisions applied, a batch at a time, each with the
+        findings made since the last; then ``files_read`` holds the rest (``read_run_files``'
+        result, with no calls, and the findings made after the last batch)."""
         self._send(cursor)
         with contextlib.suppress(OSError):
             self.requests.close()
@@ -336,4 +338,4 @@ class ReadAhead:
                 return
             if message[0] != "calls":
                 raise ReadAheadError(self._why(f"answered {str(message[0])[:40]!r} for the files"))
-            yield message[1]
+            yield message[1], message[2]

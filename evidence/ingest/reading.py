@@ -91,6 +91,13 @@ READ_AHEAD_LEDGER_BYTES = 16 << 20  # some 35,000 events
 READ_AHEAD_RECEIPTS = 10_000
 
 
+# What the files' child is not handed of read_run_files' arguments: the run directory goes
+# apart, and the listing's signatures (a million receipts' make some 250 MB, pickled and held
+# again in the child) are taken by the child itself, a stat before each file is read: a file
+# changed since the listing shows on the next import either way, by its signature or the run's.
+NOT_FOR_THE_CHILD = ("run_dir", "listed_signatures")
+
+
 @dataclasses.dataclass
 class Ahead:
     """The children that read a run for one import, when they are worth starting: one reads
@@ -117,7 +124,7 @@ class Ahead:
         self.files_child = self._start(
             read_ahead.Request(
                 Path(self.file_arguments["run_dir"]), self.run.pk, is_postgres(),
-                files={name: value for name, value in self.file_arguments.items() if name != "run_dir"},
+                files={name: value for name, value in self.file_arguments.items() if name not in NOT_FOR_THE_CHILD},
                 decided=self.decided, call_conversions=conversions(Call, CALL_FIELDS), calls_batch=self.calls_batch,
             )
         )  # fmt: skip
