@@ -219,6 +219,13 @@ def test_a_files_child_failing_halfway_through_its_calls_leaves_none_of_them(
     assert after_a_failure == dump_and_forget()
 
 
+def test_the_child_loads_this_very_project():
+    """The child puts the project's root first on its path (it was evidence/ once the module
+    moved to evidence/ingest/, and a child started elsewhere loaded another copy, or none)."""
+    child_module = read_ahead.PROJECT_ROOT / "evidence" / "ingest" / "read_ahead.py"
+    assert child_module.samefile(read_ahead.__file__)
+
+
 @pytest.mark.parametrize("which", ["ledger", "files"])
 def test_a_child_killed_halfway_leaves_the_reading_to_the_importer(tmp_path, always_ahead, settings, caplog, which):
     root = tmp_path / "runs"

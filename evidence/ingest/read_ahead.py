@@ -222,6 +222,11 @@ def _die_with(parent: int) -> None:
 # --- the importer's side ---------------------------------------------------
 
 
+# Where the child finds this very module (evidence/ingest/read_ahead.py), whatever its working
+# directory and sys.path: not another copy of the project installed beside it.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
 class ReadAheadError(Exception):
     """The child died or said something that is not an answer: read in this process instead."""
 
@@ -233,7 +238,7 @@ class ReadAhead:
     def __init__(self, request: Request) -> None:
         self.ledger_done = False
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the child, in close()
-        root = str(Path(__file__).resolve().parent.parent)
+        root = str(PROJECT_ROOT)
         boot = (
             f"import sys; sys.path.insert(0, {root!r}); from evidence.ingest.read_ahead import child_main; child_main()"
         )
