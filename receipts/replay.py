@@ -7,12 +7,12 @@ the importer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from receipts.builtin_tools import BUILTIN_ADAPTERS
-from receipts.reader import RunFiles, read_run
+from receipts.reader import CallRecord, ConfirmationRecord, RunFiles, read_run
 from receipts.recovery import decide
 from receipts.signing import run_keys
 from receipts.tools import tool_can_query
@@ -34,20 +34,35 @@ def apply_decisions(
     replay promise a query that the writer, with its adapter, never makes.
     The record's ``queryable`` is set to that capability.
     """
+    decide_calls(files.calls, resolutions_of(files.confirmations), adapters, decided)
+
+
+def resolutions_of(confirmations: Iterable[ConfirmationRecord]) -> dict[str, str]:
+    """The resolution of each call a valid confirmation settles, by call id."""
+    return {c.call_id: c.resolution for c in confirmations if c.valid}
+
+
+def decide_calls(
+    calls: Iterable[CallRecord],
+    resolutions: Mapping[str, str],
+    adapters: Mapping[str, Any] | None = None,
+    decided: Mapping[str, tuple[str, str]] | None = None,
+) -> None:
+    """``apply_decisions`` for some of a run's calls (a batch of them): ``resolutions`` from
+    the run's confirmations (``resolutions_of``), ``decided`` as there."""
     adapters = BUILTIN_ADAPTERS if adapters is None else adapters
-    resolutions = {c.call_id: c.resolution for c in files.confirmations if c.valid}
-    if decided:
-        shas = {call.call_id: call.file_sha256 for call in files.calls if call.receipt_present}
-        for call_id, (resolution, receipt_sha256) in decided.items():
-            if call_id not in resolutions and shas.get(call_id) == receipt_sha256:
-                resolutions[call_id] = resolution
-    for call in files.calls:
+    decided = decided or {}
+    for call in calls:
         call.queryable = tool_can_query(adapters, call.tool)
+        resolution = resolutions.get(call.call_id)
+        elsewhere = decided.get(call.call_id) if resolution is None else None
+        if elsewhere is not None and call.receipt_present and call.file_sha256 == elsewhere[1]:
+            resolution = elsewhere[0]  # the receipt decided on: as its confirmation will say
         decision = decide(
             status=call.status if call.receipt_present else None,
             error_kind=call.error_kind or None,
             queryable=call.queryable,
-            confirmation=resolutions.get(call.call_id),
+            confirmation=resolution,
             verification=call.verification,
         )
         call.decision, call.decision_reason = decision.decision, decision.reason

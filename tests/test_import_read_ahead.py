@@ -146,6 +146,86 @@ def test_a_re_import_reads_ahead_only_the_new_lines(tmp_path, always_ahead, sett
     assert ahead == dump_and_forget(without_stat=True)
 
 
+def test_the_files_child_hands_its_calls_over_a_batch_at_a_time(tmp_path, always_ahead, settings, monkeypatch, caplog):
+    """``EVIDENCE_IMPORT_CALLS_BATCH`` bounds what the child sends at a time (counted), and the rows
+    end as when the importer reads the run itself."""
+    root = tmp_path / "runs"
+    hostile_run(root, events=2000, receipts=200)
+    settings.EVIDENCE_IMPORT_CALLS_BATCH = 16
+    sizes: list[int] = []
+    findings_handed: list[int] = []
+    files = read_ahead.ReadAhead.files
+
+    def counted(self, cursor):
+        for rows, findings in files(self, cursor):
+            sizes.append(len(rows))
+            findings_handed.append(len(findings))
+            yield rows, findings
+        assert self.files_read.findings == [], "every finding was handed over with a batch"
+
+    monkeypatch.setattr(read_ahead.ReadAhead, "files", counted)
+    import_root(root)
+    assert not read_here_instead(caplog)
+    [files_request] = [request for _, request in always_ahead if request.files is not None]
+    assert files_request.calls_batch == 16
+    assert "listed_signatures" not in files_request.files, "the child takes each file's signature itself"
+    assert len(sizes) > 200 // 16 and max(sizes) <= 16 and sum(sizes) == Call.objects.count()
+    assert sum(findings_handed) > 0
+    ahead = dump_and_forget()
+
+    settings.EVIDENCE_IMPORT_READ_AHEAD = False
+    import_root(root)
+    assert ahead == dump_and_forget()
+
+
+def test_a_files_child_failing_halfway_through_its_calls_leaves_none_of_them(
+    tmp_path, always_ahead, settings, monkeypatch, caplog
+):
+    """The calls are stored as they come, in the transaction that stores the rest: a child that
+    fails after some batches has them rolled back, and the files are read in the importer."""
+    root = tmp_path / "runs"
+    run_dir = hostile_run(root, events=2000, receipts=200)
+    settings.EVIDENCE_IMPORT_CALLS_BATCH = 16
+    files = read_ahead.ReadAhead.files
+    stored_meanwhile: list[int] = []
+
+    def failing(self, cursor):
+        for number, batch in enumerate(files(self, cursor)):
+            if number == 2:
+                stored_meanwhile.append(Call.objects.count())
+                raise read_ahead.ReadAheadError("the reading process stopped answering (a test)")
+            yield batch
+
+    read_and_store = importer._read_and_store
+    when_read_here: list[int] = []
+
+    def counted(*args, **kwargs):
+        when_read_here.append(Call.objects.count())
+        return read_and_store(*args, **kwargs)
+
+    monkeypatch.setattr(read_ahead.ReadAhead, "files", failing)
+    monkeypatch.setattr(importer, "_read_and_store", counted)
+    report = importer.run_import(path=run_dir, now=NOW)
+    assert not report.failed
+    # Two batches of 16 receipt files stored before the failure (two of those files give no record).
+    assert stored_meanwhile == [30]
+    assert when_read_here == [0], "rolled back before the files are read here"
+    [warning] = read_here_instead(caplog)
+    assert "a test" in getattr(warning, "detail", "")
+    after_a_failure = dump_and_forget()
+
+    settings.EVIDENCE_IMPORT_READ_AHEAD = False
+    importer.run_import(path=run_dir, now=NOW)
+    assert after_a_failure == dump_and_forget()
+
+
+def test_the_child_loads_this_very_project():
+    """The child puts the project's root first on its path (it was evidence/ once the module
+    moved to evidence/ingest/, and a child started elsewhere loaded another copy, or none)."""
+    child_module = read_ahead.PROJECT_ROOT / "evidence" / "ingest" / "read_ahead.py"
+    assert child_module.samefile(read_ahead.__file__)
+
+
 @pytest.mark.parametrize("which", ["ledger", "files"])
 def test_a_child_killed_halfway_leaves_the_reading_to_the_importer(tmp_path, always_ahead, settings, caplog, which):
     root = tmp_path / "runs"

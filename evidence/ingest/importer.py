@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import logging
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,8 @@ from evidence.ingest.crosschecks import (
     reuses_archived_id,
     signing_keys,
 )
-from evidence.ingest.reading import Ahead, Progress, import_ledger
+from evidence.ingest.read_ahead import ReadAheadError
+from evidence.ingest.reading import Ahead, Progress, import_ledger, read_here
 from evidence.ingest.rereading import Known, Listing, Scope, receipt_buckets
 from evidence.ingest.storing import (
     close_findings_not_seen,
@@ -47,6 +49,7 @@ from evidence.ingest.storing import (
     open_findings_of,
     refresh_planner_statistics,
     run_import_lock,
+    store_call_batches,
     store_files,
     store_findings,
 )
@@ -58,8 +61,9 @@ from receipts.findings import FILES, FindingRecord, Sentence, storable_text
 from receipts.reader import (
     BATCH_EVENTS,
     DEFAULT_LIMITS,
-    CallRecord,
+    LedgerCursor,
     Limits,
+    RunFiles,
     birth_digest,
     discover_runs,
     read_run_files,
@@ -208,21 +212,70 @@ def _import_run_locked(
     # The child reads the other files too when this import would read them all, none known:
     # a ledger read from its first byte (so no scope), and no receipt stored to reuse.
     whole_and_new = run.ledger_offset == 0 and (force or not Call.objects.filter(run=run).exists())
+    buckets = receipt_buckets(listing.receipt_signatures)
+    calls_read: int | None = None
     with contextlib.ExitStack() as stack:
         ahead = None
         if settings.EVIDENCE_IMPORT_READ_AHEAD:
-            ahead = Ahead(stack, run, {"run_dir": path, **file_arguments} if whole_and_new else None, decided)
+            arguments = {"run_dir": path, **file_arguments} if whole_and_new else None
+            ahead = Ahead(stack, run, arguments, decided, settings.EVIDENCE_IMPORT_CALLS_BATCH)
             ahead.start_files(len(listing.receipt_signatures))
         cursor, ledger_file_findings, whole_ledger = import_ledger(run, path, limits, now, progress, batch_size, ahead)
         # Read against the whole ledger, as here; a ledger read only in part (a child that
         # failed halfway) gives a cursor of the new lines only: then the files are read here.
-        prepared = ahead.prepared_files(cursor) if ahead is not None and whole_ledger else None
-    buckets = receipt_buckets(listing.receipt_signatures)
+        child = ahead.files_child if ahead is not None and whole_ledger else None
+        if child is not None:
+            batches = child.files(cursor)
+
+            def store_read_ahead() -> tuple[RunFiles, set]:
+                nonlocal calls_read
+                seen: set = set()
+
+                def calls() -> Iterator[list[tuple[Any, ...]]]:
+                    for rows, findings in batches:
+                        seen.update(store_findings(run, findings, now))
+                        yield rows
+
+                calls_read = store_call_batches(run, calls())
+                files = child.files_read
+                store_files(run, files, {}, None, calls=False)
+                return files, seen
+
+            try:  # the calls are stored as they come, in the transaction that stores the rest
+                _store_run(run, path, now, listing, buckets, ledger_file_findings, None, store_read_ahead)
+            except ReadAheadError as failure:  # rolled back: read here
+                read_here(run.run_id, failure)
+                calls_read = None
+    if calls_read is None:
+        calls_read = _read_and_store(
+            run, path, now, force, listing, buckets, cursor, whole_ledger, ledger_file_findings, decided, file_arguments
+        )
+    refresh_planner_statistics({Event: run.event_count - events_before, Call: calls_read})
+    if run.bodies_stripped_at is not None:
+        # Retention stripped this run's bodies: what was read again is stripped again.
+        from evidence.retention.actions import strip_bodies
+
+        strip_bodies(run=run, now=now)
+    return _report(run, changed=True)
+
+
+def _read_and_store(
+    run: Run,
+    path: Path,
+    now: dt.datetime,
+    force: bool,
+    listing: Listing,
+    buckets: dict[str, str],
+    cursor: LedgerCursor,
+    whole_ledger: bool,
+    ledger_file_findings: list[FindingRecord],
+    decided: dict[str, tuple[str, str]],
+    file_arguments: dict[str, Any],
+) -> int:
+    """Read the run's other files in this process (those that may have changed, unless
+    ``force`` or the ledger was read whole) and store them; how many receipts were read."""
     scope = None if force or whole_ledger else Scope.of(run, listing, buckets, cursor.call_ids, decided)
-    known: dict[str, CallRecord] = {}
-    if prepared is not None:
-        files = prepared.files
-    while prepared is None:
+    while True:
         if not whole_ledger:  # the sets name the new lines' calls only: those of the stored ledger
             ledger_calls(run, cursor, None if scope is None else scope.calls)
         known = {} if force else known_receipts(run, None if scope is None else scope.calls)
@@ -235,13 +288,37 @@ def _import_run_locked(
         scope = None  # every receipt's identity depends on the contract: all of them, again
     # Before the decisions: a reused record is the known one, which they change.
     judged_before = {call_id: judgement(record) for call_id, record in known.items()}
-    if prepared is None:  # the child applied them
-        apply_decisions(files, decided=decided)
+    apply_decisions(files, decided=decided)
+    among = None if scope is None else scope.calls
+
+    def store() -> tuple[RunFiles, set]:
+        store_files(run, files, judged_before, among)
+        return files, set()
+
+    _store_run(
+        run, path, now, listing, buckets, ledger_file_findings, None if scope is None else scope.rechecked, store
+    )
+    return len(files.calls) - len(files.reused_calls)
+
+
+def _store_run(
+    run: Run,
+    path: Path,
+    now: dt.datetime,
+    listing: Listing,
+    buckets: dict[str, str],
+    ledger_file_findings: list[FindingRecord],
+    rechecked: Callable[[str, str], bool] | None,
+    store: Callable[[], tuple[RunFiles, set]],
+) -> None:
+    """In one transaction: the other files (``store`` stores them, and returns what was read
+    and the keys of the findings it stored meanwhile), their findings (those not seen again
+    closed, of those ``rechecked``), and the run's row."""
     with transaction.atomic():
-        store_files(run, files, judged_before, None if scope is None else scope.calls, prepared)
-        seen = store_findings(run, ledger_file_findings + files.findings, now)
+        files, seen = store()
+        seen |= store_findings(run, ledger_file_findings + files.findings, now)
         # Ledger findings were stored batch by batch; re-check only what this pass re-checked.
-        close_findings_not_seen(run.findings.filter(scope=FILES), seen, now, None if scope is None else scope.rechecked)
+        close_findings_not_seen(run.findings.filter(scope=FILES), seen, now, rechecked)
         Run.objects.filter(pk=run.pk).update(
             path=str(path),
             state=files.state,
@@ -257,14 +334,6 @@ def _import_run_locked(
         )
         stats.refresh_run_summary(run)
     run.refresh_from_db()
-    calls_read = len(prepared.call_rows) if prepared is not None else len(files.calls) - len(files.reused_calls)
-    refresh_planner_statistics({Event: run.event_count - events_before, Call: calls_read})
-    if run.bodies_stripped_at is not None:
-        # Retention stripped this run's bodies: what was read again is stripped again.
-        from evidence.retention.actions import strip_bodies
-
-        strip_bodies(run=run, now=now)
-    return _report(run, changed=True)
 
 
 def root_import(

@@ -4,7 +4,9 @@ The reader parses under the GIL, so a thread that reads ahead gains nothing; a c
 process does. ``ReadAhead`` starts one (``python -c``, this module's ``child_main``),
 hands it what the importer would have passed the reader, and receives the ledger's
 batches as the rows the importer stores (``prepare_batch``: the same function the
-in-process path calls), then, when asked, the run's other files as ``PreparedFiles``.
+in-process path calls), then, when asked, the run's other files: their calls as rows, a
+batch at a time (``calls_batch``: what the child holds of them, and the importer) with the
+findings made meanwhile, then the rest of ``read_run_files``' result.
 
 This module imports no Django: the child loads the reader, replay (for the calls' decisions),
 this module and ``evidence.lib.minutes``.
@@ -122,16 +124,6 @@ def record_rows(run_pk: int, records: Sequence[Any], conversions: Sequence[tuple
     ]
 
 
-@dataclasses.dataclass
-class PreparedFiles:
-    """``read_run_files``' result, decisions applied, with the calls as rows (``record_rows``)
-    instead of records: what the importer stores of a run read whole with no receipt known."""
-
-    files: Any  # receipts.reader.RunFiles, with no calls: they are in call_rows
-    call_rows: list[tuple[Any, ...]]
-    call_ids: set[str]
-
-
 # --- the child -------------------------------------------------------------
 
 
@@ -151,6 +143,7 @@ class Request:
     files: dict[str, Any] | None = None  # read_run_files' keyword arguments but ledger
     decided: dict[str, tuple[str, str]] | None = None
     call_conversions: Sequence[tuple[str, str]] = ()
+    calls_batch: int = 0  # how many calls the child reads and sends at a time
 
 
 def child_main() -> None:
@@ -172,8 +165,8 @@ def child_main() -> None:
 
 
 def _answer(request: Request, out: Any) -> None:
-    from receipts.reader import read_ledger, read_run_files
-    from receipts.replay import apply_decisions
+    from receipts.reader import CallRecord, RunFiles, read_ledger, read_run_files
+    from receipts.replay import decide_calls, resolutions_of
 
     def send(message: tuple[Any, ...]) -> None:
         pickle.dump(message, out, protocol=pickle.HIGHEST_PROTOCOL)
@@ -200,13 +193,20 @@ def _answer(request: Request, out: Any) -> None:
             ledger.append(pickle.load(sys.stdin.buffer))  # noqa: S301 - from the importer that started us
         return ledger[0]
 
-    files = read_run_files(request.run_dir, ledger=whole_ledger, **request.files)
+    resolutions: list[dict[str, str]] = []
+
+    def send_calls(calls: list[CallRecord], files: RunFiles) -> None:
+        if not resolutions:  # the confirmations are read before the first batch comes
+            resolutions.append(resolutions_of(files.confirmations))
+        decide_calls(calls, resolutions[0], decided=request.decided)
+        findings, files.findings = files.findings, []  # handed over with the batch, not held to the end
+        send(("calls", record_rows(request.run_pk, calls, request.call_conversions, request.postgres), findings))
+
+    files = read_run_files(
+        request.run_dir, ledger=whole_ledger, sink=send_calls, calls_batch=request.calls_batch, **request.files
+    )
     whole_ledger()  # the importer sends it whether the reader needed it or not
-    apply_decisions(files, decided=request.decided)
-    rows = record_rows(request.run_pk, files.calls, request.call_conversions, request.postgres)
-    call_ids = {call.call_id for call in files.calls}
-    files.calls = []
-    send(("files", PreparedFiles(files, rows, call_ids)))
+    send(("files", files))
 
 
 def _die_with(parent: int) -> None:
@@ -222,6 +222,11 @@ def _die_with(parent: int) -> None:
 # --- the importer's side ---------------------------------------------------
 
 
+# Where the child finds this very module (evidence/ingest/read_ahead.py), whatever its working
+# directory and sys.path: not another copy of the project installed beside it.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
 class ReadAheadError(Exception):
     """The child died or said something that is not an answer: read in this process instead."""
 
@@ -233,7 +238,7 @@ class ReadAhead:
     def __init__(self, request: Request) -> None:
         self.ledger_done = False
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the child, in close()
-        root = str(Path(__file__).resolve().parent.parent)
+        root = str(PROJECT_ROOT)
         boot = (
             f"import sys; sys.path.insert(0, {root!r}); from evidence.ingest.read_ahead import child_main; child_main()"
         )
@@ -323,12 +328,19 @@ class ReadAhead:
                 raise ReadAheadError(self._why(f"answered {str(message[0])[:40]!r} for a batch"))
             yield message[1]
 
-    def files(self, cursor: LedgerCursor) -> PreparedFiles:
-        """The other files, given the cursor after the whole ledger (as read in either process)."""
+    def files(self, cursor: LedgerCursor) -> Iterator[tuple[list[tuple[Any, ...]], list[FindingRecord]]]:
+        """The other files, given the cursor after the whole ledger (as read in either process):
+        their calls' rows (``record_rows``), decisions applied, a batch at a time, each with the
+        findings made since the last; then ``files_read`` holds the rest (``read_run_files``'
+        result, with no calls, and the findings made after the last batch)."""
         self._send(cursor)
         with contextlib.suppress(OSError):
             self.requests.close()
-        message = self._receive()
-        if message[0] != "files":
-            raise ReadAheadError(self._why(f"answered {str(message[0])[:40]!r} for the files"))
-        return message[1]
+        while True:
+            message = self._receive()
+            if message[0] == "files":
+                self.files_read: Any = message[1]
+                return
+            if message[0] != "calls":
+                raise ReadAheadError(self._why(f"answered {str(message[0])[:40]!r} for the files"))
+            yield message[1], message[2]

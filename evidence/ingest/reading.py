@@ -24,7 +24,7 @@ from django.db import transaction
 
 from evidence.ingest import read_ahead
 from evidence.ingest.crosschecks import signing_keys
-from evidence.ingest.read_ahead import PreparedBatch, PreparedFiles, ReadAhead, ReadAheadError
+from evidence.ingest.read_ahead import PreparedBatch, ReadAhead, ReadAheadError
 from evidence.ingest.storing import CALL_FIELDS, bulk_upsert, conversions, is_postgres, store_findings
 from evidence.lib import stats
 from evidence.models import Call, Event, Run
@@ -91,6 +91,13 @@ READ_AHEAD_LEDGER_BYTES = 16 << 20  # some 35,000 events
 READ_AHEAD_RECEIPTS = 10_000
 
 
+# What the files' child is not handed of read_run_files' arguments: the run directory goes
+# apart, and the listing's signatures (a million receipts' make some 250 MB, pickled and held
+# again in the child) are taken by the child itself, a stat before each file is read: a file
+# changed since the listing shows on the next import either way, by its signature or the run's.
+NOT_FOR_THE_CHILD = ("run_dir", "listed_signatures")
+
+
 @dataclasses.dataclass
 class Ahead:
     """The children that read a run for one import, when they are worth starting: one reads
@@ -101,13 +108,14 @@ class Ahead:
     run: Run
     file_arguments: dict[str, Any] | None  # read_run_files' arguments, when the files are read ahead
     decided: dict[str, tuple[str, str]]
+    calls_batch: int  # how many calls the files' child reads and sends at a time
     files_child: ReadAhead | None = None
 
     def _start(self, request: read_ahead.Request) -> ReadAhead | None:
         try:
             return self.stack.enter_context(ReadAhead(request))
         except ReadAheadError as failure:
-            _read_here(self.run.run_id, failure)
+            read_here(self.run.run_id, failure)
             return None
 
     def start_files(self, receipts: int) -> None:
@@ -116,8 +124,8 @@ class Ahead:
         self.files_child = self._start(
             read_ahead.Request(
                 Path(self.file_arguments["run_dir"]), self.run.pk, is_postgres(),
-                files={name: value for name, value in self.file_arguments.items() if name != "run_dir"},
-                decided=self.decided, call_conversions=conversions(Call, CALL_FIELDS),
+                files={name: value for name, value in self.file_arguments.items() if name not in NOT_FOR_THE_CHILD},
+                decided=self.decided, call_conversions=conversions(Call, CALL_FIELDS), calls_batch=self.calls_batch,
             )
         )  # fmt: skip
 
@@ -135,19 +143,8 @@ class Ahead:
         request = read_ahead.Request(path, self.run.pk, is_postgres(), cursor, limits, batch_size, signing_key)
         return self._start(request)
 
-    def prepared_files(self, cursor: LedgerCursor) -> PreparedFiles | None:
-        """The other files as the child read them against ``cursor`` (the whole ledger's), or
-        ``None``: read them here."""
-        if self.files_child is None:
-            return None
-        try:
-            return self.files_child.files(cursor)
-        except ReadAheadError as failure:
-            _read_here(self.run.run_id, failure)
-            return None
 
-
-def _read_here(run_id: str, failure: Exception) -> None:
+def read_here(run_id: str, failure: Exception) -> None:
     log.warning(
         "reading in this process instead",
         extra={"event": "read_ahead_failed", "run_id": run_id, "detail": str(failure)[:2000]},
@@ -209,7 +206,7 @@ def import_ledger(
             if progress is not None:
                 progress(run.run_id, cursor.offset, ledger_size)
     except ReadAheadError as failure:
-        _read_here(run.run_id, failure)
+        read_here(run.run_id, failure)
         run.refresh_from_db()
         cursor, rest_findings, rest_whole = import_ledger(run, path, limits, now, progress, batch_size)
         return cursor, file_findings + rest_findings, rest_whole

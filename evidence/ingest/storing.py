@@ -25,7 +25,7 @@ from django.db import connection
 from django.db.models import DateTimeField, Model
 
 from evidence.ingest import read_ahead
-from evidence.ingest.read_ahead import JSON, KEEP, TIME, PreparedFiles
+from evidence.ingest.read_ahead import JSON, KEEP, TIME
 from evidence.ingest.read_ahead import db_time as _time
 from evidence.models import Call, Confirmation, Finding, JSONTextField, Run, Submission
 from evidence.review import triage
@@ -256,13 +256,13 @@ def store_files(
     files: RunFiles,
     judged_before: dict[str, tuple[str, str, str, bool]],
     among: set[str] | None,
-    prepared: PreparedFiles | None = None,
+    calls: bool = True,
 ) -> None:
-    if prepared is not None:  # read by the child: every receipt read, none reused, the rows made
-        _store_rows(run, Call, ("run_id", *CALL_FIELDS), prepared.call_rows, "call_id", prepared.call_ids, among)
+    """Store what was read of the run's other files (its calls too, unless ``calls`` is false:
+    then they were stored as they came, ``store_call_batches``)."""
     # A reused record is written back only when its judgement changed (a confirmation, a refused reuse).
     kept = frozenset(files.reused_calls)
-    if prepared is None:
+    if calls:
         _store_records(run, Call, files.calls, "call_id", kept, among)
     for call in files.calls:
         if call.call_id in kept and judged_before.get(call.call_id) != judgement(call):
@@ -274,6 +274,24 @@ def store_files(
             )
     _store_records(run, Submission, files.submissions, "client_submission_id")
     _store_records(run, Confirmation, files.confirmations, "call_id")
+
+
+def store_call_batches(run: Run, batches: Iterable[list[tuple[Any, ...]]]) -> int:
+    """Store a run's every call, read whole (none reused), from rows (``run_id``, then
+    ``CALL_FIELDS``) that come a batch at a time; the run's other call rows are deleted.
+    Returns how many were stored. Only a run that had calls (a forced import) has their ids
+    held, to delete those not read again."""
+    columns = ("run_id", *CALL_FIELDS)
+    read: set[str] | None = set() if Call.objects.filter(run=run).exists() else None
+    stored = 0
+    for rows in batches:
+        bulk_upsert(Call, columns, rows, conflict=("run_id", "call_id"), update=True)
+        stored += len(rows)
+        if read is not None:
+            read.update(row[1] for row in rows)
+    if read is not None:
+        _store_rows(run, Call, columns, [], "call_id", read, None)
+    return stored
 
 
 # --- the planner's statistics ----------------------------------------------

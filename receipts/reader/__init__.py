@@ -14,8 +14,10 @@ good ones beside it. The package's rooms:
 - ``receipts``: ``ReceiptReader``, the receipts (their identity and status) and stale calls;
 - ``confirmations``: the confirmations, each against the receipt it confirms;
 - ``submissions``: the submission records and the task files they describe;
+- ``spill``: batches of records set aside on disk until the ledger that judges them is known;
 - ``files``: ``read_run_files``, the run as a whole: state, steer and the signed-run checks, then
-  each reader above given the one context, then the cross-checks against the ledger;
+  each reader above given the one context, then the cross-checks against the ledger (given a
+  sink, a bounded batch of calls at a time);
 - ``verify``: the offline check of an evidence export (not a run directory: its manifest and page).
 
 No reader inherits from another: each takes the ``RunContext`` and adds to it.

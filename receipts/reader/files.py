@@ -2,7 +2,8 @@
 
 ``read_run_files`` makes the run's ``RunContext`` and hands it to each reader in
 turn: ``receipts``, ``confirmations`` and ``submissions`` each read their folder;
-what is checked across them and against the ledger is checked here.
+what is checked across them and against the ledger is checked here. Given a sink, the
+calls are handed to it in bounded batches, each cross-checked, instead of kept.
 """
 
 from __future__ import annotations
@@ -22,8 +23,15 @@ from receipts.reader.confirmations import read_confirmations
 from receipts.reader.ledger import LedgerCursor
 from receipts.reader.receipts import ReceiptReader, check_stale_call
 from receipts.reader.records import CallRecord, ConfirmationRecord, RunFiles
-from receipts.reader.safe_open import DEFAULT_LIMITS, Limits, _exists, read_regular
+from receipts.reader.safe_open import DEFAULT_LIMITS, Limits, _exists, list_names, read_regular
+from receipts.reader.spill import Spill
 from receipts.reader.submissions import read_submissions
+
+# A batch of calls, cross-checked, and the RunFiles they are read into (its other files read).
+CallSink = Callable[[list[CallRecord], RunFiles], None]
+
+# How many calls a sink is handed at a time: what a reader with a sink holds of them.
+CALLS_BATCH = 10_000
 
 
 def read_run_files(
@@ -38,6 +46,8 @@ def read_run_files(
     keys: Mapping[str, protocol.SigningKey] | None = None,
     require_signed: bool = False,
     receipt_names: Collection[str] | None = None,
+    sink: CallSink | None = None,
+    calls_batch: int = CALLS_BATCH,
 ) -> RunFiles:
     """Everything in a run directory but the ledger, checked against what the ledger says
     (``ledger``: the cursor after the whole ledger was read: the calls it names, commits, disputes;
@@ -60,6 +70,13 @@ def read_run_files(
     narrowed to the same calls (a call the ledger names but that is not among them would be
     a missing receipt). A run whose contract is not ``known_contract`` is not read this way:
     ``contract_changed`` says so, and the caller reads it again whole.
+
+    ``sink``: given, the calls are not kept in the result (its ``calls`` stays empty): they are
+    handed to ``sink`` a batch of at most ``calls_batch`` at a time, each batch cross-checked
+    and whole, with the ``RunFiles`` being made (its confirmations read), the ledger's calls
+    that have no receipt last. Until the ledger is known the batches wait on disk
+    (``Spill``): memory holds one batch of records, whatever the run's size. The findings
+    are those of a read without a sink, in another order.
     """
     run = RunContext(Path(run_dir), LedgerCursor(), limits, now or protocol.utc_now())
     try:
@@ -69,6 +86,7 @@ def read_run_files(
         run.finding("unsafe_path", str(run.run_dir), said)
         return run.out
     folders: dict[str, int | None] = {}
+    spill = Spill() if sink is not None else None
     try:
         _read_state(run, run_fd)
         signing_key = _read_steer(run, run_fd, keys or {}, require_signed)
@@ -80,19 +98,40 @@ def read_run_files(
         for name in RUN_FOLDERS:
             folders[name] = run.folder(run_fd, name)
         receipts = ReceiptReader(
-            run, known=known_receipts or {}, listed_signatures=listed_signatures or {}, signing_key=signing_key
+            run,
+            known=known_receipts or {},
+            listed_signatures=listed_signatures or {},
+            signing_key=signing_key,
+            spill=spill,
+            batch=calls_batch,
+            confirmed=None if sink is None else _confirmed(folders["confirmations"]),
         )
         receipts.read(folders["receipts"], receipt_names)
         confirmations = read_confirmations(run, folders["confirmations"], receipts.shas, signing_key)
         read_submissions(run, folders["submissions"], folders["tasks"])
         run.ledger = ledger() if callable(ledger) else ledger
-        _cross_check(run, receipts.present, confirmations)
+        if sink is None:
+            _cross_check(run, receipts.present, confirmations)
+        else:
+            _cross_check_batches(run, receipts, confirmations, sink, calls_batch)
     finally:
         for fd in folders.values():
             if fd is not None:
                 os.close(fd)
         os.close(run_fd)
+        if spill is not None:
+            spill.close()
     return run.out
+
+
+def _confirmed(dir_fd: int | None) -> set[str]:
+    """The call ids that confirmations/ names (the receipts whose digest a confirmation needs)."""
+    if dir_fd is None:
+        return set()
+    try:
+        return {name[: -len(".json")] for name in list_names(dir_fd) if name.endswith(".json")}
+    except OSError:
+        return set()  # the confirmations' own read says what is wrong
 
 
 def _read_state(run: RunContext, run_fd: int) -> None:
@@ -158,11 +197,41 @@ def _check_signed_run(
 def _cross_check(run: RunContext, receipt_files: set[str], confirmations: dict[str, ConfirmationRecord]) -> None:
     """The calls against the ledger: a call it names with no receipt file (``receipt_files``: the
     call ids that have one), a receipt it does not name, an open call unconfirmed too long."""
-    _check_against_the_ledger(run)
-    for call_id in sorted(run.ledger.call_ids - receipt_files):
-        run.finding("missing_receipt", call_id, Sentence("missing_receipt.ledger"), call_id=call_id)
-        run.out.calls.append(CallRecord(call_id=call_id, receipt_present=False))
-    for call in run.out.calls:
+    _check_against_the_ledger(run, run.out.calls)
+    missing = [_missing_receipt(run, call_id) for call_id in sorted(run.ledger.call_ids - receipt_files)]
+    _check_each(run, run.out.calls, confirmations)
+    run.out.calls.extend(missing)
+
+
+def _cross_check_batches(
+    run: RunContext,
+    receipts: ReceiptReader,
+    confirmations: dict[str, ConfirmationRecord],
+    sink: CallSink,
+    batch: int,
+) -> None:
+    """``_cross_check``, a batch of receipts at a time, each handed to ``sink`` once checked."""
+    unreceipted = set(run.ledger.call_ids)
+    for calls, receipt_files in receipts.batches():
+        _check_against_the_ledger(run, calls)
+        _check_each(run, calls, confirmations)
+        unreceipted -= receipt_files
+        if calls:
+            sink(calls, run.out)
+    missing, step = sorted(unreceipted), max(batch, 1)
+    for start in range(0, len(missing), step):
+        sink([_missing_receipt(run, call_id) for call_id in missing[start : start + step]], run.out)
+
+
+def _missing_receipt(run: RunContext, call_id: str) -> CallRecord:
+    """A call the ledger names with no receipt file: a finding, and a record of the call."""
+    run.finding("missing_receipt", call_id, Sentence("missing_receipt.ledger"), call_id=call_id)
+    return CallRecord(call_id=call_id, receipt_present=False)
+
+
+def _check_each(run: RunContext, calls: list[CallRecord], confirmations: dict[str, ConfirmationRecord]) -> None:
+    """A receipt the ledger does not name; an open call unconfirmed too long."""
+    for call in calls:
         if call.receipt_present and call.call_id not in run.ledger.call_ids:
             run.finding(
                 "orphan_receipt",
@@ -175,7 +244,7 @@ def _cross_check(run: RunContext, receipt_files: set[str], confirmations: dict[s
             check_stale_call(run, call)
 
 
-def _check_against_the_ledger(run: RunContext) -> None:
+def _check_against_the_ledger(run: RunContext, calls: list[CallRecord]) -> None:
     """What the receipts say against what the ledger recorded of them.
 
     A committed receipt without a committed event: a kill between the rename
@@ -185,7 +254,7 @@ def _check_against_the_ledger(run: RunContext) -> None:
     ``disputed``: it proves nothing until a person settles it. Receipts not
     read again get the same verdict from the ledger as it stands now.
     """
-    for call in run.out.calls:
+    for call in calls:
         subject = f"receipts/{call.call_id}.json"
         if call.verification == protocol.DISPUTED:
             call.verification = protocol.VERIFIED  # judged again from the ledger below

@@ -1,12 +1,13 @@
 """The receipts of a run (``receipts/``): one ``CallRecord`` a file, its identity and status checked.
 
 A receipt read before whose file has not changed (the same signature) is not
-read again: the record passed in as known is kept in its place.
+read again: the record passed in as known is kept in its place. Given a ``Spill``, the
+records go to it in batches as they are read, so that memory holds one batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from receipts import protocol
@@ -14,6 +15,7 @@ from receipts.findings import Sentence
 from receipts.reader.checks import RunContext
 from receipts.reader.records import CallRecord, copy_fields, text, time_field
 from receipts.reader.safe_open import signature_of
+from receipts.reader.spill import Spill
 
 
 class ReceiptReader:
@@ -22,6 +24,10 @@ class ReceiptReader:
     ``known``: records of receipts read before, by call id, made under the run's present
     contract; ``listed_signatures``: the receipts' signatures as the run's fingerprint took
     them; ``signing_key``: the run's key when it is signed and the reader has it.
+
+    ``spill``: where the records go, ``batch`` files at a time, instead of staying in
+    ``run.out.calls`` (``batches`` gives them back); ``confirmed``: the call ids whose digest
+    a confirmation will ask for (``shas`` keeps only theirs), when not every one's.
     """
 
     def __init__(
@@ -31,13 +37,20 @@ class ReceiptReader:
         known: Mapping[str, CallRecord],
         listed_signatures: Mapping[str, str],
         signing_key: protocol.SigningKey | None,
+        spill: Spill | None = None,
+        batch: int = 0,
+        confirmed: Collection[str] | None = None,
     ) -> None:
         self.run = run
         self.known = known
         self.listed_signatures = listed_signatures
         self.signing_key = signing_key
+        self.spill = spill
+        self.batch = max(batch, 1)
+        self.confirmed = confirmed
         self.shas: dict[str, str] = {}  # call_id -> the digest of its receipt file, read or reused
-        self.present: set[str] = set()  # the call ids that have a receipt file, readable or not
+        # The call ids that have a receipt file, readable or not (with a spill: of the batch being filled).
+        self.present: set[str] = set()
 
     def read(self, dir_fd: int | None, names: Collection[str] | None = None) -> None:
         """Every receipt of ``receipts/`` (``dir_fd``; ``None`` when the run has no such folder),
@@ -46,26 +59,49 @@ class ReceiptReader:
             return
         too_long = Sentence("unsafe_path.receipt_name_too_long", limit=protocol.MAX_CALL_ID_LENGTH)
         for name, stem, subject in self.run.call_files(dir_fd, "receipts", too_long, names):
+            if self.spill is not None and len(self.present) >= self.batch:
+                self._spill()
             self.present.add(stem)
-            signature = self.listed_signatures.get(name) or signature_of(name, dir_fd)
-            known = self.known.get(stem)
-            if known is not None and signature and signature == known.file_signature:
-                self.shas[stem] = known.file_sha256
-                self.run.out.calls.append(known)
-                self.run.out.reused_calls.add(stem)
-                continue
-            found_before = len(self.run.out.findings)
-            parsed = self.run.read_json(name, dir_fd, subject)
-            call = None
-            if parsed is not None:
-                receipt, file_sha = parsed
-                self.shas[stem] = file_sha
-                call = self.record(receipt, stem, file_sha, subject)
-            if call is not None:
-                call.file_signature = signature
-                self.run.out.calls.append(call)
-            elif len(self.run.out.findings) > found_before:  # not a file removed since it was listed
-                self.run.out.unreadable_receipts[stem] = self.run.out.findings[found_before].code
+            self._read_one(dir_fd, name, stem, subject)
+
+    def _read_one(self, dir_fd: int, name: str, stem: str, subject: str) -> None:
+        signature = self.listed_signatures.get(name) or signature_of(name, dir_fd)
+        known = self.known.get(stem)
+        if known is not None and signature and signature == known.file_signature:
+            self._keep_sha(stem, known.file_sha256)
+            self.run.out.calls.append(known)
+            self.run.out.reused_calls.add(stem)
+            return
+        found_before = len(self.run.out.findings)
+        parsed = self.run.read_json(name, dir_fd, subject)
+        call = None
+        if parsed is not None:
+            receipt, file_sha = parsed
+            self._keep_sha(stem, file_sha)
+            call = self.record(receipt, stem, file_sha, subject)
+        if call is not None:
+            call.file_signature = signature
+            self.run.out.calls.append(call)
+        elif len(self.run.out.findings) > found_before:  # not a file removed since it was listed
+            self.run.out.unreadable_receipts[stem] = self.run.out.findings[found_before].code
+
+    def _keep_sha(self, stem: str, file_sha: str) -> None:
+        if self.confirmed is None or stem in self.confirmed:
+            self.shas[stem] = file_sha
+
+    def _spill(self) -> None:
+        assert self.spill is not None
+        self.spill.put((self.run.out.calls, self.present))
+        self.run.out.calls, self.present = [], set()
+
+    def batches(self) -> Iterator[tuple[list[CallRecord], set[str]]]:
+        """The records read and the call ids that have a receipt file, a batch at a time:
+        those spilled, then the last (with no spill, all of them in one)."""
+        if self.spill is not None:
+            yield from self.spill
+        calls, present = self.run.out.calls, self.present
+        self.run.out.calls, self.present = [], set()
+        yield calls, present
 
     def record(self, receipt: Any, stem: str, file_sha: str, subject: str) -> CallRecord | None:
         if not isinstance(receipt, dict):
