@@ -61,7 +61,6 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(SuiteRecord(Path(path)), "callproof-suite-record")
 
 
-@pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle and pytest-django's grouping
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     on_sqlite = database_vendor() == "sqlite"
     only_database = config.getoption("database_tests_only")
@@ -83,23 +82,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = selected
-    items.sort(key=long_first)
-
-
-def long_first(item: pytest.Item) -> tuple[int, bool]:
-    """The order tests are handed to the workers: pytest-django's (tests in one transaction, then
-    those that flush the tables, then those without the database), and within each the ``slow``
-    tests first. A minute-long test handed out last keeps one worker busy while the other has
-    nothing left to do; handed out first, the short ones fill in around it. The sort is stable:
-    pytest-randomly's shuffle stays within each part."""
-    marker = item.get_closest_marker("django_db")
-    fixtures = getattr(item, "fixturenames", ())
-    transactional = "transactional_db" in fixtures or "live_server" in fixtures
-    if marker is not None:
-        transactional = transactional or bool(marker.kwargs.get("transaction") or marker.kwargs.get("reset_sequences"))
-    database = marker is not None or "db" in fixtures or DATABASE_FIXTURE in fixtures
-    group = 1 if transactional else 0 if database else 2
-    return group, item.get_closest_marker("slow") is None
 
 
 @pytest.fixture(autouse=True)
