@@ -192,4 +192,3 @@ def test_two_checkouts_get_two_postgresql_test_databases(tmp_path):
     ]
     assert names[0] == names[2], "one checkout keeps its name: a killed run's database is replaced, not left"
     assert names[0] != names[1] and all(name.startswith("test_callproof_") for name in names)
-
