@@ -129,7 +129,8 @@ EVIDENCE_SIGNED_RUNS_ONLY = env_bool("EVIDENCE_SIGNED_RUNS_ONLY", "0")
 # in the importer's own process, as it did before (the same rows either way).
 EVIDENCE_IMPORT_READ_AHEAD = env_bool("EVIDENCE_IMPORT_READ_AHEAD", "1")
 # How many receipts that child reads, cross-checks and hands over at a time (the rest wait on disk):
-# what it and the importer hold of a run's calls, whatever the run's size.
+# what it and the importer hold of a run's calls, whatever the run's size; and how many receipts'
+# signatures a run's listing holds in memory before it writes them to a private SQLite file.
 EVIDENCE_IMPORT_CALLS_BATCH = env_count("EVIDENCE_IMPORT_CALLS_BATCH", 10_000)
 
 # Adapters whose evidence the doubt panel shows (docs/runtime-authors.md, "The doubt panel"):

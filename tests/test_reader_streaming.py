@@ -16,9 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from receipts import protocol
-from receipts.reader import CallRecord, LedgerCursor, RunFiles, read_ledger, read_run_files
+from receipts.reader import CallRecord, LedgerCursor, RunFiles, diskset, read_ledger, read_run_files
 from receipts.reader import files as files_module
 from receipts.reader import spill as spill_module
+from receipts.reader.diskset import DiskSet
 from receipts.replay import apply_decisions, decide_calls, resolutions_of
 from tests.helpers import CONTRACT
 from tests.volume import _append_chained, _stamp
@@ -93,9 +94,17 @@ def write_run(run_dir: Path, calls: list[tuple[str, str, str]]) -> None:
     _append_chained(run_dir / "events.jsonl", numbered)
 
 
-def whole_ledger(run_dir: Path) -> LedgerCursor:
+def whole_ledger(run_dir: Path, on_disk: str | None = None) -> LedgerCursor:
+    """The cursor after the whole ledger; its sets of calls ``on_disk`` (a SQLite file's
+    ``DiskSet``s, a few ids held at a time) as the importer's child reads them, if given."""
     cursor = LedgerCursor()
-    for batch in read_ledger(run_dir, None):
+    if on_disk is not None:
+        cursor = LedgerCursor(
+            call_ids=DiskSet(on_disk, "call_ids", buffered=3),
+            committed_call_ids=DiskSet(on_disk, "committed_call_ids", buffered=3),
+            disputed_call_ids=DiskSet(on_disk, "disputed_call_ids", buffered=3),
+        )
+    for batch in read_ledger(run_dir, cursor):
         cursor = batch.cursor
     return cursor
 
@@ -134,9 +143,22 @@ def test_a_read_in_batches_gives_what_a_whole_read_gives(run):
             handed.append(batch_calls)
 
         streamed = read_run_files(run_dir, ledger=cursor, now=NOW, sink=sink, calls_batch=batch)
+        handed_in_memory = handed
+        handed = []
+        on_disk = str(Path(tmp) / "calls.sqlite3")
+        try:
+            disk_cursor = whole_ledger(run_dir, on_disk)
+            for name in ("call_ids", "committed_call_ids", "disputed_call_ids"):
+                assert isinstance(getattr(disk_cursor, name), DiskSet)
+                assert set(getattr(disk_cursor, name)) == getattr(cursor, name)
+            against_disk = read_run_files(run_dir, ledger=disk_cursor, now=NOW, sink=sink, calls_batch=batch)
+        finally:
+            diskset.release(on_disk)
 
     assert [vars(call) for part in handed for call in part] == [vars(call) for call in whole.calls]
+    assert [vars(call) for part in handed_in_memory for call in part] == [vars(call) for call in whole.calls]
     assert sorted(map(finding_key, streamed.findings)) == sorted(map(finding_key, whole.findings))
+    assert sorted(map(finding_key, against_disk.findings)) == sorted(map(finding_key, whole.findings))
     assert streamed.calls == []
     assert dataclasses.replace(streamed, findings=[]) == dataclasses.replace(whole, calls=[], findings=[])
     assert all(len(part) <= batch for part in handed)

@@ -41,7 +41,7 @@ from evidence.ingest.crosschecks import (
     signing_keys,
 )
 from evidence.ingest.read_ahead import ReadAheadError
-from evidence.ingest.reading import Ahead, Progress, import_ledger, read_here
+from evidence.ingest.reading import Ahead, Progress, calls_on_disk, import_ledger, read_here
 from evidence.ingest.rereading import Known, Listing, Scope, receipt_buckets
 from evidence.ingest.storing import (
     close_findings_not_seen,
@@ -214,42 +214,58 @@ def _import_run_locked(
     whole_and_new = run.ledger_offset == 0 and (force or not Call.objects.filter(run=run).exists())
     buckets = receipt_buckets(listing.receipt_signatures)
     calls_read: int | None = None
-    with contextlib.ExitStack() as stack:
-        ahead = None
-        if settings.EVIDENCE_IMPORT_READ_AHEAD:
-            arguments = {"run_dir": path, **file_arguments} if whole_and_new else None
-            ahead = Ahead(stack, run, arguments, decided, settings.EVIDENCE_IMPORT_CALLS_BATCH)
-            ahead.start_files(len(listing.receipt_signatures))
-        cursor, ledger_file_findings, whole_ledger = import_ledger(run, path, limits, now, progress, batch_size, ahead)
-        # Read against the whole ledger, as here; a ledger read only in part (a child that
-        # failed halfway) gives a cursor of the new lines only: then the files are read here.
-        child = ahead.files_child if ahead is not None and whole_ledger else None
-        if child is not None:
-            batches = child.files(cursor)
+    # A child reads the ledger's sets of calls into a file (``DiskSet``): kept until the files are
+    # read against them, here too when the child that reads them fails.
+    with contextlib.ExitStack() as for_the_calls:
+        with contextlib.ExitStack() as stack:
+            ahead = None
+            if settings.EVIDENCE_IMPORT_READ_AHEAD:
+                arguments = {"run_dir": path, **file_arguments} if whole_and_new else None
+                ahead = Ahead(stack, run, arguments, decided, settings.EVIDENCE_IMPORT_CALLS_BATCH)
+                ahead.call_sets = for_the_calls.enter_context(calls_on_disk())
+                ahead.start_files(len(listing.receipt_signatures))
+            cursor, ledger_file_findings, whole_ledger = import_ledger(
+                run, path, limits, now, progress, batch_size, ahead
+            )
+            # Read against the whole ledger, as here; a ledger read only in part (a child that
+            # failed halfway) gives a cursor of the new lines only: then the files are read here.
+            child = ahead.files_child if ahead is not None and whole_ledger else None
+            if child is not None:
+                batches = child.files(cursor)
 
-            def store_read_ahead() -> tuple[RunFiles, set]:
-                nonlocal calls_read
-                seen: set = set()
+                def store_read_ahead() -> tuple[RunFiles, set]:
+                    nonlocal calls_read
+                    seen: set = set()
 
-                def calls() -> Iterator[list[tuple[Any, ...]]]:
-                    for rows, findings in batches:
-                        seen.update(store_findings(run, findings, now))
-                        yield rows
+                    def calls() -> Iterator[list[tuple[Any, ...]]]:
+                        for rows, findings in batches:
+                            seen.update(store_findings(run, findings, now))
+                            yield rows
 
-                calls_read = store_call_batches(run, calls())
-                files = child.files_read
-                store_files(run, files, {}, None, calls=False)
-                return files, seen
+                    calls_read = store_call_batches(run, calls())
+                    files = child.files_read
+                    store_files(run, files, {}, None, calls=False)
+                    return files, seen
 
-            try:  # the calls are stored as they come, in the transaction that stores the rest
-                _store_run(run, path, now, listing, buckets, ledger_file_findings, None, store_read_ahead)
-            except ReadAheadError as failure:  # rolled back: read here
-                read_here(run.run_id, failure)
-                calls_read = None
-    if calls_read is None:
-        calls_read = _read_and_store(
-            run, path, now, force, listing, buckets, cursor, whole_ledger, ledger_file_findings, decided, file_arguments
-        )
+                try:  # the calls are stored as they come, in the transaction that stores the rest
+                    _store_run(run, path, now, listing, buckets, ledger_file_findings, None, store_read_ahead)
+                except ReadAheadError as failure:  # rolled back: read here
+                    read_here(run.run_id, failure)
+                    calls_read = None
+        if calls_read is None:
+            calls_read = _read_and_store(
+                run,
+                path,
+                now,
+                force,
+                listing,
+                buckets,
+                cursor,
+                whole_ledger,
+                ledger_file_findings,
+                decided,
+                file_arguments,
+            )
     refresh_planner_statistics({Event: run.event_count - events_before, Call: calls_read})
     if run.bodies_stripped_at is not None:
         # Retention stripped this run's bodies: what was read again is stripped again.

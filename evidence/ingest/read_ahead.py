@@ -39,6 +39,7 @@ from typing import Any
 
 from evidence.lib.minutes import EPOCH, MINUTE
 from receipts.findings import FindingRecord
+from receipts.reader.diskset import DiskSet
 from receipts.reader.ledger import EventRecord, LedgerBatch, LedgerCursor
 
 UTC = dt.UTC
@@ -144,6 +145,9 @@ class Request:
     decided: dict[str, tuple[str, str]] | None = None
     call_conversions: Sequence[tuple[str, str]] = ()
     calls_batch: int = 0  # how many calls the child reads and sends at a time
+    # A SQLite file for the ledger's sets of calls (``DiskSet``), when the ledger is read from its
+    # first byte: the importer removes it once the import is done.
+    call_sets: str | None = None
 
 
 def child_main() -> None:
@@ -174,6 +178,13 @@ def _answer(request: Request, out: Any) -> None:
 
     if request.cursor is not None:
         cursor = request.cursor
+        if request.call_sets is not None and cursor.offset == 0:
+            cursor = dataclasses.replace(
+                cursor,
+                call_ids=DiskSet(request.call_sets, "call_ids"),
+                committed_call_ids=DiskSet(request.call_sets, "committed_call_ids"),
+                disputed_call_ids=DiskSet(request.call_sets, "disputed_call_ids"),
+            )
         read = read_ledger(request.run_dir, cursor, request.limits, request.batch_size, request.signing_key)
         for batch in read:
             cursor = batch.cursor
@@ -183,7 +194,7 @@ def _answer(request: Request, out: Any) -> None:
                 cursor, call_ids=set(), committed_call_ids=set(), disputed_call_ids=set(), submission_digests={}
             )
             send(("batch", prepared))
-        send(("ledger_end", cursor))
+        send(("ledger_end", cursor))  # sets on disk go as their file: written to it as they are pickled
     if request.files is None:
         return
     ledger: list[LedgerCursor] = []

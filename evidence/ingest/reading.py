@@ -16,6 +16,7 @@ import dataclasses
 import datetime as dt
 import logging
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from evidence.lib import stats
 from evidence.models import Call, Event, Run
 from receipts import protocol
 from receipts.findings import FILES, LEDGER, FindingRecord
-from receipts.reader import LedgerCursor, Limits, read_ledger
+from receipts.reader import LedgerCursor, Limits, diskset, read_ledger
 from receipts.reader.files import run_signing_key
 from receipts.reader.safe_open import signature_from
 
@@ -109,6 +110,7 @@ class Ahead:
     file_arguments: dict[str, Any] | None  # read_run_files' arguments, when the files are read ahead
     decided: dict[str, tuple[str, str]]
     calls_batch: int  # how many calls the files' child reads and sends at a time
+    call_sets: str | None = None  # where the ledger's child keeps the sets of calls (``calls_on_disk``)
     files_child: ReadAhead | None = None
 
     def _start(self, request: read_ahead.Request) -> ReadAhead | None:
@@ -140,8 +142,22 @@ class Ahead:
     ) -> ReadAhead | None:
         if ledger_size - self.run.ledger_offset < READ_AHEAD_LEDGER_BYTES:
             return None
-        request = read_ahead.Request(path, self.run.pk, is_postgres(), cursor, limits, batch_size, signing_key)
+        request = read_ahead.Request(
+            path, self.run.pk, is_postgres(), cursor, limits, batch_size, signing_key, call_sets=self.call_sets
+        )
         return self._start(request)
+
+
+@contextlib.contextmanager
+def calls_on_disk() -> Iterator[str]:
+    """A SQLite file in a new temporary folder, for one import's sets of calls (``DiskSet``):
+    closed in this process and removed with its folder on the way out."""
+    with tempfile.TemporaryDirectory(prefix="callproof-calls-") as folder:
+        path = os.path.join(folder, "calls.sqlite3")
+        try:
+            yield path
+        finally:
+            diskset.release(path)
 
 
 def read_here(run_id: str, failure: Exception) -> None:

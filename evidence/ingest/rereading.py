@@ -13,11 +13,16 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
+from collections.abc import Iterable, Mapping, MutableMapping
 from pathlib import Path
+from typing import Any
+
+from django.conf import settings
 
 from evidence.models import Call, Run
 from receipts import protocol
 from receipts.reader import Glance, run_fingerprint, run_glance
+from receipts.reader.diskset import SpillingMap
 
 
 @dataclasses.dataclass
@@ -26,7 +31,7 @@ class Listing:
     taken in one pass; with ``glance``, the run's glance taken just before (a watch keeps it)."""
 
     fingerprint: str
-    receipt_signatures: dict[str, str]
+    receipt_signatures: MutableMapping[str, str]
     confirmation_names: set[str] = dataclasses.field(default_factory=set)
     glance: Glance | None = None
 
@@ -35,7 +40,8 @@ class Listing:
         # The glance first: a change made after it changes the next glance, so the glance can
         # stand for this fingerprint; taken after, it could stand for files the listing missed.
         first = run_glance(path) if glance else None
-        signatures: dict[str, str] = {}
+        # Past a batch of receipts, the signatures go to a private SQLite file: a million took 210 MiB.
+        signatures = SpillingMap(in_memory=settings.EVIDENCE_IMPORT_CALLS_BATCH)
         confirmations: set[str] = set()
         return cls(run_fingerprint(path, signatures, confirmations), signatures, confirmations, first)
 
@@ -59,18 +65,27 @@ def _bucket_of(call_id: str) -> str:
     return bucket
 
 
-def receipt_buckets(signatures: dict[str, str]) -> dict[str, str]:
+def receipt_buckets(signatures: Mapping[str, str]) -> dict[str, str]:
     """The names and signatures of ``receipts/`` as one digest per bucket (the call ids' first two
-    characters: call ids are hex digests, so a hundred thousand make 256 buckets of some 400).
+    characters: call ids are hex digests, so a hundred thousand make 256 buckets of some 400):
+    the digest of the bucket's lines ``name NUL signature``, sorted, joined by newlines.
 
     Kept with the run: a re-import compares them, and looks only at the buckets that differ,
-    instead of loading every known receipt to find the one that changed.
+    instead of loading every known receipt to find the one that changed. The names are taken
+    in sorted order (a listing on disk reads them so), so each bucket's lines come sorted and
+    are hashed as they come: memory holds a digest per bucket, not the lines.
     """
-    lines: dict[str, list[str]] = {}
-    for name, signature in signatures.items():
-        lines.setdefault(_bucket_of(_call_id_of(name)), []).append(f"{name}\0{signature}")
-    return {bucket: hashlib.sha256("\n".join(sorted(found)).encode("utf-8", "surrogateescape")).hexdigest()
-            for bucket, found in lines.items()}  # fmt: skip
+    items = signatures.sorted_items() if isinstance(signatures, SpillingMap) else sorted(signatures.items())
+    digests: dict[str, Any] = {}
+    for name, signature in items:
+        bucket = _bucket_of(_call_id_of(name))
+        line = f"{name}\0{signature}".encode("utf-8", "surrogateescape")
+        digest = digests.get(bucket)
+        if digest is None:
+            digests[bucket] = hashlib.sha256(line)
+        else:
+            digest.update(b"\n" + line)
+    return {bucket: digest.hexdigest() for bucket, digest in digests.items()}
 
 
 @dataclasses.dataclass
@@ -86,14 +101,14 @@ class Scope:
 
     @classmethod
     def of(
-        cls, run: Run, listing: Listing, buckets: dict[str, str], named_by_new_lines: set[str], decided: dict
+        cls, run: Run, listing: Listing, buckets: dict[str, str], named_by_new_lines: Iterable[str], decided: dict
     ) -> Scope | None:
         before = run.receipt_buckets
         if not before:
             return None  # imported before buckets were kept: read whole once
         changed = {bucket for bucket in buckets.keys() | before.keys() if buckets.get(bucket) != before.get(bucket)}
         names = {name for name in listing.receipt_signatures if _bucket_of(_call_id_of(name)) in changed}
-        calls = {_call_id_of(name) for name in names} | named_by_new_lines | set(decided)
+        calls = {_call_id_of(name) for name in names} | set(named_by_new_lines) | set(decided)
         calls |= {_call_id_of(name) for name in listing.confirmation_names}
         stored = Call.objects.filter(run=run)
         for bucket in sorted(changed):  # removed files: their rows, in the bucket's range of call ids

@@ -63,10 +63,9 @@ class RunContext:
             self.finding(unsafe.code, f"{name}/", unsafe.detail)
             return None
 
-    def json_names(self, dir_fd: int, folder: str, listed: Collection[str] | None = None) -> list[str]:
-        """The ``.json`` names of a folder whose names are UTF-8; any other name is a finding.
+    def json_names(self, dir_fd: int, folder: str, listed: Collection[str] | None = None) -> Iterator[str]:
+        """The ``.json`` names of a folder whose names are UTF-8, sorted; any other name is a finding.
         ``listed``: the names to consider, when the caller knows which (else the folder is listed)."""
-        names = []
         for name in list_names(dir_fd) if listed is None else considered(listed):
             if not name.endswith(".json"):
                 continue
@@ -75,8 +74,7 @@ class RunContext:
             except UnicodeEncodeError:
                 self.finding("unsafe_path", f"{folder}/{name}", Sentence("unsafe_path.name_not_utf8"))
                 continue
-            names.append(name)
-        return names
+            yield name
 
     def call_files(
         self, dir_fd: int, folder: str, too_long: str, listed: Collection[str] | None = None

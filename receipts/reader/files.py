@@ -8,9 +8,11 @@ calls are handed to it in bounded batches, each cross-checked, instead of kept.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import itertools
 import os
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, MutableSet
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from receipts.findings import Sentence, storable_text
 from receipts.protocol import RUN_FOLDERS
 from receipts.reader.checks import RunContext
 from receipts.reader.confirmations import read_confirmations
+from receipts.reader.diskset import DiskSet, among
 from receipts.reader.ledger import LedgerCursor
 from receipts.reader.receipts import ReceiptReader, check_stale_call
 from receipts.reader.records import CallRecord, ConfirmationRecord, RunFiles
@@ -210,17 +213,39 @@ def _cross_check_batches(
     sink: CallSink,
     batch: int,
 ) -> None:
-    """``_cross_check``, a batch of receipts at a time, each handed to ``sink`` once checked."""
-    unreceipted = set(run.ledger.call_ids)
-    for calls, receipt_files in receipts.batches():
-        _check_against_the_ledger(run, calls)
-        _check_each(run, calls, confirmations)
-        unreceipted -= receipt_files
-        if calls:
-            sink(calls, run.out)
-    missing, step = sorted(unreceipted), max(batch, 1)
-    for start in range(0, len(missing), step):
-        sink([_missing_receipt(run, call_id) for call_id in missing[start : start + step]], run.out)
+    """``_cross_check``, a batch of receipts at a time, each handed to ``sink`` once checked.
+
+    Each batch is checked against the ledger's sets narrowed to its calls: sets on disk
+    (``DiskSet``) are asked once a batch, not once a call, and the calls the ledger names
+    with no receipt are found on disk too, so that memory holds a batch whatever the run's size.
+    """
+    ledger = run.ledger
+    receipted: MutableSet[str] = set()
+    if isinstance(ledger.call_ids, DiskSet):
+        receipted = DiskSet(ledger.call_ids.path, "receipted")
+    try:
+        for calls, receipt_files in receipts.batches():
+            named = [call.call_id for call in calls]
+            run.ledger = dataclasses.replace(
+                ledger,
+                call_ids=among(named, ledger.call_ids),
+                committed_call_ids=among(named, ledger.committed_call_ids),
+                disputed_call_ids=among(named, ledger.disputed_call_ids),
+            )
+            _check_against_the_ledger(run, calls)
+            _check_each(run, calls, confirmations)
+            receipted |= receipt_files
+            if calls:
+                sink(calls, run.out)
+    finally:
+        run.ledger = ledger
+    if isinstance(ledger.call_ids, DiskSet) and isinstance(receipted, DiskSet):
+        unreceipted: Iterable[str] = ledger.call_ids.sorted_without(receipted)
+    else:
+        unreceipted = sorted(ledger.call_ids - receipted)
+    ids = iter(unreceipted)
+    while missing := list(itertools.islice(ids, max(batch, 1))):
+        sink([_missing_receipt(run, call_id) for call_id in missing], run.out)
 
 
 def _missing_receipt(run: RunContext, call_id: str) -> CallRecord:

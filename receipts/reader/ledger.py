@@ -11,7 +11,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableSet
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from receipts.confined import UnsafePath, open_folder, open_regular
 from receipts.findings import LEDGER as LEDGER_SCOPE
 from receipts.findings import STICKY, FindingRecord, Sentence, storable_text
 from receipts.protocol import LEDGER_NAME as LEDGER
+from receipts.reader.diskset import DiskSet
 from receipts.reader.safe_open import DEFAULT_LIMITS, Limits
 
 _KNOWN_STATUSES = frozenset((*protocol.RECEIPT_STATUSES, protocol.LEGACY_STATUS))
@@ -40,11 +41,12 @@ class LedgerCursor:
     last_line_sha256: str = protocol.ZERO_HASH
     line_no: int = 0
     chained: bool = False  # a line has carried prev_sha256: every later line must
-    call_ids: set[str] = dataclasses.field(default_factory=set)
+    # Sets in memory, or on disk (``DiskSet``) when the importer reads a run in child processes.
+    call_ids: MutableSet[str] = dataclasses.field(default_factory=set)
     # Calls whose commit the ledger records (a receipt event with status committed), and calls
     # whose last reuse the writer refused because the target did not show the effect.
-    committed_call_ids: set[str] = dataclasses.field(default_factory=set)
-    disputed_call_ids: set[str] = dataclasses.field(default_factory=set)
+    committed_call_ids: MutableSet[str] = dataclasses.field(default_factory=set)
+    disputed_call_ids: MutableSet[str] = dataclasses.field(default_factory=set)
     submission_digests: dict[str, str] = dataclasses.field(default_factory=dict)
     first_ts: dt.datetime | None = None
     last_ts: dt.datetime | None = None
@@ -110,9 +112,11 @@ def read_ledger(
     last line without its newline is a write in progress: not read, no finding.
     """
     cursor = dataclasses.replace(cursor or LedgerCursor())
-    cursor.call_ids = set(cursor.call_ids)
-    cursor.committed_call_ids = set(cursor.committed_call_ids)
-    cursor.disputed_call_ids = set(cursor.disputed_call_ids)
+    # The caller's sets are not changed, but sets on disk, which the caller hands over to be filled.
+    if not isinstance(cursor.call_ids, DiskSet):
+        cursor.call_ids = set(cursor.call_ids)
+        cursor.committed_call_ids = set(cursor.committed_call_ids)
+        cursor.disputed_call_ids = set(cursor.disputed_call_ids)
     cursor.submission_digests = dict(cursor.submission_digests)
     try:
         run_fd = open_folder(run_dir)
@@ -154,7 +158,13 @@ def _read_ledger_fd(
                 scope=STICKY,
             )
         )
-        cursor = LedgerCursor()
+        for calls in (cursor.call_ids, cursor.committed_call_ids, cursor.disputed_call_ids):
+            calls.clear()  # emptied in place: sets on disk stay on disk
+        cursor = LedgerCursor(
+            call_ids=cursor.call_ids,
+            committed_call_ids=cursor.committed_call_ids,
+            disputed_call_ids=cursor.disputed_call_ids,
+        )
         digest = hashlib.sha256()
         restarted = True
 

@@ -14,10 +14,11 @@ import dataclasses
 import datetime as dt
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from receipts.confined import UnsafePath, open_regular
 from receipts.findings import Sentence
+from receipts.reader.diskset import SpillingMap
 
 MAX_JSON_BYTES = 16 * 1024 * 1024
 MAX_LINE_BYTES = 1024 * 1024
@@ -77,15 +78,32 @@ def signature_from(info: os.stat_result) -> str:
     return f"{info.st_size}.{info.st_mtime_ns}.{info.st_ctime_ns}.{info.st_ino}"
 
 
-def list_names(dir_fd: int) -> list[str]:
-    """Entry names a reader considers, sorted (``considered``)."""
-    with os.scandir(dir_fd) as entries:
-        return considered(entry.name for entry in entries)
+# How many names a folder's listing holds in memory; past it, they are sorted on disk (``SpillingMap``):
+# a million receipts' names took some 100 MiB in the process that reads them.
+NAMES_IN_MEMORY = 20_000
+
+
+def list_names(dir_fd: int, in_memory: int = NAMES_IN_MEMORY) -> Iterator[str]:
+    """Entry names a reader considers (``considered``), sorted; the folder is listed whole at
+    the first name asked for."""
+    listing = SpillingMap(in_memory=in_memory)
+    try:
+        with os.scandir(dir_fd) as entries:
+            for entry in entries:
+                if _considered(entry.name):
+                    listing[entry.name] = ""
+        yield from listing
+    finally:
+        listing.close()
+
+
+def _considered(name: str) -> bool:
+    return not name.startswith(".") and not name.endswith(".tmp")
 
 
 def considered(names: Iterable[str]) -> list[str]:
     """The names a reader considers, sorted: no dot names (temp files, writer internals), no ``.tmp``."""
-    return sorted(name for name in names if not name.startswith(".") and not name.endswith(".tmp"))
+    return sorted(filter(_considered, names))
 
 
 def _exists(dir_fd: int, name: str) -> bool:
