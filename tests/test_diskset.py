@@ -108,6 +108,8 @@ def test_a_spilling_map_does_what_a_dict_does_in_memory_and_on_disk(steps, in_me
                 assert (name in spilling) == (name in plain)
         assert list(spilling.sorted_items()) == sorted(plain.items())
         assert list(spilling) == sorted(plain) and len(spilling) == len(plain)
+        for prefix in ("", "a", "a.", "\udcff", "\u00e9", "b-", "zz"):
+            assert list(spilling.items_from(prefix)) == sorted(i for i in plain.items() if i[0].startswith(prefix))
         assert spilling.on_disk == (most > in_memory), "on disk once it held more than it may in memory"
     finally:
         spilling.close()
@@ -131,8 +133,12 @@ def test_the_buckets_of_a_listing_on_disk_are_those_of_the_documented_format(lis
     spilling = SpillingMap(in_memory=in_memory, buffered=3)
     try:
         spilling.update(listed)
-        assert rereading.receipt_buckets(spilling) == _buckets_as_documented(listed)
+        buckets = rereading.receipt_buckets(spilling)
+        assert buckets == _buckets_as_documented(listed)
         assert rereading.receipt_buckets(listed) == _buckets_as_documented(listed)
+        for some in (set(buckets), set(list(buckets)[::2]), {"a", "a."}, set()):
+            in_memory = {name for name in listed if rereading._bucket_of(name.removesuffix(".json")) in some}
+            assert rereading._names_in_buckets(spilling, some) == in_memory
     finally:
         spilling.close()
 

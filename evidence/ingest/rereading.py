@@ -107,7 +107,7 @@ class Scope:
         if not before:
             return None  # imported before buckets were kept: read whole once
         changed = {bucket for bucket in buckets.keys() | before.keys() if buckets.get(bucket) != before.get(bucket)}
-        names = {name for name in listing.receipt_signatures if _bucket_of(_call_id_of(name)) in changed}
+        names = _names_in_buckets(listing.receipt_signatures, changed)
         calls = {_call_id_of(name) for name in names} | set(named_by_new_lines) | set(decided)
         calls |= {_call_id_of(name) for name in listing.confirmation_names}
         stored = Call.objects.filter(run=run)
@@ -126,6 +126,21 @@ class Scope:
             return call_id in self.calls
         folder, _, name = subject.partition("/")
         return folder != "receipts" or name in self.receipt_names
+
+
+def _names_in_buckets(signatures: Mapping[str, str], buckets: set[str]) -> set[str]:
+    """The listed names whose call id falls in one of ``buckets``: on disk, a range of the listing
+    for each bucket (the names that start with it, some of another bucket: a call id "a" is
+    bucket "a" and its file "a.json" starts with "a."); else, or when names that are not UTF-8
+    changed (their bucket has no range), every name looked at."""
+    if not (isinstance(signatures, SpillingMap) and signatures.on_disk) or "\ufffd" in buckets:
+        return {name for name in signatures if _bucket_of(_call_id_of(name)) in buckets}
+    return {
+        name
+        for bucket in buckets
+        for name, _ in signatures.items_from(bucket)
+        if _bucket_of(_call_id_of(name)) == bucket
+    }
 
 
 def _bucket_range(bucket: str) -> dict[str, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 import dataclasses
 import hashlib
+import itertools
 import os
 import stat
 import tempfile
@@ -168,17 +169,23 @@ def run_fingerprint(
             signatures = receipt_signatures if folder == "receipts" else None
             names = confirmation_names if folder == "confirmations" else None
             with entries:
-                # One loop, no call per file: a run can hold a million receipts.
-                for entry in entries:
-                    try:
-                        info = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        info = None
-                    fingerprint.add(entry.name, info)
+                # A chunk at a time, and no call of ours per file: a run can hold a million receipts.
+                while chunk := list(itertools.islice(entries, _FINGERPRINT_CHUNK)):
+                    numbers = array.array("q")
+                    listed: list[tuple[str, str]] = []
+                    for entry in chunk:
+                        try:
+                            info = entry.stat(follow_symlinks=False)
+                        except OSError:
+                            numbers.extend(_MISSING)
+                            continue
+                        numbers.extend((info.st_mode, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino))
+                        listed.append((entry.name, signature_from(info)))
+                    fingerprint.take([entry.name for entry in chunk], numbers)
                     if names is not None:
-                        names.add(entry.name)
-                    if signatures is not None and info is not None:
-                        signatures[entry.name] = signature_from(info)
+                        names.update(entry.name for entry in chunk)
+                    if signatures is not None:
+                        signatures.update(listed)
         return fingerprint.hexdigest()
 
 
@@ -204,8 +211,12 @@ class _Fingerprint:
         self.names.append(name)
         if counted:
             self.numbers.extend(_MISSING if info is None else _numbers(info))
-        if len(self.names) >= _FINGERPRINT_CHUNK:
-            self._flush()
+
+    def take(self, names: list[str], numbers: array.array) -> None:
+        """A chunk of names and their numbers, five each."""
+        self.names += names
+        self.numbers += numbers
+        self._flush()
 
     def _flush(self) -> None:
         if self.names:  # the same bytes as every name joined at once

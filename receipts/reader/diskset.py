@@ -161,7 +161,8 @@ class SpillingMap(MutableMapping[str, str]):
     Iterated in Python's sorted order (``sorted_items`` reads names and values in one pass). On
     disk, entries are appended, and a name set again keeps its latest value: a listing of a million
     names is written in about 2 s, where keeping a sorted index as it is written took 13 s. The
-    index is made at the first question about one name (``in``, ``get``, ``del``), in one sort.
+    index (names and values: every read is answered from it alone) is made at the first read, in
+    one sort, and serves every read after it.
     """
 
     def __init__(self, in_memory: int, buffered: int = DEFAULT_BUFFERED) -> None:
@@ -192,12 +193,18 @@ class SpillingMap(MutableMapping[str, str]):
     def _indexed_db(self) -> sqlite3.Connection:
         db = self._spill()
         if not self._indexed:
-            db.execute("CREATE INDEX by_name ON entries (name)")
+            db.execute("CREATE INDEX by_name ON entries (name, value)")
             self._indexed = True
         return db
 
     def __setitem__(self, name: str, value: str) -> None:
         self._entries[name] = value
+        if len(self._entries) > (self.buffered if self.on_disk else self.in_memory):
+            self._spill()
+
+    def update(self, *others: Any, **named: str) -> None:
+        """``dict.update``'s, a chunk at a time rather than an entry."""
+        self._entries.update(*others, **named)
         if len(self._entries) > (self.buffered if self.on_disk else self.in_memory):
             self._spill()
 
@@ -228,7 +235,9 @@ class SpillingMap(MutableMapping[str, str]):
     def __len__(self) -> int:
         if self._db is None:
             return len(self._entries)
-        return int(self._spill().execute("SELECT count(DISTINCT name) FROM entries").fetchone()[0])
+        # Counted by groups of the index: count(DISTINCT name) sorted a million names again (5 s, not 0.3).
+        distinct = "SELECT count(*) FROM (SELECT 1 FROM entries GROUP BY name)"
+        return int(self._indexed_db().execute(distinct).fetchone()[0])
 
     def __iter__(self) -> Iterator[str]:
         for name, _ in self.sorted_items():
@@ -239,14 +248,35 @@ class SpillingMap(MutableMapping[str, str]):
         if self._db is None:
             yield from sorted(self._entries.items())
             return
-        rows = self._spill().execute("SELECT name, value FROM entries ORDER BY name, rowid")
-        previous: tuple[bytes, str] | None = None
-        for key, value in rows:
-            if previous is not None and previous[0] != key:
-                yield _value(previous[0]), previous[1]
-            previous = (key, value)
-        if previous is not None:
-            yield _value(previous[0]), previous[1]
+        yield from self._latest(self._indexed_db().execute("SELECT name, value FROM entries ORDER BY name, rowid"))
+
+    def items_from(self, prefix: str) -> Iterator[tuple[str, str]]:
+        """The names that start with ``prefix`` and their values, in sorted order (on disk, a range
+        of the index: a bucket of a million receipts' listing, not the whole of it)."""
+        if self._db is None:
+            yield from sorted(item for item in self._entries.items() if item[0].startswith(prefix))
+            return
+        low = _key(prefix)
+        above = low.rstrip(b"\xff")  # the first key past every key that starts with ``low``
+        select = "SELECT name, value FROM entries WHERE name >= ?"
+        if above:
+            above = above[:-1] + bytes([above[-1] + 1])
+            rows = self._indexed_db().execute(f"{select} AND name < ? ORDER BY name, rowid", (low, above))
+        else:
+            rows = self._indexed_db().execute(f"{select} ORDER BY name, rowid", (low,))
+        yield from self._latest(rows)
+
+    @staticmethod
+    def _latest(rows: sqlite3.Cursor) -> Iterator[tuple[str, str]]:
+        """Rows of names and values, sorted by name and then as written: the last of each name."""
+        previous_key, previous_value = None, ""
+        while batch := rows.fetchmany(4096):
+            for key, value in batch:
+                if previous_key is not None and previous_key != key:
+                    yield _value(previous_key), previous_value
+                previous_key, previous_value = key, value
+        if previous_key is not None:
+            yield _value(previous_key), previous_value
 
     def close(self) -> None:
         if self._db is not None:
