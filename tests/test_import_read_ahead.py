@@ -131,10 +131,14 @@ def test_a_re_import_reads_ahead_only_the_new_lines(tmp_path, always_ahead, sett
     root = tmp_path / "runs"
     run_dir = hostile_run(root, events=2000, receipts=200)
     import_root(root)
+    # The whole ledger's sets of calls on disk, in a file removed with the import; the new lines' in memory.
+    on_disk = [request.call_sets for _, request in always_ahead if request.cursor is not None]
+    assert len(on_disk) == 1 and on_disk[0] is not None and not Path(on_disk[0]).parent.exists()
     synthetic_ledger(run_dir, 500, start_seq=10_000)
     import_root(root)
     second = [request for _, request in always_ahead[2:]]
     assert [request.cursor is not None and request.cursor.offset > 0 for request in second] == [True]
+    assert second[0].call_sets is None
     ahead = dump_and_forget(without_stat=True)
 
     settings.EVIDENCE_IMPORT_READ_AHEAD = False

@@ -41,7 +41,7 @@ from evidence.ingest.crosschecks import (
     signing_keys,
 )
 from evidence.ingest.read_ahead import ReadAheadError
-from evidence.ingest.reading import Ahead, Progress, calls_on_disk, import_ledger, read_here
+from evidence.ingest.reading import Ahead, Progress, import_ledger, read_here
 from evidence.ingest.rereading import Known, Listing, Scope, receipt_buckets
 from evidence.ingest.storing import (
     close_findings_not_seen,
@@ -221,8 +221,7 @@ def _import_run_locked(
             ahead = None
             if settings.EVIDENCE_IMPORT_READ_AHEAD:
                 arguments = {"run_dir": path, **file_arguments} if whole_and_new else None
-                ahead = Ahead(stack, run, arguments, decided, settings.EVIDENCE_IMPORT_CALLS_BATCH)
-                ahead.call_sets = for_the_calls.enter_context(calls_on_disk())
+                ahead = Ahead(stack, run, arguments, decided, settings.EVIDENCE_IMPORT_CALLS_BATCH, for_the_calls)
                 ahead.start_files(len(listing.receipt_signatures))
             cursor, ledger_file_findings, whole_ledger = import_ledger(
                 run, path, limits, now, progress, batch_size, ahead

@@ -145,8 +145,8 @@ class Request:
     decided: dict[str, tuple[str, str]] | None = None
     call_conversions: Sequence[tuple[str, str]] = ()
     calls_batch: int = 0  # how many calls the child reads and sends at a time
-    # A SQLite file for the ledger's sets of calls (``DiskSet``), when the ledger is read from its
-    # first byte: the importer removes it once the import is done.
+    # A SQLite file for the ledger's sets of calls (``DiskSet``), given when the ledger is read from
+    # its first byte: the importer removes it once the import is done.
     call_sets: str | None = None
 
 
@@ -178,7 +178,7 @@ def _answer(request: Request, out: Any) -> None:
 
     if request.cursor is not None:
         cursor = request.cursor
-        if request.call_sets is not None and cursor.offset == 0:
+        if request.call_sets is not None:
             cursor = dataclasses.replace(
                 cursor,
                 call_ids=DiskSet(request.call_sets, "call_ids"),

@@ -110,7 +110,9 @@ class Ahead:
     file_arguments: dict[str, Any] | None  # read_run_files' arguments, when the files are read ahead
     decided: dict[str, tuple[str, str]]
     calls_batch: int  # how many calls the files' child reads and sends at a time
-    call_sets: str | None = None  # where the ledger's child keeps the sets of calls (``calls_on_disk``)
+    # Holds the file where a child reading the whole ledger keeps its sets of calls (``calls_on_disk``),
+    # made only then, and kept until the import is done with them; None: the sets stay in memory.
+    call_sets: contextlib.ExitStack | None = None
     files_child: ReadAhead | None = None
 
     def _start(self, request: read_ahead.Request) -> ReadAhead | None:
@@ -142,8 +144,11 @@ class Ahead:
     ) -> ReadAhead | None:
         if ledger_size - self.run.ledger_offset < READ_AHEAD_LEDGER_BYTES:
             return None
+        on_disk = None
+        if cursor.offset == 0 and self.call_sets is not None:  # the whole ledger's calls: as many as the run's
+            on_disk = self.call_sets.enter_context(calls_on_disk())
         request = read_ahead.Request(
-            path, self.run.pk, is_postgres(), cursor, limits, batch_size, signing_key, call_sets=self.call_sets
+            path, self.run.pk, is_postgres(), cursor, limits, batch_size, signing_key, call_sets=on_disk
         )
         return self._start(request)
 

@@ -169,7 +169,7 @@ def run_fingerprint(
             signatures = receipt_signatures if folder == "receipts" else None
             names = confirmation_names if folder == "confirmations" else None
             with entries:
-                # A chunk at a time, and no call of ours per file: a run can hold a million receipts.
+                # A chunk at a time: a run can hold a million receipts.
                 while chunk := list(itertools.islice(entries, _FINGERPRINT_CHUNK)):
                     numbers = array.array("q")
                     listed: list[tuple[str, str]] = []
@@ -179,7 +179,7 @@ def run_fingerprint(
                         except OSError:
                             numbers.extend(_MISSING)
                             continue
-                        numbers.extend((info.st_mode, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino))
+                        numbers.extend(_numbers(info))
                         listed.append((entry.name, signature_from(info)))
                     fingerprint.take([entry.name for entry in chunk], numbers)
                     if names is not None:

@@ -84,10 +84,6 @@ class DiskSet(MutableSet[str]):
         if len(self._waiting) >= self.buffered:
             self.flush()
 
-    def update(self, values: Iterable[str]) -> None:
-        for value in values:
-            self.add(value)
-
     def discard(self, value: str) -> None:
         self._waiting.discard(value)
         self._run("DELETE FROM {table} WHERE id = ?", (_key(value),))
@@ -138,7 +134,7 @@ class DiskSet(MutableSet[str]):
             yield _value(key)
 
 
-def among(values: Iterable[str], ids: MutableSet[str] | set[str]) -> set[str]:
+def among(values: Iterable[str], ids: MutableSet[str]) -> set[str]:
     """Those of ``values`` in ``ids``, a set in memory or on disk."""
     if isinstance(ids, DiskSet):
         return ids.among(values)
