@@ -8,6 +8,7 @@ import os
 import random
 import signal
 import subprocess
+import tempfile
 import time
 from io import StringIO
 from pathlib import Path
@@ -273,6 +274,57 @@ def test_an_importer_killed_at_random_moments_is_completed_by_the_next(demo_root
     clean_url = migrated_sqlite_url(tmp_path / "clean.sqlite3")
     manage(clean_url, "import_runs", str(demo_root), check=True)
     assert after_kills == normalized_dump(clean_url)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_calls_folder_a_killed_importer_left_is_removed_by_the_next_and_no_other(demo_root, tmp_path, monkeypatch):
+    """A killed importer's calls folder (``reading.calls_on_disk``) outlives it; the next import
+    removes it, and leaves alone a live importer's folder, a young folder with no lock yet, a
+    symlink, a file, and a folder whose lock is a symlink."""
+    # Past reading.READ_AHEAD_LEDGER_BYTES: a child reads the ledger, its calls on disk.
+    synthetic_ledger(demo_root / "clean-run", 130_000, start_seq=11)
+    url = database_url_for_children(tmp_path)
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = {**child_env(url), "TMPDIR": str(temporary)}
+    child = subprocess.Popen(manage_command("import_runs", str(demo_root)), env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (left := list(temporary.glob(f"{reading.CALLS_FOLDER_PREFIX}*"))):
+        assert child.poll() is None and time.monotonic() < deadline, "the import made no calls folder"
+        time.sleep(0.005)
+    os.killpg(child.pid, signal.SIGKILL)  # the importer and its children, as the OOM killer would
+    child.wait(timeout=60)
+    assert [folder.exists() for folder in left] == [True]
+
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "kept").mkdir(parents=True)
+    (temporary / f"{reading.CALLS_FOLDER_PREFIX}link").symlink_to(elsewhere, target_is_directory=True)
+    (temporary / f"{reading.CALLS_FOLDER_PREFIX}file").write_text("not a folder")
+    young = temporary / f"{reading.CALLS_FOLDER_PREFIX}young"
+    young.mkdir()
+    trap = temporary / f"{reading.CALLS_FOLDER_PREFIX}trap"
+    trap.mkdir()
+    (trap / reading.CALLS_FOLDER_OWNER).symlink_to(elsewhere / "kept")
+    old_unlocked = temporary / f"{reading.CALLS_FOLDER_PREFIX}old"
+    old_unlocked.mkdir()
+    hour_ago = time.time() - 3600
+    os.utime(old_unlocked, (hour_ago, hour_ago))
+    with reading.calls_on_disk() as live:
+        completed = subprocess.run(manage_command("import_runs", str(demo_root), "--json"), env=env,
+                                   capture_output=True, text=True, check=False)  # fmt: skip
+        assert completed.returncode == 0, completed.stderr
+        assert Path(live).parent.is_dir(), "a live importer's folder stays"
+    assert not Path(live).parent.exists()
+    assert not left[0].exists() and not old_unlocked.exists()
+    assert sorted(path.name for path in temporary.iterdir()) == sorted(
+        f"{reading.CALLS_FOLDER_PREFIX}{name}" for name in ("link", "file", "young", "trap")
+    )
+    assert (elsewhere / "kept").is_dir()
+    runs = {run["run_id"]: run for run in json.loads(completed.stdout)["runs"]}
+    assert runs["clean-run"]["events"] == 130_010
 
 
 @pytest.mark.slow

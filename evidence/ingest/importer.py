@@ -41,7 +41,7 @@ from evidence.ingest.crosschecks import (
     signing_keys,
 )
 from evidence.ingest.read_ahead import ReadAheadError
-from evidence.ingest.reading import Ahead, Progress, import_ledger, read_here
+from evidence.ingest.reading import Ahead, Progress, import_ledger, read_here, sweep_calls_folders
 from evidence.ingest.rereading import Known, Listing, Scope, receipt_buckets
 from evidence.ingest.storing import (
     close_findings_not_seen,
@@ -377,6 +377,7 @@ def root_import(
     """
     now = now or protocol.utc_now()
     host = host or hosts.current()
+    sweep_calls_folders()  # a killed importer's, before this pass makes its own
     discovery = discover_runs(Path(root))
     root_key = storable_text(str(Path(root).absolute()))
     base, names = discovery.base.absolute(), discovery.names

@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import fcntl
 import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -153,16 +155,76 @@ class Ahead:
         return self._start(request)
 
 
+CALLS_FOLDER_PREFIX = "callproof-calls-"
+CALLS_FOLDER_OWNER = "owner.lock"
+# A folder with no lock in it is being made this instant, or was left by a version that locked
+# none: it is removed only once this old.
+UNLOCKED_CALLS_FOLDER_AGE = dt.timedelta(minutes=10)
+
+
 @contextlib.contextmanager
 def calls_on_disk() -> Iterator[str]:
     """A SQLite file in a new temporary folder, for one import's sets of calls (``DiskSet``):
-    closed in this process and removed with its folder on the way out."""
-    with tempfile.TemporaryDirectory(prefix="callproof-calls-") as folder:
-        path = os.path.join(folder, "calls.sqlite3")
+    closed in this process and removed with its folder on the way out.
+
+    The folder holds a lock file this process keeps locked (``flock``) until the folder is gone:
+    the kernel lets go of it when the process dies, however it dies, and that is how
+    ``sweep_calls_folders`` tells a killed importer's folder from a live one's."""
+    folder = tempfile.mkdtemp(prefix=CALLS_FOLDER_PREFIX)
+    try:
+        with open(os.path.join(folder, CALLS_FOLDER_OWNER), "wb") as owner:
+            fcntl.flock(owner, fcntl.LOCK_EX)
+            path = os.path.join(folder, "calls.sqlite3")
+            try:
+                yield path
+            finally:
+                diskset.release(path)
+                shutil.rmtree(folder, ignore_errors=True)  # still locked: no sweep is removing it too
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def sweep_calls_folders(now: dt.datetime | None = None) -> list[str]:
+    """Remove the calls folders (``calls_on_disk``) that importers killed before the end left in
+    the temporary directory; returns their paths. Only this user's folders, never through a
+    symlink; a folder whose lock is held belongs to an importer still at work and is left."""
+    now = now or dt.datetime.now(dt.UTC)
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(tempfile.gettempdir()))
+    except OSError:
+        return removed
+    for entry in entries:
         try:
-            yield path
-        finally:
-            diskset.release(path)
+            if not entry.name.startswith(CALLS_FOLDER_PREFIX) or not entry.is_dir(follow_symlinks=False):
+                continue
+            if entry.stat(follow_symlinks=False).st_uid != os.geteuid():
+                continue
+            if _left_behind(entry.path, now):
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(entry.path)
+        except OSError:  # gone meanwhile, or not ours to read: another sweep's, or nobody's business
+            continue
+    if removed:
+        log.info("removed calls folders killed importers left", extra={"event": "calls_folders_swept",
+                 "detail": ", ".join(removed)[:2000]})  # fmt: skip
+    return removed
+
+
+def _left_behind(folder: str, now: dt.datetime) -> bool:
+    try:
+        # O_NOFOLLOW: a symlink put in a folder's place of its lock is not opened.
+        descriptor = os.open(os.path.join(folder, CALLS_FOLDER_OWNER), os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        modified = dt.datetime.fromtimestamp(os.stat(folder, follow_symlinks=False).st_mtime, dt.UTC)
+        return now - modified > UNLOCKED_CALLS_FOLDER_AGE
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False  # its importer holds it
+    finally:
+        os.close(descriptor)  # the lock, when taken, goes with it
+    return True
 
 
 def read_here(run_id: str, failure: Exception) -> None:
