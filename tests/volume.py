@@ -8,6 +8,7 @@ written here follows the spec's formulas, so the reader finds nothing wrong.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,10 +19,31 @@ def _stamp(seq: int) -> str:
     return f"2026-11-29T12:{seq // 60 % 60:02d}:{seq % 60:02d}.000000Z"
 
 
+def last_line(ledger: Path) -> bytes:
+    """The ledger's last line without its newline (b"" when it is missing or empty), read from the
+    end: a ten-million-event ledger is not read whole for it."""
+    try:
+        handle = ledger.open("rb")
+    except FileNotFoundError:
+        return b""
+    with handle:
+        end = handle.seek(0, os.SEEK_END)
+        tail = b""
+        while end > 0:
+            start = max(0, end - 65_536)
+            handle.seek(start)
+            tail = handle.read(end - start) + tail
+            end = start
+            lines = tail.rstrip(b"\n").split(b"\n")
+            if len(lines) > 1 or start == 0:
+                return lines[-1]
+        return b""
+
+
 def _append_chained(ledger: Path, events: Iterator[dict]) -> None:
     """Append ``events`` to ``ledger``, each chained to the line before (canonical JSON sorts keys)."""
-    data = ledger.read_bytes() if ledger.exists() else b""
-    previous = protocol.sha256_hex(data.splitlines()[-1]) if data else protocol.ZERO_HASH
+    last = last_line(ledger)
+    previous = protocol.sha256_hex(last) if last else protocol.ZERO_HASH
     with ledger.open("ab") as handle:
         lines = []
         for event in events:

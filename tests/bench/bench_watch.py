@@ -22,10 +22,11 @@ With --latency N, then: a real ``import_runs --watch`` (default interval) on the
 root, and N times an event appended to a running run (a writer's command ends
 with its ledger line), the time from the append's end until the event is in the
 database (polled every 5 ms; the page that shows it adds its own render time),
-as p50 and p95.
+as p50 and p95. With --big-writing too, the same again with the big run written
+to meanwhile (an event a second), and then the big run's own writes (N/5 of them).
 
     python tests/bench/bench_watch.py [--runs N] [--active N] [--repeat N] [--big-receipts N]
-                                      [--latency N] [--postgres]
+                                      [--latency N [--big-writing]] [--postgres]
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -97,30 +99,34 @@ def fresh_database(postgres: bool) -> str:
 def append_now(run_dir: Path, count: int) -> int:
     """``count`` chained note events stamped now: the run is writing. The last one's seq."""
     from receipts import protocol
-    from tests.volume import _append_chained
+    from tests.volume import _append_chained, last_line
 
-    with (run_dir / "events.jsonl").open("rb") as ledger:
-        last = json.loads(ledger.readlines()[-1])
+    last = json.loads(last_line(run_dir / "events.jsonl"))
     stamp = protocol.format_time(protocol.utc_now())
     seqs = range(last["seq"] + 1, last["seq"] + 1 + count)
     _append_chained(run_dir / "events.jsonl", ({"seq": seq, "ts": stamp, "type": "note"} for seq in seqs))
     return seqs[-1]
 
 
-def watch_latency(root: Path, run_dir: Path, trials: int, host) -> list[float]:
+def watch_latency(
+    root: Path, run_dir: Path, trials: int, host, busy: Path | None = None
+) -> tuple[list[float], list[float]]:
     """A real ``import_runs --watch`` on ``root`` (default interval), and ``trials`` times an event
-    appended to ``run_dir``: the seconds from the append's end until the event is a row."""
+    appended to ``run_dir``: the seconds from the append's end until the event is a row.
+
+    With ``busy``, that run is written to meanwhile (an event a second, as a writer at work), and
+    then it is timed itself, a fifth as many times: the second list (empty without it)."""
     from evidence.lib import hosts
     from evidence.models import Event
     from receipts import protocol
 
     hosts.stopped(host)  # this process's passes were the host's watch: the child's now
 
-    def seconds_until_stored(seq: int) -> float:
+    def seconds_until_stored(run_dir: Path, seq: int) -> float:
         written = time.perf_counter()
         while not Event.objects.filter(run__run_id=run_dir.name, seq=seq).exists():
-            if time.perf_counter() - written > 120:
-                raise SystemExit(f"event {seq} of {run_dir.name} not imported within 120 s")
+            if time.perf_counter() - written > 300:
+                raise SystemExit(f"event {seq} of {run_dir.name} not imported within 300 s")
             time.sleep(0.005)
         return time.perf_counter() - written
 
@@ -131,17 +137,35 @@ def watch_latency(root: Path, run_dir: Path, trials: int, host) -> list[float]:
     clock = protocol.format_time(protocol.utc_now() + dt.timedelta(minutes=16))
     env = {**os.environ, "RECEIPTS_CLOCK": clock}
     child = subprocess.Popen(command, cwd=PROJECT, stdout=log, stderr=log, env=env)
+    stop_writing = threading.Event()
+
+    def write_busy() -> None:
+        assert busy is not None
+        while not stop_writing.wait(1.0):
+            append_now(busy, 1)
+
+    writer = threading.Thread(target=write_busy, daemon=True) if busy else None
     try:
-        seconds_until_stored(append_now(run_dir, 1))  # the watch's first pass: every name looked up once
+        seconds_until_stored(run_dir, append_now(run_dir, 1))  # the first pass: every name looked up once
+        if writer:
+            writer.start()
         latencies = []
         chance = random.Random(41)
         for _ in range(trials):
             time.sleep(chance.uniform(0.2, 1.5))  # anywhere in the watch's cycle
-            latencies.append(seconds_until_stored(append_now(run_dir, 1)))
-        return latencies
+            latencies.append(seconds_until_stored(run_dir, append_now(run_dir, 1)))
+        busy_latencies = []
+        if writer and busy:
+            stop_writing.set()
+            writer.join()
+            for _ in range(max(1, trials // 5)):
+                time.sleep(chance.uniform(0.2, 1.5))
+                busy_latencies.append(seconds_until_stored(busy, append_now(busy, 1)))
+        return latencies, busy_latencies
     finally:
+        stop_writing.set()
         child.terminate()
-        child.wait(timeout=60)
+        child.wait(timeout=300)
         log.close()
 
 
@@ -163,6 +187,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--big-receipts", type=int, default=0, help="one more running run of N receipts")
     parser.add_argument("--latency", type=int, default=0, help="N writes timed until stored by a real watch")
+    parser.add_argument("--big-writing", action="store_true", help=f"{BIG} written to (an event a second) meanwhile")
     parser.add_argument("--postgres", action="store_true", help=f"measure on {PG_SERVER}/{PG_NAME} instead of SQLite")
     options = parser.parse_args()
     OUT.mkdir(exist_ok=True)
@@ -229,7 +254,13 @@ def main() -> None:
             assert not report.runs and set(watch.told_by.values()) == {told}, watch.told_by  # type: ignore[attr-defined]
             passes.append(seconds)
     glance, fingerprint = statistics.median(glance_passes), statistics.median(fingerprint_passes)
-    latencies = watch_latency(root, active[0], options.latency, host) if options.latency else []
+    latencies: list[float] = []
+    beside_latencies: list[float] = []  # with the big run written to meanwhile
+    big_latencies: list[float] = []
+    if options.latency:
+        latencies, _ = watch_latency(root, active[0], options.latency, host)
+        if options.big_writing and options.big_receipts:
+            beside_latencies, big_latencies = watch_latency(root, active[0], options.latency, host, root / BIG)
     full_changed = statistics.median(full_changed_passes)
     full = statistics.median(full_passes)
     hot, quiet = statistics.median(changed_passes), statistics.median(quiet_passes)
@@ -248,6 +279,11 @@ def main() -> None:
     if latencies:
         p50, p95 = percentile(latencies, 0.5), percentile(latencies, 0.95)
         print(f"  write to stored, a real watch, {len(latencies)} writes:      p50 {p50:.3f} s, p95 {p95:.3f} s")
+    if big_latencies:
+        p50, p95 = percentile(beside_latencies, 0.5), percentile(beside_latencies, 0.95)
+        print(f"  the same, {BIG} written to meanwhile:          p50 {p50:.3f} s, p95 {p95:.3f} s")
+        p50, p95 = percentile(big_latencies, 0.5), percentile(big_latencies, 0.95)
+        print(f"  write to stored in {BIG} itself, {len(big_latencies)} writes:   p50 {p50:.3f} s, p95 {p95:.3f} s")
     figures: dict[str, object] = {
         "first_import_s": first_import,
         "full_pass_s": full,
@@ -263,7 +299,8 @@ def main() -> None:
     figures |= {"glance_passes_s": glance_passes, "fingerprint_passes_s": fingerprint_passes}
     if latencies:
         figures |= {"latency_p50_s": percentile(latencies, 0.5), "latency_p95_s": percentile(latencies, 0.95)}
-        figures |= {"latencies_s": latencies}
+        figures |= {"latencies_s": latencies, "beside_big_writing_s": beside_latencies}
+        figures |= {"big_latencies_s": big_latencies}
     print(
         json.dumps(
             {"db": label, "runs": options.runs, "active": options.active, **figures, "quiet_passes_s": quiet_passes}
