@@ -17,6 +17,11 @@ request's own time (queued behind none); a Python client would compete with
 the server for the CPU it measures.
 
     python tests/bench/bench_pages.py [--postgres] [--seconds 5] [--small-runs 999]
+                                      [--events 1000000 --receipts 100000]
+
+With --events and --receipts the big run is of that size (the same run
+`bench_import.py` builds and keeps, hard-linked), in a world of its own
+(pages-world-EVENTS/); the ledger's middle page is then at half its events.
 """
 
 from __future__ import annotations
@@ -47,17 +52,18 @@ BIG = "big-run"
 USER, PASSWORD = "bench", "a-long-bench-password-1"
 
 
-def build_world(small_runs: int) -> Path:
+def build_world(small_runs: int, events: int = 1_000_000, receipts: int = 100_000) -> Path:
     sys.path.insert(0, str(PROJECT))
     from tests.volume import synthetic_run
 
-    big = build_run(1_000_000, 100_000)
-    if not (WORLD / BIG).exists():
-        WORLD.mkdir(parents=True, exist_ok=True)
-        # Hard links: the big run's 100,000 receipts are not copied.
-        subprocess.run(["cp", "-al", str(big), str(WORLD / BIG)], check=True)
+    world = WORLD if (events, receipts) == (1_000_000, 100_000) else OUT / f"pages-world-{events}-{receipts}"
+    big = build_run(events, receipts)
+    if not (world / BIG).exists():
+        world.mkdir(parents=True, exist_ok=True)
+        # Hard links: the big run's receipts are not copied (nothing here writes to them).
+        subprocess.run(["cp", "-al", str(big), str(world / BIG)], check=True)
     for index in range(small_runs):
-        run = WORLD / f"run-{index:04d}"
+        run = world / f"run-{index:04d}"
         if not run.exists():
             synthetic_run(run, events=30, receipts=3, contract=CONTRACT)
             if index % 3 == 0:
@@ -70,7 +76,7 @@ def build_world(small_runs: int) -> Path:
             receipt = sorted((run / "receipts").iterdir())[0]
             (run / "receipts" / f"{'e' * 64}.json").write_bytes(receipt.read_bytes())  # named by no event
             (run / "receipts" / "broken.json").write_text("{")
-    return WORLD
+    return world
 
 
 def watch_pass_seconds(url: str, world: Path) -> list[float]:
@@ -146,7 +152,7 @@ def older(base: str, path: str, cookie: str) -> str:
     return urllib.parse.urljoin(path, href)
 
 
-def urls(base: str, cookie: str) -> dict[str, str]:
+def urls(base: str, cookie: str, middle: int = 500_000) -> dict[str, str]:
     call = found(rf'href="/runs/{BIG}/calls/([0-9a-f]+)/"', page_text(base, f"/runs/{BIG}/", cookie)).group(1)
     return {
         "runs list": "/",
@@ -154,8 +160,8 @@ def urls(base: str, cookie: str) -> dict[str, str]:
         "runs needing attention": "/?attention=1",
         "runs list, last page": "/?page=last",
         "run, ledger first page": f"/runs/{BIG}/",
-        "run, ledger middle (seq 500,000)": f"/runs/{BIG}/?seq=500000",
-        "run, ledger middle, older page": older(base, f"/runs/{BIG}/?seq=500000", cookie),
+        f"run, ledger middle (seq {middle:,})": f"/runs/{BIG}/?seq={middle}",
+        "run, ledger middle, older page": older(base, f"/runs/{BIG}/?seq={middle}", cookie),
         "run, ledger last page": f"/runs/{BIG}/?page=last",
         "run, filter type=receipt": f"/runs/{BIG}/?type=receipt",
         "run, filter type=note, last page": f"/runs/{BIG}/?type=note&page=last",
@@ -198,10 +204,12 @@ def main() -> None:
     parser.add_argument("--postgres", action="store_true")
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--small-runs", type=int, default=999)
+    parser.add_argument("--events", type=int, default=1_000_000, help="the big run's ledger events")
+    parser.add_argument("--receipts", type=int, default=100_000, help="the big run's receipts")
     options = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is missing: apt-get install wrk")
-    world = build_world(options.small_runs)
+    world = build_world(options.small_runs, options.events, options.receipts)
     label = "PostgreSQL" if options.postgres else "SQLite"
     url = fresh_database(options.postgres, "bench_pages")
     import_seconds, import_rss, _ = manage(url, "import_runs", str(world))
@@ -227,7 +235,7 @@ def main() -> None:
                 time.sleep(0.1)
         cookie = login(base)
         results = {}
-        for name, path in urls(base, cookie).items():
+        for name, path in urls(base, cookie, options.events // 2).items():
             wrk(base + path, cookie, 1)  # warm both workers' caches
             results[name] = wrk(base + path, cookie, options.seconds)
             r = results[name]
@@ -237,11 +245,13 @@ def main() -> None:
         server.wait(timeout=30)
     passes = ", ".join(f"{seconds:.2f}" for seconds in watch_pass)
     findings = f"{open_findings(url)} open findings; a watch pass over the unchanged root: {passes} s"
-    print(f"\n{label}: import of the 1,000-run root {import_seconds:.1f} s, peak {import_rss:.0f} MiB; {findings}")
+    size = f"{options.small_runs + 1:,} runs, the big one {options.events:,} events, {options.receipts:,} receipts"
+    print(f"\n{label}: import of the root ({size}) {import_seconds:.1f} s, peak {import_rss:.0f} MiB; {findings}")
     print(f"| page | {label} p50 | p99 | req/s |\n|---|---|---|---|")
     for name, r in results.items():
         print(f"| {name} | {r['p50_ms']:.1f} ms | {r['p99_ms']:.1f} ms | {r['rps']:.0f} |")
-    print(json.dumps({"db": label, "import_s": import_seconds, "watch_pass_s": watch_pass, "pages": results}))
+    sizes = {"events": options.events, "receipts": options.receipts, "small_runs": options.small_runs}
+    print(json.dumps({"db": label, **sizes, "import_s": import_seconds, "watch_pass_s": watch_pass, "pages": results}))
 
 
 if __name__ == "__main__":
