@@ -8,7 +8,7 @@ ADDR ?= 127.0.0.1:8000
 PIP_VERSION := 26.3
 UV_VERSION := 0.13.9
 
-.PHONY: install lock demo test-packages messages test check lint format bench bench-serve bench-import bench-import-10m bench-export bench-pages torture clean
+.PHONY: install lock demo test-packages messages test check lint format bench bench-serve bench-import bench-import-10m bench-export bench-pages bench-pages-10m bench-watch-10m torture clean
 
 # Everything comes from the lock file, each package by its hash (the test and deploy extras,
 # so the suite, the proxy tests and the benchmarks run on the same versions everywhere);
@@ -135,6 +135,18 @@ bench-pages: install
 	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; $$SUDO apt-get install -y -qq wrk; }
 	$(BIN)/python tests/bench/bench_pages.py
 	$(BIN)/python tests/bench/bench_pages.py --postgres
+
+# The pages again with the big run at ten million events and a million receipts (bench-import-10m's run, reused).
+bench-pages-10m: install
+	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; $$SUDO apt-get install -y -qq wrk; }
+	$(BIN)/python tests/bench/bench_pages.py --events 10000000 --receipts 1000000
+	$(BIN)/python tests/bench/bench_pages.py --events 10000000 --receipts 1000000 --postgres
+
+# The watch over 20,000 runs and a running one of ten million events (bench-import-10m's run, reused): its passes,
+# and the time from a write to its row, with the big run quiet and then written to.
+bench-watch-10m: install
+	$(BIN)/python tests/bench/bench_watch.py --big-receipts 1000000 --repeat 3 --latency 20 --big-writing
+	$(BIN)/python tests/bench/bench_watch.py --big-receipts 1000000 --repeat 3 --latency 20 --big-writing --postgres
 
 # The real writer killed at random moments, N trials per tool (docs/KILL_TESTING.md); by hand.
 N ?= 1000
