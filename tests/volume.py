@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from receipts import protocol
+from receipts import durable, protocol
 
 
 def _stamp(seq: int) -> str:
@@ -20,24 +20,17 @@ def _stamp(seq: int) -> str:
 
 
 def last_line(ledger: Path) -> bytes:
-    """The ledger's last line without its newline (b"" when it is missing or empty), read from the
-    end: a ten-million-event ledger is not read whole for it."""
+    """The ledger's last complete line without its newline (b"" when it is missing or empty), read
+    from the end as the writer reads it (``durable._lines_backwards``): a ten-million-event ledger
+    is not read whole for it."""
     try:
-        handle = ledger.open("rb")
+        fd = os.open(ledger, os.O_RDONLY)
     except FileNotFoundError:
         return b""
-    with handle:
-        end = handle.seek(0, os.SEEK_END)
-        tail = b""
-        while end > 0:
-            start = max(0, end - 65_536)
-            handle.seek(start)
-            tail = handle.read(end - start) + tail
-            end = start
-            lines = tail.rstrip(b"\n").split(b"\n")
-            if len(lines) > 1 or start == 0:
-                return lines[-1]
-        return b""
+    try:
+        return next(durable._lines_backwards(fd, os.fstat(fd).st_size), b"")
+    finally:
+        os.close(fd)
 
 
 def _append_chained(ledger: Path, events: Iterator[dict]) -> None:
