@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evidence.ingest import rereading
-from receipts.reader import diskset, safe_open
+from receipts.reader import diskset, receipt_bucket, safe_open
 from receipts.reader.diskset import DiskSet, SpillingMap
 from tests.helpers import PROJECT
 
@@ -120,7 +120,7 @@ def _buckets_as_documented(listed: dict[str, str]) -> dict[str, str]:
     the buckets stored with every run were taken in."""
     lines: dict[str, list[str]] = {}
     for name, signature in listed.items():
-        lines.setdefault(rereading._bucket_of(name.removesuffix(".json")), []).append(f"{name}\0{signature}")
+        lines.setdefault(receipt_bucket(name), []).append(f"{name}\0{signature}")
     return {
         bucket: hashlib.sha256("\n".join(sorted(found)).encode("utf-8", "surrogateescape")).hexdigest()
         for bucket, found in lines.items()
@@ -137,7 +137,7 @@ def test_the_buckets_of_a_listing_on_disk_are_those_of_the_documented_format(lis
         assert buckets == _buckets_as_documented(listed)
         assert rereading.receipt_buckets(listed) == _buckets_as_documented(listed)
         for some in (set(buckets), set(list(buckets)[::2]), {"a", "a."}, set()):
-            in_memory = {name for name in listed if rereading._bucket_of(name.removesuffix(".json")) in some}
+            in_memory = {name for name in listed if receipt_bucket(name) in some}
             assert rereading._names_in_buckets(spilling, some) == in_memory
     finally:
         spilling.close()

@@ -1,20 +1,29 @@
-"""A run's fingerprint, taken as its folders are listed: the same digest whatever the number of
-files and however it is cut into chunks or set aside on disk, and memory that does not grow
-with the number of receipts."""
+"""A run's fingerprint, taken as its folders are listed, by parts: the same digest whatever the
+number of files and however it is cut into chunks, memory that does not grow with the number
+of receipts, and the same digest again when the run is listed again by names and inodes after
+any change the writer makes (a file added, put in place by a rename, or removed), with only
+the changed parts' files stat-ed."""
 
 from __future__ import annotations
 
-import array
 import hashlib
 import os
+import random
+import struct
 import tracemalloc
+import zlib
 from pathlib import Path
 
 import pytest
 
 from receipts.protocol import LEDGER_NAME, RUN_FOLDERS
-from receipts.reader import discovery, run_fingerprint
+from receipts.reader import discovery, list_run, relist_run, run_fingerprint
 from receipts.reader.safe_open import signature_from
+
+
+def _receipt_name(index: int) -> str:
+    """A call id's file name: a hex digest, as the writer names them (so they fall in many buckets)."""
+    return hashlib.sha256(str(index).encode()).hexdigest() + ".json"
 
 
 def _run(path: Path, receipts: int, confirmations: int = 2) -> Path:
@@ -23,48 +32,53 @@ def _run(path: Path, receipts: int, confirmations: int = 2) -> Path:
     (path / "steer.json").write_text("{}")
     (path / LEDGER_NAME).write_text("")
     for index in range(receipts):
-        (path / "receipts" / f"{index:064x}.json").write_text("{}")
+        (path / "receipts" / _receipt_name(index)).write_text("{}")
     for index in range(confirmations):
-        (path / "confirmations" / f"{index:064x}.json").write_text("{}")
+        (path / "confirmations" / _receipt_name(index)).write_text("{}")
     return path
 
 
 def _digest_as_documented(run_dir: Path) -> str:
-    """Every name joined by NUL, then five numbers per counted name (-1 each when missing): the
-    format stored fingerprints were taken in, listed whole in one go."""
-    names: list[str] = []
-    numbers = array.array("q")
+    """The format stored fingerprints are taken in, from a listing of each folder whole: the
+    five numbers of the run's own files and folders (-1 each when missing), then each folder's
+    parts in order, each its files' count and the sum of their SHA-256 (name, NUL, numbers)."""
 
-    def count(path: Path) -> None:
+    def numbers(path: Path) -> tuple[int, ...]:
         try:
             info = os.lstat(path)
         except OSError:
-            numbers.extend((-1,) * 5)
-            return
-        numbers.extend((info.st_mode, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino))
+            return (-1,) * 5
+        return (info.st_mode, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
 
+    digest = hashlib.sha256(b"callproof run fingerprint 2\n")
     for name in ("state.json", "steer.json", LEDGER_NAME, *RUN_FOLDERS):
-        names.append(name)
-        count(run_dir / name)
+        digest.update(struct.pack("=5q", *numbers(run_dir / name)))
     for folder in RUN_FOLDERS:
-        names.append(f"{folder}/")
         if not (run_dir / folder).is_dir():
+            digest.update(f"{folder}/ not listed\n".encode())
             continue
-        for entry in os.scandir(run_dir / folder):
-            names.append(entry.name)
-            count(Path(entry.path))
-    digest = hashlib.sha256("\0".join(names).encode("utf-8", "surrogateescape"))
-    digest.update(numbers.tobytes())
+        digest.update(f"{folder}/\n".encode())
+        parts: dict[str, list[int]] = {}
+        for name in os.listdir(run_dir / folder):
+            raw = name.encode("utf-8", "surrogateescape")
+            key = name.removesuffix(".json")[:2] if folder == "receipts" else f"#{zlib.crc32(raw) & 0xFF:02x}"
+            file_digest = hashlib.sha256(raw + b"\0" + struct.pack("<5q", *numbers(run_dir / folder / name)))
+            part = parts.setdefault(key, [0, 0])
+            part[0] += 1
+            part[1] += int.from_bytes(file_digest.digest())
+        for key in sorted(parts):
+            count, total = parts[key]
+            digest.update(f"{key}\0{count}\0{total % (1 << 256):064x}\n".encode())
     return digest.hexdigest()
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 4096])
-def test_the_fingerprint_is_the_documented_digest_however_it_is_cut_and_set_aside(tmp_path, monkeypatch, chunk):
+def test_the_fingerprint_is_the_documented_digest_however_it_is_cut(tmp_path, monkeypatch, chunk):
     run_dir = _run(tmp_path / "run", receipts=50)
-    (run_dir / "confirmations").rename(run_dir / "gone")  # a folder missing: a name, no numbers
+    (run_dir / "confirmations").rename(run_dir / "gone")  # a folder missing: said, no parts
     os.symlink("elsewhere", run_dir / "receipts" / "dangling.json")
+    (run_dir / "tasks" / "TASK-000001.md").write_text("a task")
     monkeypatch.setattr(discovery, "_FINGERPRINT_CHUNK", chunk)
-    monkeypatch.setattr(discovery, "FINGERPRINT_NUMBERS_IN_MEMORY", 64)  # on disk after two files
     signatures: dict[str, str] = {}
     assert run_fingerprint(run_dir, signatures) == _digest_as_documented(run_dir)
     receipts = {entry.name: entry for entry in os.scandir(run_dir / "receipts")}
@@ -74,12 +88,11 @@ def test_the_fingerprint_is_the_documented_digest_however_it_is_cut_and_set_asid
 def test_a_change_to_one_file_among_many_changes_the_fingerprint(tmp_path, monkeypatch):
     run_dir = _run(tmp_path / "run", receipts=300)
     monkeypatch.setattr(discovery, "_FINGERPRINT_CHUNK", 16)
-    monkeypatch.setattr(discovery, "FINGERPRINT_NUMBERS_IN_MEMORY", 0)
     confirmations: set[str] = set()
     before = run_fingerprint(run_dir, None, confirmations)
-    assert confirmations == {f"{index:064x}.json" for index in range(2)}
+    assert confirmations == {_receipt_name(index) for index in range(2)}
     assert run_fingerprint(run_dir) == before
-    (run_dir / "receipts" / f"{299:064x}.json").write_text("[]")  # the last chunk, the same size
+    (run_dir / "receipts" / _receipt_name(299)).write_text("[]")  # the same size, the same inode
     assert run_fingerprint(run_dir) != before
 
 
@@ -95,7 +108,102 @@ def _peak_bytes(run_dir: Path) -> int:
 def test_the_fingerprint_of_many_receipts_holds_no_more_memory_than_of_a_few(tmp_path, monkeypatch):
     # Listed whole, 10,000 entries held some 3 MB of names and directory entries at once.
     monkeypatch.setattr(discovery, "_FINGERPRINT_CHUNK", 256)
-    monkeypatch.setattr(discovery, "FINGERPRINT_NUMBERS_IN_MEMORY", 64 * 1024)
     few, many = _run(tmp_path / "few", receipts=1_000), _run(tmp_path / "many", receipts=10_000)
     _peak_bytes(few)  # what a first call allocates once (imports, caches) is not counted
     assert _peak_bytes(many) < 1.5 * _peak_bytes(few) + 64 * 1024
+
+
+# --- listed again by names and inodes ----------------------------------------------------
+
+
+def _relist(run_dir: Path, before: discovery.RunParts) -> tuple[discovery.RunParts, set[str] | None, dict, set]:
+    signatures: dict[str, str] = {}
+    confirmations: set[str] = set()
+    parts, relisted = relist_run(run_dir, before, signatures, confirmations)
+    return parts, relisted, signatures, confirmations
+
+
+def _put_in_place(path: Path, content: str) -> None:
+    """As the writer puts a file in place: written beside it, then renamed over it."""
+    temp = path.with_name(f".{path.name}.tmp")
+    temp.write_text(content)
+    os.replace(temp, path)
+
+
+def test_a_run_listed_again_unchanged_stats_no_file_and_has_the_same_fingerprint(tmp_path, monkeypatch):
+    run_dir = _run(tmp_path / "run", receipts=500)
+    before = list_run(run_dir)
+    stat_ed: list[str] = []
+    real = discovery._add_stat_ed
+
+    def counted(folder: str, entries: list, *rest: object) -> None:
+        stat_ed.extend(entry.name for entry in entries)
+        real(folder, entries, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(discovery, "_add_stat_ed", counted)
+    parts, relisted, signatures, confirmations = _relist(run_dir, before)
+    assert (parts.fingerprint(), relisted, signatures, stat_ed) == (before.fingerprint(), set(), {}, [])
+    assert confirmations == {_receipt_name(index) for index in range(2)}
+
+
+def test_what_the_writer_changes_is_found_by_the_listing_again_and_only_its_buckets_stat_ed(tmp_path):
+    run_dir = _run(tmp_path / "run", receipts=2_000)
+    before = list_run(run_dir)
+    added, replaced, removed = _receipt_name(5_000), _receipt_name(7), _receipt_name(8)
+    _put_in_place(run_dir / "receipts" / added, '{"new": 1}')
+    _put_in_place(run_dir / "receipts" / replaced, "{}")  # the same bytes, another inode
+    (run_dir / "receipts" / removed).unlink()
+    _put_in_place(run_dir / "confirmations" / added, "{}")
+    (run_dir / "tasks" / "TASK-000001.md").write_text("a task")
+    parts, relisted, signatures, confirmations = _relist(run_dir, before)
+    whole: dict[str, str] = {}
+    assert parts.fingerprint() == list_run(run_dir, whole).fingerprint() != before.fingerprint()
+    buckets = {discovery.receipt_bucket(name) for name in (added, replaced, removed)}
+    assert relisted == buckets
+    assert signatures == {name: signature for name, signature in whole.items() if name[:2] in buckets}
+    assert added in confirmations and added in signatures and removed not in signatures
+
+
+def test_an_edit_in_place_is_not_seen_by_the_listing_again_and_is_by_the_whole_one(tmp_path):
+    """The trade-off, as the glance's: a file written over (the same inode) is found by the whole
+    listing, which a watch takes at least every cold sweep."""
+    run_dir = _run(tmp_path / "run", receipts=100)
+    before = list_run(run_dir)
+    with (run_dir / "receipts" / _receipt_name(3)).open("a") as receipt:
+        receipt.write(" ")
+    parts, relisted, _, _ = _relist(run_dir, before)
+    assert relisted == set()
+    assert parts.fingerprint() == before.fingerprint() != list_run(run_dir).fingerprint()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_listed_again_after_any_sequence_of_changes_the_fingerprint_is_the_whole_listings(tmp_path, seed):
+    """Files added, renamed over, removed, folders removed and made again, in every folder,
+    each change followed by a listing again against the one before it."""
+    chance = random.Random(seed)
+    run_dir = _run(tmp_path / "run", receipts=300)
+    parts = list_run(run_dir)
+    for step in range(40):
+        folder = run_dir / chance.choice(RUN_FOLDERS)
+        names = sorted(os.listdir(folder)) if folder.is_dir() else []
+        action = chance.choice(["add", "add", "replace", "remove", "folder"])
+        if action == "folder":
+            if folder.is_dir():
+                for name in names:
+                    (folder / name).unlink()
+                folder.rmdir()
+            else:
+                folder.mkdir()
+        elif not folder.is_dir():
+            continue
+        elif action == "add" or not names:
+            _put_in_place(folder / _receipt_name(10_000 + step), f"step {step}")
+        elif action == "replace":
+            _put_in_place(folder / chance.choice(names), f"step {step}")
+        else:
+            (folder / chance.choice(names)).unlink()
+        parts, relisted, signatures, _ = _relist(run_dir, parts)
+        whole: dict[str, str] = {}
+        assert parts.fingerprint() == list_run(run_dir, whole).fingerprint(), (step, action, folder.name)
+        covered = whole if relisted is None else {n: s for n, s in whole.items() if n[:2] in relisted}
+        assert signatures == covered, (step, action, folder.name)

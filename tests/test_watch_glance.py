@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import os
 import select
 import subprocess
 import sys
@@ -155,9 +156,9 @@ def test_the_default_settle_keeps_no_glance_of_a_run_written_just_before(root):
     make_run(root, "run")
     importer.root_import(root=root)
     watch = Watch(cold_sweep=SWEEP)
-    for _ in range(2):
+    for how in ("fingerprint", "relisting"):  # the second listed again by names: its parts were kept
         importer.root_import(root=root, watch=watch, report_unchanged=False)
-        assert told(watch) == {"run": "fingerprint"} and watch.proved == {}
+        assert told(watch) == {"run": how} and watch.proved == {}
 
 
 def test_an_edit_in_place_in_a_hot_run_is_found_by_the_full_fingerprint_of_the_cold_sweep(root):
@@ -205,6 +206,98 @@ def test_a_glance_kept_for_another_fingerprint_proves_nothing(root):
     assert told(watch) == {"run": "fingerprint"}
     assert [run.run_id for run in report.runs] == ["run"]
     assert Run.objects.get(run_id="run").fingerprint == run_fingerprint(run_dir)
+
+
+# --- listed again by names and inodes -------------------------------------------------
+
+
+def many_calls(run_dir: Path, count: int) -> None:
+    """``count`` more committed calls by the writer: receipts in many buckets."""
+    executor = runtime.Executor(run_dir)
+    for index in range(count):
+        executor.call("write_file", {"path": f"many-{index}.txt", "content": str(index)})
+
+
+def stored_as_a_whole_listing_would(run_dir: Path) -> None:
+    """What the database holds of the run is what a listing of every file gives: a one-off
+    import (no watch, every file stat-ed) finds nothing to read."""
+    run = Run.objects.get(run_id=run_dir.name)
+    whole = Listing.of(run_dir)
+    assert (run.fingerprint, run.receipt_buckets) == (whole.fingerprint, whole.receipt_buckets())
+    assert importer.root_import(root=run_dir.parent, report_unchanged=False).runs == []
+
+
+def watched_run(root: Path, calls: int, now: dt.datetime | None = None) -> tuple[Path, Watch]:
+    """A run of ``calls`` more calls, imported, and a watch's first pass over it."""
+    run_dir = make_run(root, "run")
+    many_calls(run_dir, calls)
+    importer.root_import(root=root, now=now)
+    watch = Watch(cold_sweep=SWEEP, settle=SETTLE)
+    importer.root_import(root=root, watch=watch, now=now)
+    return run_dir, watch
+
+
+def test_a_hot_run_that_wrote_is_listed_again_and_stored_as_a_whole_listing_would_store_it(root):
+    run_dir, watch = watched_run(root, 60)
+    assert told(watch) == {"run": "fingerprint"} and "run" in watch.kept
+    for content in ("b", "c"):
+        written = runtime.Executor(run_dir).call("write_file", {"path": f"{content}.txt", "content": content})
+        report = importer.root_import(root=root, watch=watch, report_unchanged=False)
+        assert (told(watch), [run.run_id for run in report.runs]) == ({"run": "relisting"}, ["run"])
+        assert Run.objects.get(run_id="run").calls.get(call_id=written.call_id).status == "committed"
+        stored_as_a_whole_listing_would(run_dir)
+    report = importer.root_import(root=root, watch=watch, report_unchanged=False)
+    assert (report.runs, told(watch)) == ([], {"run": "relisting"}), (
+        "the glance of files just written stands for nothing"
+    )
+
+
+def test_a_receipt_someone_rewrote_with_sed_is_found_by_the_listing_again(root):
+    """No ledger line says it: ``sed -i`` puts a new file (a new inode) in the receipt's place."""
+    run_dir, watch = watched_run(root, 30)
+    receipt = sorted((run_dir / "receipts").glob("*.json"))[7]
+    subprocess.run(["sed", "-i", "s/committed/rejected/", str(receipt)], check=True)
+    report = importer.root_import(root=root, watch=watch, report_unchanged=False)
+    assert (told(watch), [run.run_id for run in report.runs]) == ({"run": "relisting"}, ["run"])
+    assert Run.objects.get(run_id="run").calls.get(call_id=receipt.name.removesuffix(".json")).status == "rejected"
+    stored_as_a_whole_listing_would(run_dir)
+
+
+def test_an_edit_in_place_in_a_run_that_wrote_is_found_by_the_whole_listing_of_the_cold_sweep(root):
+    start = protocol.utc_now()
+    run_dir, watch = watched_run(root, 10, start)
+    edit_in_place(sorted((run_dir / "receipts").glob("*.json"))[3])
+    runtime.Executor(run_dir).call("write_file", {"path": "b.txt", "content": "b"})
+    importer.root_import(root=root, watch=watch, now=start + SWEEP - dt.timedelta(seconds=1))
+    assert told(watch) == {"run": "relisting"}
+    assert Run.objects.get(run_id="run").fingerprint != run_fingerprint(run_dir), "between sweeps, parts by inode"
+    importer.root_import(root=root, watch=watch, now=start + SWEEP)
+    assert told(watch) == {"run": "fingerprint"}
+    stored_as_a_whole_listing_would(run_dir)
+
+
+def test_a_call_in_doubt_outside_the_buckets_listed_again_is_still_read_as_in_doubt(root):
+    """An open call is checked again at every import: its receipt, in a bucket whose names and
+    inodes did not change, is found on disk (the listing again did not stat it)."""
+    run_dir = make_run(root, "run")
+    many_calls(run_dir, 20)
+    killed = subprocess.run([sys.executable, "-c", WRITE_A_CALL, str(run_dir), "in doubt"], cwd=PROJECT,
+                            env={**os.environ, "RECEIPTS_FAILPOINT": "after_prepared"})  # fmt: skip
+    assert killed.returncode == 137
+    importer.root_import(root=root)
+    [in_doubt] = Run.objects.get(run_id="run").calls.filter(status="prepared")
+    watch = Watch(cold_sweep=SWEEP, settle=SETTLE)
+    importer.root_import(root=root, watch=watch)
+    findings = set(Finding.objects.filter(closed_at__isnull=True).values_list("code", "call_id"))
+    for index in range(40):  # until a write lands in another bucket than the call in doubt's
+        written = runtime.Executor(run_dir).call("write_file", {"path": f"{index}.txt", "content": "x"})
+        if written.call_id[:2] != in_doubt.call_id[:2]:
+            break
+    importer.root_import(root=root, watch=watch, report_unchanged=False)
+    assert told(watch) == {"run": "relisting"}
+    assert Run.objects.get(run_id="run").calls.get(call_id=in_doubt.call_id).status == "prepared"
+    assert set(Finding.objects.filter(closed_at__isnull=True).values_list("code", "call_id")) == findings
+    stored_as_a_whole_listing_would(run_dir)
 
 
 # --- waking on a write -----------------------------------------------------------------

@@ -42,7 +42,7 @@ from evidence.ingest.crosschecks import (
 )
 from evidence.ingest.read_ahead import ReadAheadError
 from evidence.ingest.reading import Ahead, Progress, import_ledger, read_here, sweep_calls_folders
-from evidence.ingest.rereading import Known, Listing, Scope, receipt_buckets
+from evidence.ingest.rereading import Known, Listing, Scope
 from evidence.ingest.storing import (
     close_findings_not_seen,
     judgement,
@@ -212,7 +212,7 @@ def _import_run_locked(
     # The child reads the other files too when this import would read them all, none known:
     # a ledger read from its first byte (so no scope), and no receipt stored to reuse.
     whole_and_new = run.ledger_offset == 0 and (force or not Call.objects.filter(run=run).exists())
-    buckets = receipt_buckets(listing.receipt_signatures)
+    buckets = listing.receipt_buckets()
     calls_read: int | None = None
     # A child reads the ledger's sets of calls into a file (``DiskSet``): kept until the files are
     # read against them, here too when the child that reads them fails.
@@ -222,7 +222,7 @@ def _import_run_locked(
             if settings.EVIDENCE_IMPORT_READ_AHEAD:
                 arguments = {"run_dir": path, **file_arguments} if whole_and_new else None
                 ahead = Ahead(stack, run, arguments, decided, settings.EVIDENCE_IMPORT_CALLS_BATCH, for_the_calls)
-                ahead.start_files(len(listing.receipt_signatures))
+                ahead.start_files(listing.receipt_count)
             cursor, ledger_file_findings, whole_ledger = import_ledger(
                 run, path, limits, now, progress, batch_size, ahead
             )
@@ -415,7 +415,7 @@ def root_import(
             changed.append((path, None))
         elif watch is not None and watch.unchanged_at_a_glance(path, recorded, now):
             unchanged.append(path.name)
-        elif recorded.unchanged(path, now, listing := Listing.of(path, glance=watch is not None)):
+        elif recorded.unchanged(path, now, listing := _listing(path, recorded, watch, now)):
             unchanged.append(path.name)
             if watch is not None:
                 watch.keep(path, listing, now)
@@ -447,3 +447,10 @@ def root_import(
         for f in Finding.objects.filter(run__isnull=True, root=root_key, closed_at__isnull=True)
     ]
     return ImportReport(reports, root_findings)
+
+
+def _listing(path: Path, recorded: Known, watch: Watch | None, now: dt.datetime) -> Listing:
+    """A run's listing for a pass: a watch lists it again by names and inodes when it can."""
+    if watch is None:
+        return Listing.of(path)
+    return watch.listed_again(path, recorded, now) or Listing.of(path, glance=True)

@@ -14,6 +14,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 from collections.abc import Iterable, Mapping, MutableMapping
+from os.path import lexists
 from pathlib import Path
 from typing import Any
 
@@ -21,19 +22,29 @@ from django.conf import settings
 
 from evidence.models import Call, Run
 from receipts import protocol
-from receipts.reader import Glance, run_fingerprint, run_glance
+from receipts.reader import Glance, RunParts, list_run, receipt_bucket, relist_run, run_glance
 from receipts.reader.diskset import SpillingMap
 
 
 @dataclasses.dataclass
 class Listing:
     """A run directory's fingerprint, its receipts' signatures and its confirmations' names,
-    taken in one pass; with ``glance``, the run's glance taken just before (a watch keeps it)."""
+    taken in one pass; with ``glance``, the run's glance taken just before (a watch keeps it).
+
+    ``parts``: the fingerprint by parts, which a watch keeps to list the run ``again``. A
+    listing taken ``again`` is not ``whole`` (not every file stat-ed): it holds the signatures
+    of the buckets of receipts stat-ed again (``relisted``; ``None``: every one) alone, and
+    every bucket's digest (``buckets``), the others as the database held them."""
 
     fingerprint: str
     receipt_signatures: MutableMapping[str, str]
     confirmation_names: set[str] = dataclasses.field(default_factory=set)
     glance: Glance | None = None
+    parts: RunParts | None = None
+    relisted: set[str] | None = None
+    buckets: dict[str, str] | None = None
+    run_dir: Path | None = None
+    whole: bool = True
 
     @classmethod
     def of(cls, path: Path, *, glance: bool = False) -> Listing:
@@ -43,7 +54,43 @@ class Listing:
         # Past a batch of receipts, the signatures go to a private SQLite file: a million took 210 MiB.
         signatures = SpillingMap(in_memory=settings.EVIDENCE_IMPORT_CALLS_BATCH)
         confirmations: set[str] = set()
-        return cls(run_fingerprint(path, signatures, confirmations), signatures, confirmations, first)
+        parts = list_run(path, signatures, confirmations)
+        return cls(parts.fingerprint(), signatures, confirmations, first, parts, run_dir=path)
+
+    @classmethod
+    def again(cls, path: Path, before: RunParts, buckets: Mapping[str, str]) -> Listing:
+        """The run listed again by names and inodes (``relist_run``), ``before`` its parts when
+        its ``buckets`` of receipts were stored: only the files of the parts that changed are
+        stat-ed. Taken with its glance, as a watch takes it."""
+        first = run_glance(path)
+        signatures: dict[str, str] = {}
+        confirmations: set[str] = set()
+        parts, relisted = relist_run(path, before, signatures, confirmations)
+        if relisted is None:  # every receipt stat-ed (or none listed): the digests from them
+            return cls(parts.fingerprint(), signatures, confirmations, first, parts, run_dir=path, whole=False)
+        kept = {bucket: digest for bucket, digest in buckets.items() if bucket not in relisted}
+        digests = kept | receipt_buckets(signatures)
+        return cls(parts.fingerprint(), signatures, confirmations, first, parts, relisted, digests, path, False)
+
+    @property
+    def receipt_count(self) -> int:
+        return self.parts.count("receipts") if self.parts is not None else len(self.receipt_signatures)
+
+    def receipt_buckets(self) -> dict[str, str]:
+        """Every bucket's digest (``receipt_buckets``)."""
+        return self.buckets if self.buckets is not None else receipt_buckets(self.receipt_signatures)
+
+    def receipts_among(self, names: Iterable[str]) -> set[str]:
+        """Those of ``names`` in ``receipts/``: in the signatures, or, in a bucket a listing
+        taken ``again`` did not stat, on disk (a symlink counts, as a listing lists it)."""
+        if self.relisted is None or self.run_dir is None:
+            return {name for name in names if name in self.receipt_signatures}
+        folder = self.run_dir / "receipts"
+        return {
+            name
+            for name in names
+            if (name in self.receipt_signatures if receipt_bucket(name) in self.relisted else lexists(folder / name))
+        }
 
 
 # Above this share of the receipts (and this many calls), a re-import reads them all: it costs
@@ -56,18 +103,8 @@ def _call_id_of(name: str) -> str:
     return name.removesuffix(".json")
 
 
-def _bucket_of(call_id: str) -> str:
-    bucket = call_id[:2]
-    try:
-        bucket.encode("utf-8")
-    except UnicodeEncodeError:
-        return "\ufffd"  # a name that is not UTF-8 never names a call: a bucket of their own, kept as text
-    return bucket
-
-
 def receipt_buckets(signatures: Mapping[str, str]) -> dict[str, str]:
-    """The names and signatures of ``receipts/`` as one digest per bucket (the call ids' first two
-    characters: call ids are hex digests, so a hundred thousand make 256 buckets of some 400):
+    """The names and signatures of ``receipts/`` as one digest per bucket (``receipt_bucket``):
     the digest of the bucket's lines ``name NUL signature``, sorted, joined by newlines.
 
     Kept with the run: a re-import compares them, and looks only at the buckets that differ,
@@ -78,7 +115,7 @@ def receipt_buckets(signatures: Mapping[str, str]) -> dict[str, str]:
     items = signatures.sorted_items() if isinstance(signatures, SpillingMap) else sorted(signatures.items())
     digests: dict[str, Any] = {}
     for name, signature in items:
-        bucket = _bucket_of(_call_id_of(name))
+        bucket = receipt_bucket(name)
         line = f"{name}\0{signature}".encode("utf-8", "surrogateescape")
         digest = digests.get(bucket)
         if digest is None:
@@ -107,6 +144,8 @@ class Scope:
         if not before:
             return None  # imported before buckets were kept: read whole once
         changed = {bucket for bucket in buckets.keys() | before.keys() if buckets.get(bucket) != before.get(bucket)}
+        if listing.relisted is not None and not changed <= listing.relisted:
+            return None  # the database changed since the listing's buckets were taken from it: all
         names = _names_in_buckets(listing.receipt_signatures, changed)
         calls = {_call_id_of(name) for name in names} | set(named_by_new_lines) | set(decided)
         calls |= {_call_id_of(name) for name in listing.confirmation_names}
@@ -114,9 +153,9 @@ class Scope:
         for bucket in sorted(changed):  # removed files: their rows, in the bucket's range of call ids
             calls.update(stored.filter(**_bucket_range(bucket)).values_list("call_id", flat=True))
         calls.update(stored.filter(status__in=protocol.OPEN_STATUSES).values_list("call_id", flat=True))
-        if len(calls) > max(SCOPED_READ_FLOOR, SCOPED_READ_AT_MOST * len(listing.receipt_signatures)):
+        if len(calls) > max(SCOPED_READ_FLOOR, SCOPED_READ_AT_MOST * listing.receipt_count):
             return None
-        names |= {f"{call_id}.json" for call_id in calls} & listing.receipt_signatures.keys()
+        names |= listing.receipts_among(f"{call_id}.json" for call_id in calls)
         return cls(calls, names)
 
     def rechecked(self, call_id: str, subject: str) -> bool:
@@ -134,13 +173,8 @@ def _names_in_buckets(signatures: Mapping[str, str], buckets: set[str]) -> set[s
     bucket "a" and its file "a.json" starts with "a."); else, or when names that are not UTF-8
     changed (their bucket has no range), every name looked at."""
     if not (isinstance(signatures, SpillingMap) and signatures.on_disk) or "\ufffd" in buckets:
-        return {name for name in signatures if _bucket_of(_call_id_of(name)) in buckets}
-    return {
-        name
-        for bucket in buckets
-        for name, _ in signatures.items_from(bucket)
-        if _bucket_of(_call_id_of(name)) == bucket
-    }
+        return {name for name in signatures if receipt_bucket(name) in buckets}
+    return {name for bucket in buckets for name, _ in signatures.items_from(bucket) if receipt_bucket(name) == bucket}
 
 
 def _bucket_range(bucket: str) -> dict[str, str]:

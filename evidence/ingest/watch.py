@@ -7,7 +7,10 @@ were), and each is found abandoned, or no longer, by ``models.is_abandoned``: th
 ``run_abandoned`` finding.
 
 A hot run is told unchanged at a glance (``Watch.unchanged_at_a_glance``): a few ``lstat``
-calls, not one per file, once a full fingerprint has matched; the full one is taken again
+calls, not one per file, once a full fingerprint has matched. When the glance moved, the run
+is listed again by names and inodes (``Watch.listed_again``): only the files of the parts
+that changed are stat-ed, so a run of a million receipts that writes one pays for the
+listing of its names, not for a million ``stat`` calls. The full fingerprint is taken again
 at least every cold sweep (an edit in place inside a folder shows only there).
 """
 
@@ -31,7 +34,7 @@ from evidence.models import Host, Run
 from receipts import protocol
 from receipts.findings import ACTIVITY as ACTIVITY_SCOPE
 from receipts.findings import FindingRecord, Sentence
-from receipts.reader import run_glance
+from receipts.reader import RunParts, run_glance
 
 log = logging.getLogger("callproof.importer")
 
@@ -52,6 +55,16 @@ class Proved:
     at: dt.datetime
 
 
+@dataclasses.dataclass(frozen=True)
+class Kept:
+    """A run's fingerprint by parts (``Listing.parts``), its fingerprint, and when the last
+    listing that stat-ed every file was taken: what ``Listing.again`` lists the run against."""
+
+    parts: RunParts
+    fingerprint: str
+    whole_at: dt.datetime
+
+
 @dataclasses.dataclass
 class Watch:
     """What a watch carries from one pass to the next (``root_import``'s ``watch``).
@@ -62,9 +75,10 @@ class Watch:
     every ``cold_sweep``, so that a run deleted from the database is found again.
 
     ``proved``: by run_id, the glance that stands for the run's last matching fingerprint
-    (``keep``); ``told_by``: how this pass told each run it checked unchanged or not, "glance"
-    or "fingerprint" (for the tests and the benchmark); ``checked``: the run directories this
-    pass chose (what a waker follows until the next pass).
+    (``keep``); ``kept``: by run_id, the run's last fingerprint by parts; ``told_by``: how this
+    pass told each run it checked unchanged or not, "glance", "relisting" or "fingerprint" (for
+    the tests and the benchmark); ``checked``: the run directories this pass chose (what a
+    waker follows until the next pass).
     """
 
     cold_sweep: dt.timedelta
@@ -72,6 +86,7 @@ class Watch:
     found_at: dt.datetime | None = None
     settle: dt.timedelta = GLANCE_SETTLE
     proved: dict[str, Proved] = dataclasses.field(default_factory=dict)
+    kept: dict[str, Kept] = dataclasses.field(default_factory=dict)
     told_by: dict[str, str] = dataclasses.field(default_factory=dict)
     checked: list[Path] = dataclasses.field(default_factory=list)
 
@@ -98,6 +113,7 @@ class Watch:
         chosen = (listed - self.mine) | (due & listed)
         # What a run not chosen was proved unchanged by is old when it is chosen again.
         self.proved = {run_id: proved for run_id, proved in self.proved.items() if run_id in chosen}
+        self.kept = {run_id: kept for run_id, kept in self.kept.items() if run_id in chosen}
         self.told_by = {}
         self.checked = [base / name for name in sorted(chosen)]
         return chosen
@@ -116,17 +132,40 @@ class Watch:
         self.told_by[path.name] = "glance"
         return True
 
+    def listed_again(self, path: Path, known: Known, now: dt.datetime) -> Listing | None:
+        """The run at ``path`` listed again by names and inodes (``Listing.again``), against its
+        parts kept for the fingerprint the database holds, with the receipts' buckets stored
+        beside it; ``None`` when nothing is kept for it, or what is kept is for another
+        fingerprint (another importer's since) or older than the cold sweep."""
+        kept = self.kept.get(path.name)
+        if kept is None or kept.fingerprint != known.fingerprint or now - kept.whole_at >= self.cold_sweep:
+            return None
+        stored = Run.objects.filter(run_id=path.name).values_list("fingerprint", "receipt_buckets").first()
+        if stored is None or stored[0] != kept.fingerprint or (kept.parts.count("receipts") and not stored[1]):
+            return None  # changed since the pass read it, or imported before buckets were kept
+        self.told_by[path.name] = "relisting"
+        return Listing.again(path, kept.parts, stored[1])
+
     def keep(self, path: Path, listing: Listing, now: dt.datetime) -> None:
         """After ``listing`` (taken with its glance) matched the database or was imported: its
-        glance stands for its fingerprint, when the files were older than ``settle`` at the
-        glance. A glance of files written just before says nothing of a write in the same tick:
-        the next pass takes the full fingerprint again, and keeps its glance then."""
-        self.told_by[path.name] = "fingerprint"
+        parts are kept to list the run again, and its glance stands for its fingerprint when the
+        files were older than ``settle`` at the glance. A glance of files written just before
+        says nothing of a write in the same tick: the next pass lists the run again, and keeps
+        its glance then. What a listing taken ``again`` rests on is as old as the last whole one."""
+        if listing.whole:
+            self.told_by[path.name] = "fingerprint"
+            whole_at = now
+        elif path.name in self.kept:
+            whole_at = self.kept[path.name].whole_at
+        else:
+            return  # nothing stands for it: a whole listing next
+        if listing.parts is not None:
+            self.kept[path.name] = Kept(listing.parts, listing.fingerprint, whole_at)
         glance = listing.glance
         if glance is None or glance.newest_ns > glance.taken_ns - self.settle // dt.timedelta(microseconds=1) * 1000:
             self.proved.pop(path.name, None)
             return
-        self.proved[path.name] = Proved(glance.digest, listing.fingerprint, now)
+        self.proved[path.name] = Proved(glance.digest, listing.fingerprint, whole_at)
 
 
 # What ``models.is_abandoned`` reads of a run, and the stamp it leaves.

@@ -8,11 +8,11 @@ import hashlib
 import itertools
 import os
 import stat
-import tempfile
+import struct
 import time
+import zlib
 from collections.abc import MutableMapping
 from pathlib import Path
-from typing import IO
 
 from receipts import protocol
 from receipts.findings import FindingRecord, Sentence, storable_text
@@ -125,11 +125,79 @@ def _kind(entry: os.DirEntry) -> int:
 # --- fingerprint -----------------------------------------------------------
 
 
-# What of the stat numbers ``run_fingerprint`` holds in memory before it writes them to a temporary
-# file (40 bytes a file): its memory stays bounded whatever the number of receipts.
-FINGERPRINT_NUMBERS_IN_MEMORY = 8 * 1024 * 1024
-_FINGERPRINT_CHUNK = 4096  # names hashed, and numbers set aside, this many files at a time
+_FINGERPRINT_CHUNK = 4096  # files stat-ed, and their signatures handed on, this many at a time
 _MISSING = (-1, -1, -1, -1, -1)
+_NUMBERS = struct.Struct("<5q")
+_TOP = ("state.json", "steer.json", LEDGER, *RUN_FOLDERS)
+_DIGEST_MODULUS = 1 << 256
+_NAMES_MODULUS = 1 << 64
+
+
+def receipt_bucket(name: str) -> str:
+    """The bucket of ``receipts/<name>``: its call id's first two characters (call ids are hex
+    digests, so a hundred thousand receipts make 256 buckets of some 400). A name that is not
+    UTF-8 never names a call: those share a bucket of their own, kept as text."""
+    # A name past ".json" plus two characters starts with its call id's first two: one slice.
+    bucket = name[:2] if len(name) > 6 else name.removesuffix(".json")[:2]
+    if bucket.isascii():
+        return bucket
+    try:
+        bucket.encode("utf-8")
+    except UnicodeEncodeError:
+        return "\ufffd"
+    return bucket
+
+
+def part_of(folder: str, name: str) -> str:
+    """Which part of a folder's fingerprint the file ``name`` counts in: a receipt in its bucket
+    (the buckets a re-import compares), any other file by a checksum of its name."""
+    if folder == "receipts":
+        return receipt_bucket(name)
+    return f"#{zlib.crc32(name.encode('utf-8', 'surrogateescape')) & 0xFF:02x}"
+
+
+@dataclasses.dataclass
+class Part:
+    """The files of a folder whose names fall in one part (``part_of``): how many, the sum of
+    each one's digest (SHA-256 of its name and its stat's five numbers), and the sum of a hash
+    of each one's name and inode, which a listing of names gives without a ``stat``
+    (``relist_run``; Python's own hash, so it means something in this process only)."""
+
+    count: int = 0
+    digest: int = 0
+    names: int = 0
+
+    def listed(self) -> tuple[int, int]:
+        return self.count, self.names % _NAMES_MODULUS
+
+
+@dataclasses.dataclass
+class RunParts:
+    """A run directory's fingerprint by parts: the five numbers of each of its own files and
+    folders, and each folder's parts (``None``: the folder could not be listed)."""
+
+    top: bytes
+    folders: dict[str, dict[str, Part] | None]
+
+    def fingerprint(self) -> str:
+        """The run's fingerprint: a digest of the top numbers and of every part, in order."""
+        digest = hashlib.sha256(b"callproof run fingerprint 2\n")
+        digest.update(self.top)
+        for folder in RUN_FOLDERS:
+            parts = self.folders.get(folder)
+            if parts is None:
+                digest.update(f"{folder}/ not listed\n".encode())
+                continue
+            digest.update(f"{folder}/\n".encode())
+            for key in sorted(parts):
+                part = parts[key]
+                line = f"{key}\0{part.count}\0{part.digest % _DIGEST_MODULUS:064x}\n"
+                digest.update(line.encode("utf-8", "surrogateescape"))
+        return digest.hexdigest()
+
+    def count(self, folder: str) -> int:
+        """How many files ``folder`` held when listed."""
+        return sum(part.count for part in (self.folders.get(folder) or {}).values())
 
 
 def run_fingerprint(
@@ -141,97 +209,132 @@ def run_fingerprint(
 
     ``receipt_signatures``, when given, is filled with each receipt file's signature
     (``safe_open.signature_from``), so that the reader need not stat them again;
-    ``confirmation_names`` with the names in ``confirmations/``.
+    ``confirmation_names`` with the names in ``confirmations/``. See ``list_run``.
+    """
+    return list_run(run_dir, receipt_signatures, confirmation_names).fingerprint()
+
+
+def list_run(
+    run_dir: Path,
+    receipt_signatures: MutableMapping[str, str] | None = None,
+    confirmation_names: set[str] | None = None,
+) -> RunParts:
+    """The run's fingerprint by parts, every file stat-ed (``run_fingerprint``).
 
     ctime is in it because no program can set it back, so an edit that restores
-    size and mtime still changes the fingerprint. Entries are taken in the
-    order the directory lists them: an unchanged directory lists the same way,
-    and a different order can only cause one needless re-read, never hide a change.
-
-    The digest is that of every name joined by NUL, then of every file's five numbers; it is
-    taken as the directory is listed, the numbers kept aside in a temporary file past
-    ``FINGERPRINT_NUMBERS_IN_MEMORY``, so that a million receipts cost no more memory than
-    a thousand (listing them whole first took 1.2 GB at a million).
+    size and mtime still changes the fingerprint. Each part is a sum over its files, so the
+    order a folder lists them in does not matter, and memory holds a few numbers per part,
+    not the files: a million receipts cost no more than a thousand. A sum of digests is no
+    seal (the ledger's chain and the digests are): it tells a change, which nobody can aim,
+    since ctime and the inode are the kernel's.
     """
-    with _Fingerprint() as fingerprint:
-        for name in ("state.json", "steer.json", LEDGER, *RUN_FOLDERS):
+    top = _top_numbers(run_dir)
+    folders: dict[str, dict[str, Part] | None] = {}
+    for folder in RUN_FOLDERS:
+        try:
+            entries = os.scandir(run_dir / folder)
+        except OSError:
+            folders[folder] = None
+            continue
+        parts: dict[str, Part] = {}
+        with entries:
+            # A chunk at a time: a run can hold a million receipts.
+            while chunk := list(itertools.islice(entries, _FINGERPRINT_CHUNK)):
+                _add_stat_ed(folder, chunk, parts, receipt_signatures if folder == "receipts" else None)
+                if confirmation_names is not None and folder == "confirmations":
+                    confirmation_names.update(entry.name for entry in chunk)
+        folders[folder] = parts
+    return RunParts(top, folders)
+
+
+def relist_run(
+    run_dir: Path,
+    before: RunParts,
+    receipt_signatures: MutableMapping[str, str],
+    confirmation_names: set[str],
+) -> tuple[RunParts, set[str] | None]:
+    """The run's fingerprint by parts again, ``before`` its last (``list_run`` or this, in
+    this process): each folder listed by names and inodes, which needs no ``stat``, and only
+    the files of the parts whose names or inodes changed stat-ed (a file added, removed, or put
+    in place by a rename, as the writer puts every file but the ledger). A part whose names
+    and inodes are as they were keeps its digest: an edit in place inside it (same inode) is
+    not seen, as the glance does not see it; ``list_run`` sees it.
+
+    Fills ``receipt_signatures`` with the receipts of the buckets stat-ed again, and
+    ``confirmation_names`` with every name in ``confirmations/``; returns the buckets of
+    receipts stat-ed again (``None``: every one, the folder listed whole or not at all).
+    """
+    top = _top_numbers(run_dir)
+    folders: dict[str, dict[str, Part] | None] = {}
+    relisted: set[str] | None = None
+    for folder in RUN_FOLDERS:
+        known = before.folders.get(folder)
+        listed: dict[str, Part] = {}
+        try:
+            with os.scandir(run_dir / folder) as entries:
+                for entry in entries:
+                    key = part_of(folder, entry.name)
+                    part = listed.get(key) or listed.setdefault(key, Part())
+                    part.count += 1
+                    part.names += hash((entry.name, entry.inode()))
+                    if folder == "confirmations":
+                        confirmation_names.add(entry.name)
+        except OSError:
+            folders[folder] = None
+            continue
+        if known is None:
+            changed = set(listed)
+        else:
+            changed = {key for key in listed.keys() | known.keys() if key not in known or key not in listed}
+            changed |= {key for key in listed.keys() & known.keys() if listed[key].listed() != known[key].listed()}
+        parts = {key: part for key, part in (known or {}).items() if key not in changed}
+        signatures = receipt_signatures if folder == "receipts" else None
+        if changed:
             try:
-                info = os.lstat(run_dir / name)
+                with os.scandir(run_dir / folder) as entries:
+                    wanted = (entry for entry in entries if part_of(folder, entry.name) in changed)
+                    while chunk := list(itertools.islice(wanted, _FINGERPRINT_CHUNK)):
+                        _add_stat_ed(folder, chunk, parts, signatures)
             except OSError:
-                info = None
-            fingerprint.add(name, info)
-        for folder in RUN_FOLDERS:
-            fingerprint.add(f"{folder}/", None, counted=False)
-            try:
-                entries = os.scandir(run_dir / folder)
-            except OSError:
+                folders[folder] = None
                 continue
-            signatures = receipt_signatures if folder == "receipts" else None
-            names = confirmation_names if folder == "confirmations" else None
-            with entries:
-                # A chunk at a time: a run can hold a million receipts.
-                while chunk := list(itertools.islice(entries, _FINGERPRINT_CHUNK)):
-                    numbers = array.array("q")
-                    listed: list[tuple[str, str]] = []
-                    for entry in chunk:
-                        try:
-                            info = entry.stat(follow_symlinks=False)
-                        except OSError:
-                            numbers.extend(_MISSING)
-                            continue
-                        numbers.extend(_numbers(info))
-                        listed.append((entry.name, signature_from(info)))
-                    fingerprint.take([entry.name for entry in chunk], numbers)
-                    if names is not None:
-                        names.update(entry.name for entry in chunk)
-                    if signatures is not None:
-                        signatures.update(listed)
-        return fingerprint.hexdigest()
+        folders[folder] = parts
+        if folder == "receipts" and known is not None:
+            relisted = changed
+    return RunParts(top, folders), relisted
 
 
-class _Fingerprint:
-    """The digest ``run_fingerprint`` takes: the names hashed as they come, the numbers set aside
-    (in memory, then in an unnamed temporary file) and hashed after every name."""
+def _add_stat_ed(
+    folder: str, entries: list[os.DirEntry], parts: dict[str, Part], signatures: MutableMapping[str, str] | None
+) -> None:
+    """Each of ``entries`` stat-ed, counted in its part; the signatures of those stat-ed."""
+    listed: list[tuple[str, str]] = []
+    for entry in entries:
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            numbers = _MISSING  # gone since it was listed
+        else:
+            numbers = _numbers(info)
+            listed.append((entry.name, signature_from(info)))
+        name = entry.name.encode("utf-8", "surrogateescape")
+        key = part_of(folder, entry.name)
+        part = parts.get(key) or parts.setdefault(key, Part())
+        part.count += 1
+        part.digest += int.from_bytes(hashlib.sha256(name + b"\0" + _NUMBERS.pack(*numbers)).digest())
+        part.names += hash((entry.name, entry.inode()))
+    if signatures is not None:
+        signatures.update(listed)
 
-    def __init__(self) -> None:
-        self.digest = hashlib.sha256()
-        self.names: list[str] = []
-        self.numbers = array.array("q")
-        self.first = True
-        self.aside: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=FINGERPRINT_NUMBERS_IN_MEMORY)  # noqa: SIM115
 
-    def __enter__(self) -> _Fingerprint:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.aside.close()
-
-    def add(self, name: str, info: os.stat_result | None, *, counted: bool = True) -> None:
-        """A name, and its stat (``None``: it could not be taken) unless it is not ``counted``."""
-        self.names.append(name)
-        if counted:
-            self.numbers.extend(_MISSING if info is None else _numbers(info))
-
-    def take(self, names: list[str], numbers: array.array) -> None:
-        """A chunk of names and their numbers, five each."""
-        self.names += names
-        self.numbers += numbers
-        self._flush()
-
-    def _flush(self) -> None:
-        if self.names:  # the same bytes as every name joined at once
-            joined = "\0".join(self.names)
-            self.digest.update((joined if self.first else "\0" + joined).encode("utf-8", "surrogateescape"))
-            self.first = False
-        self.aside.write(self.numbers.tobytes())
-        self.names, self.numbers = [], array.array("q")
-
-    def hexdigest(self) -> str:
-        self._flush()
-        self.aside.seek(0)
-        while chunk := self.aside.read(64 * 1024):
-            self.digest.update(chunk)
-        return self.digest.hexdigest()
+def _top_numbers(run_dir: Path) -> bytes:
+    numbers = array.array("q")
+    for name in _TOP:
+        try:
+            numbers.extend(_numbers(os.lstat(run_dir / name)))
+        except OSError:
+            numbers.extend(_MISSING)
+    return numbers.tobytes()
 
 
 def _numbers(info: os.stat_result) -> tuple[int, int, int, int, int]:

@@ -13,8 +13,9 @@ times, in this process, with the importer's own functions:
   run's full fingerprint: its files were just written);
 - with --big-receipts N, one more running run of N receipts (10 events each);
 - a hot pass with nothing changed once the files are older than the glance's
-  settle (each hot run told unchanged at a glance), and the same pass made to
-  take every hot run's full fingerprint;
+  settle (each hot run told unchanged at a glance), the same pass made to list
+  every hot run again by names and inodes (its glance forgotten), and made to
+  take every hot run's full fingerprint (its parts forgotten too);
 each measurement but the first import the median of --repeat passes (the full
 pass without a change: of --repeat + 1, the first one right after the import).
 
@@ -23,7 +24,8 @@ root, and N times an event appended to a running run (a writer's command ends
 with its ledger line), the time from the append's end until the event is in the
 database (polled every 5 ms; the page that shows it adds its own render time),
 as p50 and p95. With --big-writing too, the same again with the big run written
-to meanwhile (an event a second), and then the big run's own writes (N/5 of them).
+to meanwhile (a call a second: a receipt put in place and its ledger line), and then
+the big run's own writes (N/5 of them).
 
     python tests/bench/bench_watch.py [--runs N] [--active N] [--repeat N] [--big-receipts N]
                                       [--latency N [--big-writing]] [--postgres]
@@ -116,14 +118,40 @@ def append_now(run_dir: Path, count: int) -> int:
     return seqs[-1]
 
 
+def call_now(run_dir: Path, number: int) -> None:
+    """A call committed now, as the writer puts it: its receipt written beside its place and
+    renamed into it, then its ledger line (a new file in ``receipts/``, in the bucket its call
+    id falls in)."""
+    from receipts import protocol
+    from tests.volume import _append_chained, last_line
+
+    args = {"path": f"busy-{number}.txt", "content": str(number)}
+    call_id = protocol.make_call_id(CONTRACT, 1, "write_file", args, "1.0.0", protocol.IDENTITY_V2)
+    stamp = protocol.format_time(protocol.utc_now())
+    receipt = {
+        "call_id": call_id, "identity": protocol.IDENTITY_V2, "contract_sha256": CONTRACT, "attempt": 1,
+        "tool": "write_file", "tool_version": "1.0.0", "args": args, "input_sha256": protocol.input_sha256(args),
+        "status": "committed", "result": {}, "output_sha256": protocol.input_sha256({}),
+        "created_at": stamp, "updated_at": stamp,
+    }  # fmt: skip
+    temp = run_dir / "receipts" / f".{call_id}.json.tmp"
+    temp.write_bytes(protocol.canonical_json(receipt))
+    os.replace(temp, run_dir / "receipts" / f"{call_id}.json")
+    seq = json.loads(last_line(run_dir / "events.jsonl"))["seq"] + 1
+    event = {"seq": seq, "ts": stamp, "type": "receipt", "call_id": call_id, "tool": "write_file", "attempt": 1,
+             "status": "committed"}  # fmt: skip
+    _append_chained(run_dir / "events.jsonl", iter([event]))
+
+
 def watch_latency(
     root: Path, run_dir: Path, trials: int, host, busy: Path | None = None
 ) -> tuple[list[float], list[float]]:
     """A real ``import_runs --watch`` on ``root`` (default interval), and ``trials`` times an event
     appended to ``run_dir``: the seconds from the append's end until the event is a row.
 
-    With ``busy``, that run is written to meanwhile (an event a second, as a writer at work), and
-    then it is timed itself, a fifth as many times: the second list (empty without it)."""
+    With ``busy``, that run is written to meanwhile (a call a second, its receipt and its ledger
+    line, as a writer at work), and then it is timed itself, a fifth as many times: the second
+    list (empty without it)."""
     from evidence.lib import hosts
     from evidence.models import Event
     from receipts import protocol
@@ -149,8 +177,10 @@ def watch_latency(
 
     def write_busy() -> None:
         assert busy is not None
+        number = 0
         while not stop_writing.wait(1.0):
-            append_now(busy, 1)
+            number += 1
+            call_now(busy, number)
 
     writer = threading.Thread(target=write_busy, daemon=True) if busy else None
     try:
@@ -195,7 +225,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--big-receipts", type=int, default=0, help="one more running run of N receipts")
     parser.add_argument("--latency", type=int, default=0, help="N writes timed until stored by a real watch")
-    parser.add_argument("--big-writing", action="store_true", help=f"{BIG} written to (an event a second) meanwhile")
+    parser.add_argument("--big-writing", action="store_true", help=f"{BIG} written to (a call a second) meanwhile")
     parser.add_argument("--postgres", action="store_true", help=f"measure on {PG_SERVER}/{PG_NAME} instead of SQLite")
     options = parser.parse_args()
     OUT.mkdir(exist_ok=True)
@@ -252,16 +282,21 @@ def main() -> None:
     time.sleep(watch.settle.total_seconds() + 0.5)
     importer.root_import(root=root, host=host, watch=watch, now=protocol.utc_now() + later, report_unchanged=False)
     glance_passes: list[float] = []
+    relisting_passes: list[float] = []
     fingerprint_passes: list[float] = []
     for _ in range(options.repeat):
-        for passes, told in ((glance_passes, "glance"), (fingerprint_passes, "fingerprint")):
+        for passes, told in ((glance_passes, "glance"), (relisting_passes, "relisting"),
+                             (fingerprint_passes, "fingerprint")):  # fmt: skip
+            if told != "glance":
+                watch.proved.clear()  # the glance forgotten: listed again by names and inodes
             if told == "fingerprint":
-                watch.proved.clear()
+                watch.kept.clear()  # the parts forgotten too: every file stat-ed
             seconds, report = timed(importer.root_import, root=root, host=host, watch=watch,
                                     now=protocol.utc_now() + later, report_unchanged=False)  # fmt: skip
             assert not report.runs and set(watch.told_by.values()) == {told}, watch.told_by  # type: ignore[attr-defined]
             passes.append(seconds)
     glance, fingerprint = statistics.median(glance_passes), statistics.median(fingerprint_passes)
+    relisting = statistics.median(relisting_passes)
     latencies: list[float] = []
     beside_latencies: list[float] = []  # with the big run written to meanwhile
     big_latencies: list[float] = []
@@ -283,6 +318,7 @@ def main() -> None:
     big = f", {options.big_receipts:,} receipts in {BIG}" if options.big_receipts else ""
     print(f"  hot pass, nothing changed, files settled{big}:")
     print(f"    each hot run at a glance:                        {glance:8.3f} s")
+    print(f"    each hot run listed again by names and inodes:   {relisting:8.3f} s")
     print(f"    each hot run's full fingerprint:                 {fingerprint:8.3f} s")
     if latencies:
         p50, p95 = percentile(latencies, 0.5), percentile(latencies, 0.95)
@@ -305,6 +341,7 @@ def main() -> None:
     figures |= {"hot_pass_s": hot, "quiet_hot_pass_s": quiet, "hot_passes_s": changed_passes}
     figures |= {"big_receipts": options.big_receipts, "glance_pass_s": glance, "fingerprint_pass_s": fingerprint}
     figures |= {"glance_passes_s": glance_passes, "fingerprint_passes_s": fingerprint_passes}
+    figures |= {"relisting_pass_s": relisting, "relisting_passes_s": relisting_passes}
     if latencies:
         figures |= {"latency_p50_s": percentile(latencies, 0.5), "latency_p95_s": percentile(latencies, 0.95)}
         figures |= {"latencies_s": latencies, "beside_big_writing_s": beside_latencies}
