@@ -11,7 +11,7 @@ import stat
 import struct
 import time
 import zlib
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 
 from receipts import protocol
@@ -151,9 +151,24 @@ def receipt_bucket(name: str) -> str:
 def part_of(folder: str, name: str) -> str:
     """Which part of a folder's fingerprint the file ``name`` counts in: a receipt in its bucket
     (the buckets a re-import compares), any other file by a checksum of its name."""
-    if folder == "receipts":
-        return receipt_bucket(name)
+    return _parts_of(folder)(name)
+
+
+def _checksum_part(name: str) -> str:
     return f"#{zlib.crc32(name.encode('utf-8', 'surrogateescape')) & 0xFF:02x}"
+
+
+def _parts_of(folder: str) -> Callable[[str], str]:
+    return receipt_bucket if folder == "receipts" else _checksum_part
+
+
+def _may_fall_in(folder: str, changed: set[str]) -> Callable[[str], bool]:
+    """Whether a name of ``folder`` falls in one of the ``changed`` parts: for receipts, a slice
+    first (a million names are looked at, some thousands fall in), then ``receipt_bucket``."""
+    part = _parts_of(folder)
+    if folder != "receipts" or "\ufffd" in changed:
+        return lambda name: part(name) in changed
+    return lambda name: (len(name) <= 6 or name[:2] in changed) and part(name) in changed
 
 
 @dataclasses.dataclass
@@ -269,30 +284,33 @@ def relist_run(
     relisted: set[str] | None = None
     for folder in RUN_FOLDERS:
         known = before.folders.get(folder)
-        listed: dict[str, Part] = {}
+        part_of_name = _parts_of(folder)
+        counts: dict[str, int] = {}
+        names: dict[str, int] = {}
         try:
             with os.scandir(run_dir / folder) as entries:
                 for entry in entries:
-                    key = part_of(folder, entry.name)
-                    part = listed.get(key) or listed.setdefault(key, Part())
-                    part.count += 1
-                    part.names += hash((entry.name, entry.inode()))
+                    key = part_of_name(entry.name)
+                    counts[key] = counts.get(key, 0) + 1
+                    names[key] = names.get(key, 0) + hash((entry.name, entry.inode()))
                     if folder == "confirmations":
                         confirmation_names.add(entry.name)
         except OSError:
             folders[folder] = None
             continue
         if known is None:
-            changed = set(listed)
+            changed = set(counts)
         else:
+            listed = {key: (count, names[key] % _NAMES_MODULUS) for key, count in counts.items()}
             changed = {key for key in listed.keys() | known.keys() if key not in known or key not in listed}
-            changed |= {key for key in listed.keys() & known.keys() if listed[key].listed() != known[key].listed()}
+            changed |= {key for key in listed.keys() & known.keys() if listed[key] != known[key].listed()}
         parts = {key: part for key, part in (known or {}).items() if key not in changed}
         signatures = receipt_signatures if folder == "receipts" else None
         if changed:
+            falls_in = _may_fall_in(folder, changed)
             try:
                 with os.scandir(run_dir / folder) as entries:
-                    wanted = (entry for entry in entries if part_of(folder, entry.name) in changed)
+                    wanted = (entry for entry in entries if falls_in(entry.name))
                     while chunk := list(itertools.islice(wanted, _FINGERPRINT_CHUNK)):
                         _add_stat_ed(folder, chunk, parts, signatures)
             except OSError:
