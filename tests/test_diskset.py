@@ -137,8 +137,8 @@ def test_the_buckets_of_a_listing_on_disk_are_those_of_the_documented_format(lis
         assert buckets == _buckets_as_documented(listed)
         assert rereading.receipt_buckets(listed) == _buckets_as_documented(listed)
         for some in (set(buckets), set(list(buckets)[::2]), {"a", "a."}, set()):
-            in_memory = {name for name in listed if receipt_bucket(name) in some}
-            assert rereading._names_in_buckets(spilling, some) == in_memory
+            in_memory = {name: signature for name, signature in listed.items() if receipt_bucket(name) in some}
+            assert rereading._listed_in_buckets(spilling, some) == in_memory
     finally:
         spilling.close()
 

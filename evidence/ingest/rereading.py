@@ -128,10 +128,11 @@ def receipt_buckets(signatures: Mapping[str, str]) -> dict[str, str]:
 @dataclasses.dataclass
 class Scope:
     """The calls a re-import reads and checks again, when not all of them need it: those whose
-    receipt bucket changed (files added, replaced or removed), those the ledger's new lines
-    name, the calls still open (the clock can make them stale), those with a confirmation file
-    or a decision waiting for this host. The rest were checked before against a ledger that
-    said nothing new of them, and nothing they depend on has changed."""
+    receipt changed (added, replaced or removed: found in the buckets whose digest changed),
+    those the ledger's new lines name, the calls still open (the clock can make them stale),
+    those with a confirmation file or a decision waiting for this host. The rest were checked
+    before against a ledger that said nothing new of them, and nothing they depend on has
+    changed."""
 
     calls: set[str]
     receipt_names: set[str]
@@ -146,12 +147,10 @@ class Scope:
         changed = {bucket for bucket in buckets.keys() | before.keys() if buckets.get(bucket) != before.get(bucket)}
         if listing.relisted is not None and not changed <= listing.relisted:
             return None  # the database changed since the listing's buckets were taken from it: all
-        names = _names_in_buckets(listing.receipt_signatures, changed)
-        calls = {_call_id_of(name) for name in names} | set(named_by_new_lines) | set(decided)
+        names, removed = _changed_in_buckets(run, listing.receipt_signatures, changed)
+        calls = {_call_id_of(name) for name in names} | removed | set(named_by_new_lines) | set(decided)
         calls |= {_call_id_of(name) for name in listing.confirmation_names}
         stored = Call.objects.filter(run=run)
-        for bucket in sorted(changed):  # removed files: their rows, in the bucket's range of call ids
-            calls.update(stored.filter(**_bucket_range(bucket)).values_list("call_id", flat=True))
         calls.update(stored.filter(status__in=protocol.OPEN_STATUSES).values_list("call_id", flat=True))
         if len(calls) > max(SCOPED_READ_FLOOR, SCOPED_READ_AT_MOST * listing.receipt_count):
             return None
@@ -167,14 +166,37 @@ class Scope:
         return folder != "receipts" or name in self.receipt_names
 
 
-def _names_in_buckets(signatures: Mapping[str, str], buckets: set[str]) -> set[str]:
-    """The listed names whose call id falls in one of ``buckets``: on disk, a range of the listing
-    for each bucket (the names that start with it, some of another bucket: a call id "a" is
-    bucket "a" and its file "a.json" starts with "a."); else, or when names that are not UTF-8
-    changed (their bucket has no range), every name looked at."""
+def _changed_in_buckets(run: Run, signatures: Mapping[str, str], buckets: set[str]) -> tuple[set[str], set[str]]:
+    """In the changed ``buckets``, which receipts changed: the names listed whose signature is
+    not the one stored with their call (added, or put in place again), and the calls whose
+    receipt was stored as there and is no longer listed (removed). A bucket of thousands of
+    receipts whose one file changed is one receipt to read, not thousands."""
+    listed = _listed_in_buckets(signatures, buckets)
+    stored: dict[str, str | None] = {}  # the signature of each call's receipt as stored; None: none was there
+    calls = Call.objects.filter(run=run)
+    for bucket in sorted(buckets):  # the bucket's range of call ids, through the (run, call_id) index
+        rows = calls.filter(**_bucket_range(bucket)).values_list("call_id", "file_signature", "receipt_present")
+        stored.update((call_id, signature if present else None) for call_id, signature, present in rows)
+    # A signature "" (not a regular file) is never taken for unchanged: such a file is said again.
+    names = {name for name, signature in listed.items() if not signature or stored.get(_call_id_of(name)) != signature}
+    removed = {call_id for call_id, signature in stored.items() if signature is not None}
+    removed -= {_call_id_of(name) for name in listed}
+    return names, removed
+
+
+def _listed_in_buckets(signatures: Mapping[str, str], buckets: set[str]) -> dict[str, str]:
+    """The listed names whose call id falls in one of ``buckets``, and their signatures: on disk,
+    a range of the listing for each bucket (the names that start with it, some of another
+    bucket: a call id "a" is bucket "a" and its file "a.json" starts with "a."); else, or when
+    names that are not UTF-8 changed (their bucket has no range), every name looked at."""
     if not (isinstance(signatures, SpillingMap) and signatures.on_disk) or "\ufffd" in buckets:
-        return {name for name in signatures if receipt_bucket(name) in buckets}
-    return {name for bucket in buckets for name, _ in signatures.items_from(bucket) if receipt_bucket(name) == bucket}
+        return {name: signature for name, signature in signatures.items() if receipt_bucket(name) in buckets}
+    return {
+        name: signature
+        for bucket in buckets
+        for name, signature in signatures.items_from(bucket)
+        if receipt_bucket(name) == bucket
+    }
 
 
 def _bucket_range(bucket: str) -> dict[str, str]:
