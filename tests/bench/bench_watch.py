@@ -28,7 +28,11 @@ to meanwhile (a call a second: a receipt put in place and its ledger line), and 
 the big run's own writes (N/5 of them).
 
     python tests/bench/bench_watch.py [--runs N] [--active N] [--repeat N] [--big-receipts N]
-                                      [--latency N [--big-writing]] [--postgres]
+                                      [--latency N [--big-writing] [--latency-only]] [--postgres]
+
+With --latency-only, only the latencies, on the database the last run imported
+(the code of now against a root imported once: a first import at full size takes
+20 minutes).
 """
 
 from __future__ import annotations
@@ -207,6 +211,27 @@ def watch_latency(
         log.close()
 
 
+def existing_database(postgres: bool) -> str:
+    """The database the last run of this benchmark imported the root into (``--latency-only``)."""
+    if postgres:
+        return f"{PG_SERVER}/{PG_NAME}"
+    path = OUT / "bench_watch.sqlite3"
+    if not path.exists():
+        raise SystemExit(f"{path} is not there: run the benchmark once without --latency-only")
+    return f"sqlite:///{path}"
+
+
+def print_latencies(latencies: list[float], big_latencies: list[float], *, beside: bool = False) -> None:
+    label = f"write to stored, {BIG} written to meanwhile" if beside else "write to stored, a real watch"
+    print(f"  {label}, {len(latencies)} writes: p50 {percentile(latencies, 0.5):.3f} s, "
+          f"p95 {percentile(latencies, 0.95):.3f} s, worst {max(latencies):.3f} s")  # fmt: skip
+    if big_latencies:
+        p50 = percentile(big_latencies, 0.5)
+        print(f"  write to stored in {BIG} itself, {len(big_latencies)} writes: p50 {p50:.3f} s, "
+              f"worst {max(big_latencies):.3f} s")  # fmt: skip
+    print(json.dumps({"beside" if beside else "quiet": latencies, "big": big_latencies}))
+
+
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
@@ -227,11 +252,13 @@ def main() -> None:
     parser.add_argument("--latency", type=int, default=0, help="N writes timed until stored by a real watch")
     parser.add_argument("--big-writing", action="store_true", help=f"{BIG} written to (a call a second) meanwhile")
     parser.add_argument("--postgres", action="store_true", help=f"measure on {PG_SERVER}/{PG_NAME} instead of SQLite")
+    parser.add_argument("--latency-only", action="store_true",
+                        help="only the latencies, on the database the last run of this benchmark imported")  # fmt: skip
     options = parser.parse_args()
     OUT.mkdir(exist_ok=True)
     sys.path.insert(0, str(PROJECT))
     root = build_root(options.runs, options.active, options.big_receipts)
-    url = fresh_database(options.postgres)
+    url = existing_database(options.postgres) if options.latency_only else fresh_database(options.postgres)
     os.environ.update({"DATABASE_URL": url, "DJANGO_DEBUG": "1", "DJANGO_SETTINGS_MODULE": "evidence.settings"})
     import django
 
@@ -244,6 +271,11 @@ def main() -> None:
 
     host = hosts.register(runs_root=root, watching=True)
     active = [root / f"run-{number:05d}" for number in range(options.active)]
+    if options.latency_only:
+        print_latencies(*watch_latency(root, active[0], options.latency, host))
+        if options.big_writing and options.big_receipts:
+            print_latencies(*watch_latency(root, active[0], options.latency, host, root / BIG), beside=True)
+        return
     for run_dir in active + ([root / BIG] if options.big_receipts else []):
         append_now(run_dir, 1)  # writing now: not abandoned
     first_import, _ = timed(importer.root_import, root=root, host=host)
