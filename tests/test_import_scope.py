@@ -22,6 +22,8 @@ import pytest
 from django.db import connection
 
 from evidence.ingest import importer, storing
+from evidence.ingest.rereading import Known, Listing
+from evidence.ingest.watch import Watch
 from evidence.models import Call, Event, Finding, Run
 from receipts import durable, protocol, runtime
 from tests.helpers import CONTRACT, table_snapshot
@@ -191,6 +193,53 @@ def test_any_sequence_of_changes_ends_as_a_whole_read_would(root, scoped_reads, 
     assert any(count is not None for count in scoped_reads)
 
 
+# What goes through a folder's entries (a rename, a file made or removed) or the ledger: what a
+# watch's listing by names sees. An edit in place (``tamper``, ``garbage``) waits for the whole
+# listing of the cold sweep (tests/test_watch_glance.py).
+def not_a_call_id_put_in_place(run: Path, rng: random.Random) -> None:
+    """``not_a_call_id`` as the writer puts files: a second time is a new file, not an edit in place."""
+    temp = run / "receipts" / ".not-a-call-id.tmp"
+    temp.write_bytes(b"{}")
+    os.replace(temp, run / "receipts" / f"{'x' * (protocol.MAX_CALL_ID_LENGTH + 1)}.json")
+
+
+SEEN_BY_NAMES = [
+    replace_same_bytes, remove, restore, orphan, not_a_call_id_put_in_place, commit_event, refuse_reuse, reuse, note,
+    confirm,
+]  # fmt: skip
+
+
+def import_as_a_watch(root: Path, watch: Watch) -> set[str]:
+    """Each run of ``root`` imported as a watch's pass imports it (listed again by names when the
+    watch kept its parts); how each was listed."""
+    for run_dir in sorted(path for path in root.iterdir() if path.is_dir()):
+        known = Known.of(Run.objects.get(run_id=run_dir.name))
+        listing = watch.listed_again(run_dir, known, LATER) or Listing.of(run_dir, glance=True)
+        report = importer.run_import(path=run_dir, now=LATER, listing=listing)
+        assert not report.failed
+        watch.keep(run_dir, listing, LATER)
+    return set(watch.told_by.values())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_any_sequence_of_changes_listed_again_by_names_ends_as_a_whole_read_would(root, scoped_reads, seed):
+    rng = random.Random(seed)
+    importer.root_import(root=root, now=LATER)
+    watch = Watch(cold_sweep=dt.timedelta(hours=1))
+    import_as_a_watch(root, watch)
+    runs = sorted(path for path in root.iterdir() if (path / "receipts").is_dir())
+    for _ in range(5):
+        watch.told_by.clear()
+        for _ in range(rng.randint(1, 4)):
+            run = rng.choice(runs)
+            if receipts_of(run):
+                rng.choice(SEEN_BY_NAMES)(run, rng)
+        assert import_as_a_watch(root, watch) == {"relisting"}
+        after_some = state()
+        importer.root_import(root=root, now=LATER, force=True)
+        assert after_some == state()
+
+
 def test_one_changed_receipt_of_many_is_the_only_one_read(root, scoped_reads):
     importer.root_import(root=root, now=LATER)
     many = root / "many"
@@ -207,6 +256,21 @@ def test_one_changed_receipt_of_many_is_the_only_one_read(root, scoped_reads):
     assert scoped_reads == [1], f"the changed receipt alone: not the {len(in_its_bucket)} of its bucket, nor the 120"
     after = Run.objects.get(run_id="many").receipt_buckets
     assert {bucket for bucket in before if before[bucket] != after[bucket]} == {receipt.name[:2]}
+
+
+def test_a_receipt_named_json_and_names_not_utf8_do_not_stop_the_imports_after(root):
+    """A receipt ``.json`` is in a bucket of no call id (""), and a name that is not UTF-8 gives a
+    call id no database takes: each import after the first failed on them until they were gone."""
+    importer.root_import(root=root, now=LATER)
+    many = root / "many"
+    (many / "receipts" / ".json").write_text("{}")
+    (many / "receipts" / os.fsdecode(b"\xfe\xff.json")).write_text("{}")
+    (many / "confirmations").mkdir(exist_ok=True)
+    (many / "confirmations" / os.fsdecode(b"\xfe.json")).write_text("{}")
+    for _ in range(2):
+        durable.append_event(many, "note", {})
+        assert_as_if_read_whole(root)
+        assert not Finding.objects.filter(code="import_failed", closed_at__isnull=True).exists()
 
 
 def test_a_run_imported_before_buckets_were_kept_is_read_whole_once(root, scoped_reads):

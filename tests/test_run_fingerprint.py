@@ -176,6 +176,21 @@ def test_an_edit_in_place_is_not_seen_by_the_listing_again_and_is_by_the_whole_o
     assert parts.fingerprint() == before.fingerprint() != list_run(run_dir).fingerprint()
 
 
+def test_a_folder_whose_entries_changed_with_no_name_or_inode_to_show_it_is_stat_ed_whole(tmp_path):
+    """``rm`` then ``cp`` may give a file the inode just freed, and an edit in place beside a
+    file made and removed moves the folder's times: no part shows a change, the folder did."""
+    run_dir = _run(tmp_path / "run", receipts=100)
+    before = list_run(run_dir)
+    with (run_dir / "receipts" / _receipt_name(3)).open("a") as receipt:
+        receipt.write(" ")
+    (run_dir / "receipts" / ".made-and-removed").write_text("")
+    (run_dir / "receipts" / ".made-and-removed").unlink()
+    parts, relisted, signatures, _ = _relist(run_dir, before)
+    assert relisted == {receipt_bucket(_receipt_name(index)) for index in range(100)}
+    assert parts.fingerprint() == list_run(run_dir).fingerprint() != before.fingerprint()
+    assert len(signatures) == 100
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_listed_again_after_any_sequence_of_changes_the_fingerprint_is_the_whole_listings(tmp_path, seed):
     """Files added, renamed over, removed, folders removed and made again, in every folder,

@@ -154,6 +154,7 @@ class Scope:
         calls.update(stored.filter(status__in=protocol.OPEN_STATUSES).values_list("call_id", flat=True))
         if len(calls) > max(SCOPED_READ_FLOOR, SCOPED_READ_AT_MOST * listing.receipt_count):
             return None
+        calls = {call_id for call_id in calls if _may_name_a_call(call_id)}
         names |= listing.receipts_among(f"{call_id}.json" for call_id in calls)
         return cls(calls, names)
 
@@ -174,7 +175,7 @@ def _changed_in_buckets(run: Run, signatures: Mapping[str, str], buckets: set[st
     listed = _listed_in_buckets(signatures, buckets)
     stored: dict[str, str | None] = {}  # the signature of each call's receipt as stored; None: none was there
     calls = Call.objects.filter(run=run)
-    for bucket in sorted(buckets):  # the bucket's range of call ids, through the (run, call_id) index
+    for bucket in sorted(filter(_may_name_a_call, buckets)):  # the bucket's range, by the (run, call_id) index
         rows = calls.filter(**_bucket_range(bucket)).values_list("call_id", "file_signature", "receipt_present")
         stored.update((call_id, signature if present else None) for call_id, signature, present in rows)
     # A signature "" (not a regular file) is never taken for unchanged: such a file is said again.
@@ -197,6 +198,16 @@ def _listed_in_buckets(signatures: Mapping[str, str], buckets: set[str]) -> dict
         for name, signature in signatures.items_from(bucket)
         if receipt_bucket(name) == bucket
     }
+
+
+def _may_name_a_call(text: str) -> bool:
+    """Whether ``text`` may be (or start) a call id: not empty (the bucket of a file named
+    ".json") and UTF-8 (a name that is not never names a call, and no database takes it)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return bool(text)
 
 
 def _bucket_range(bucket: str) -> dict[str, str]:

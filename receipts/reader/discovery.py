@@ -304,6 +304,11 @@ def relist_run(
             listed = {key: (count, names[key] % _NAMES_MODULUS) for key, count in counts.items()}
             changed = {key for key in listed.keys() | known.keys() if key not in known or key not in listed}
             changed |= {key for key in listed.keys() & known.keys() if listed[key] != known[key].listed()}
+            if not changed and _folder_moved(before.top, top, folder):
+                # Its entries changed, and no name or inode shows it: a file removed and another
+                # made under its name with the freed inode (``rm`` then ``cp``), a rename over it
+                # twice. Every file of the folder, then.
+                changed = set(counts)
         parts = {key: part for key, part in (known or {}).items() if key not in changed}
         signatures = receipt_signatures if folder == "receipts" else None
         if changed:
@@ -343,6 +348,14 @@ def _add_stat_ed(
         part.names += hash((entry.name, entry.inode()))
     if signatures is not None:
         signatures.update(listed)
+
+
+def _folder_moved(before: bytes, now: bytes, folder: str) -> bool:
+    """Whether ``folder``'s own numbers (its times: an entry added, removed or renamed) differ
+    between two ``_top_numbers``."""
+    start = _TOP.index(folder) * 5
+    then, current = array.array("q", before)[start : start + 5], array.array("q", now)[start : start + 5]
+    return then != current
 
 
 def _top_numbers(run_dir: Path) -> bytes:
