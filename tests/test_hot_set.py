@@ -27,7 +27,7 @@ from evidence.review import inbox
 from receipts import durable, protocol, runtime
 from receipts.runs import run_set_state
 from tests.helpers import CONTRACT, PROJECT
-from tests.subprocess_db import child_env, database_url_for_children, manage, manage_command
+from tests.subprocess_db import child_env, database_url_for_children, manage, manage_command, this_database_url
 from tests.writer import edit_receipt
 
 pytestmark = pytest.mark.django_db
@@ -135,17 +135,36 @@ def test_a_silent_run_is_abandoned_goes_cold_and_the_finding_closes_when_it_writ
     assert (item.kind, item.severity, item.code) == (inbox.ABANDONED, "warning", "run_abandoned")
     assert checked(importer.root_import(root=root, now=a_day_on + dt.timedelta(minutes=5), watch=watch)) == []
 
-    # The runtime resumes: an event written a day on, found by the cold sweep.
+    # The runtime resumes: an event written a day on, found by the next pass (its ledger's lstat
+    # moved), not an hour later at the cold sweep: a call in doubt there reaches a person now.
     monkeypatch.setenv("RECEIPTS_CLOCK", protocol.format_time(a_day_on + dt.timedelta(minutes=10)))
     durable.append_event(root / "quiet-run", "note", {"resumed": True})
     monkeypatch.delenv("RECEIPTS_CLOCK")
-    assert checked(importer.root_import(root=root, now=a_day_on + dt.timedelta(minutes=20), watch=watch)) == []
-    resumed = a_day_on + SWEEP
+    resumed = a_day_on + dt.timedelta(minutes=11)
     assert checked(importer.root_import(root=root, now=resumed, watch=watch)) == ["quiet-run"]
     run.refresh_from_db()
     assert open_codes("quiet-run") == set() and run.abandoned_at is None and run.is_hot(resumed)
     assert Finding.objects.get(run=run, code="run_abandoned").closed_at == resumed
     assert inbox.inbox_items(run_id="quiet-run") == []
+
+
+def test_an_abandoned_run_that_writes_again_is_checked_at_once_by_a_new_watch_too(root, monkeypatch):
+    """A watch started after the run was found abandoned knows nothing of its ledger: a ledger
+    longer than the import read is a run that wrote; one as long as it is left cold."""
+    make_run(root, "left-run", finished=False)
+    make_run(root, "also-left", finished=False)
+    start = protocol.utc_now()
+    importer.root_import(root=root, now=start)
+    a_day_on = start + DAY + dt.timedelta(minutes=1)
+    importer.root_import(root=root, now=a_day_on)
+    assert open_codes("left-run") == open_codes("also-left") == {"run_abandoned"}
+    monkeypatch.setenv("RECEIPTS_CLOCK", protocol.format_time(a_day_on + dt.timedelta(minutes=1)))
+    call_id = runtime.Executor(root / "left-run").call("write_file", {"path": "again.txt", "content": "x"}).call_id
+    monkeypatch.delenv("RECEIPTS_CLOCK")
+    report = importer.root_import(root=root, now=a_day_on + dt.timedelta(minutes=2), watch=Watch(cold_sweep=SWEEP))
+    assert checked(report) == ["left-run"]
+    assert Run.objects.get(run_id="left-run").calls.filter(call_id=call_id).exists()
+    assert open_codes("left-run") == set() and open_codes("also-left") == {"run_abandoned"}
 
 
 def test_an_abandoned_run_that_finishes_closes_its_finding_and_a_finished_run_is_never_abandoned(root):
@@ -282,3 +301,33 @@ def test_the_cold_sweep_is_kept_per_run_across_a_restart_of_the_watch(root):
     # A new watch (the importer restarted) knows no name yet: the stamps say the run is due.
     assert checked(importer.root_import(root=root, now=start + SWEEP, watch=Watch(cold_sweep=SWEEP))) == ["cold-run"]
     assert Run.objects.get(run_id="cold-run").checked_at == start + SWEEP
+
+
+@pytest.mark.django_db(transaction=True)  # the child's rows are committed: emptied after
+def test_a_call_in_doubt_written_into_an_abandoned_run_reaches_a_running_watch(root, tmp_path):
+    """A real ``import_runs --watch``: the run is abandoned at its first pass, then its runtime
+    comes back and is killed after a send's effect. The call in doubt is stored by the watch's
+    next passes, not by the cold sweep an hour later (the watch's clock stands still: it never
+    comes)."""
+    from evidence.models import Call
+    from tests.helpers import until
+    from tests.serving import stop
+    from tests.writer import MESSAGE, cli_call
+
+    url = this_database_url()  # the rows the watch writes, read here
+    make_run(root, "paused-run", finished=False)
+    manage(url, "import_runs", str(root), check=True)  # imported now: a day and a half later it is not hot
+    clock = protocol.format_time(protocol.utc_now() + DAY + dt.timedelta(hours=12))
+    env = child_env(url) | {"RECEIPTS_CLOCK": clock}
+    watch = subprocess.Popen(manage_command("import_runs", str(root), "--watch", "--interval", "0.3"), env=env,
+                             cwd=PROJECT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        abandoned = Run.objects.filter(run_id="paused-run", abandoned_at__isnull=False)
+        until(abandoned.exists, "the watch to find the run abandoned")
+        killed = cli_call(root / "paused-run", "send_message", MESSAGE, RECEIPTS_FAILPOINT="after_effect",
+                          RECEIPTS_CLOCK=clock)  # fmt: skip
+        assert killed.returncode == 137
+        until(Call.objects.in_doubt().filter(run__run_id="paused-run").exists, "the call in doubt to be stored")
+        assert not abandoned.exists(), "it writes again: no longer abandoned"
+    finally:
+        stop(watch)

@@ -89,6 +89,10 @@ class Watch:
     kept: dict[str, Kept] = dataclasses.field(default_factory=dict)
     told_by: dict[str, str] = dataclasses.field(default_factory=dict)
     checked: list[Path] = dataclasses.field(default_factory=list)
+    # The abandoned runs' ledgers as the last pass saw them (size, mtime): one that moved since
+    # is checked at once, not at the cold sweep (it writes again: a call in doubt may be there).
+    abandoned: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    base: Path | None = None  # the folder the runs were listed in
 
     @classmethod
     def from_settings(cls) -> Watch:
@@ -99,6 +103,7 @@ class Watch:
         and every name not found as this host's run at this path. No other run is touched."""
         if self.found_at is None or now - self.found_at >= self.cold_sweep:
             self.mine, self.found_at = set(), now
+        self.base = base
         listed = set(names)
         runs = Run.objects.filter(Q(host=host) | Q(host__isnull=True))
         new = sorted(listed - self.mine)
@@ -110,13 +115,43 @@ class Watch:
         # each branch is a range of its own, and unordered, or it reads the run_id index whole.
         due = {*runs.hot(now).order_by().values_list("run_id", flat=True)}
         due.update(runs.cold_due(now, self.cold_sweep).order_by().values_list("run_id", flat=True))
-        chosen = (listed - self.mine) | (due & listed)
+        chosen = (listed - self.mine) | (due & listed) | self._writing_again(base, listed, runs)
         # What a run not chosen was proved unchanged by is old when it is chosen again.
         self.proved = {run_id: proved for run_id, proved in self.proved.items() if run_id in chosen}
         self.kept = {run_id: kept for run_id, kept in self.kept.items() if run_id in chosen}
         self.told_by = {}
         self.checked = [base / name for name in sorted(chosen)]
         return chosen
+
+    def _writing_again(self, base: Path, listed: set[str], runs: models.RunQuerySet) -> set[str]:
+        """The abandoned runs (not finished, no event for a day: out of the hot set) whose ledger
+        moved: one ``lstat`` each, as the root's listing costs. A run this watch has not seen yet
+        moved when its ledger is not where the last import stopped reading."""
+        seen: dict[str, tuple[int, int]] = {}
+        moved = set()
+        abandoned = runs.filter(finished__in=[False], abandoned_at__isnull=False, archived=False)
+        for run_id, read_to in abandoned.order_by().values_list("run_id", "ledger_offset"):
+            if run_id not in listed:
+                continue
+            try:
+                facts = os.lstat(base / run_id / protocol.LEDGER_NAME)
+                mark = (facts.st_size, facts.st_mtime_ns)
+            except OSError:
+                mark = (0, 0)
+            before = self.abandoned.get(run_id)
+            if (before is None and mark[0] != read_to) or (before is not None and before != mark):
+                moved.add(run_id)
+            seen[run_id] = mark
+        # A watch of several roots (import_mirrors: a host's folder each) keeps the others' too.
+        self.abandoned = {run_id: mark for run_id, mark in self.abandoned.items() if run_id not in listed} | seen
+        return moved
+
+    @property
+    def following(self) -> list[Path]:
+        """What a waker follows until the next pass: the runs it checked, and the abandoned ones
+        (a write to one wakes the watch, which finds its ledger moved)."""
+        abandoned = [self.base / run_id for run_id in sorted(self.abandoned)] if self.base else []
+        return [*self.checked, *(path for path in abandoned if path not in self.checked)]
 
     def unchanged_at_a_glance(self, path: Path, known: Known, now: dt.datetime) -> bool:
         """Whether the run at ``path`` is unchanged without a ``stat`` of each of its files: what

@@ -146,12 +146,12 @@ class Command(BaseCommand):
                 else:
                     self.emit(report, options["json"], only_changed=not first_pass)
                     first_pass = False
-                    # Woken by a write in the root or in a run this pass checked (the writer ends
-                    # each command with a ledger line), or after the interval: a change in another
-                    # run waits for the pass that checks it, as it would have. A run followed only
-                    # from now on (a new one) may have been written since the pass read it, with
-                    # nobody to wake: the next pass comes at once.
-                    if not waker.follow([root.absolute(), *watch.checked]):
+                    # Woken by a write in the root, in a run this pass checked or in an abandoned
+                    # one (the writer ends each command with a ledger line), or after the interval:
+                    # a change in another run waits for the pass that checks it, as it would have.
+                    # A run followed only from now on (a new one) may have been written since the
+                    # pass read it, with nobody to wake: the next pass comes at once.
+                    if not waker.follow([root.absolute(), *watch.following]):
                         waker.wait(options["interval"])
                     continue
                 time.sleep(options["interval"])  # the database away: not sooner, whatever is written
