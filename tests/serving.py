@@ -7,6 +7,7 @@ import http.client
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.parse
@@ -44,15 +45,28 @@ def stop(process: subprocess.Popen) -> None:
 
 
 class Browser:
-    """One client on its own source address, with its own cookies."""
+    """One client on its own source address, with its own cookies; over HTTPS when given the
+    site's TLS context. Like a browser, a form it sends says where from (Origin, Referer), the
+    port included: what a proxy passes on must keep it."""
 
-    def __init__(self, port: int, address: str) -> None:
-        self.port, self.address = port, address
+    def __init__(self, port: int, address: str, tls: ssl.SSLContext | None = None) -> None:
+        self.port, self.address, self.tls = port, address, tls
         self.cookies: dict[str, str] = {}
 
+    @property
+    def origin(self) -> str:
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+
     def request(self, method: str, path: str, body: dict | None = None, headers: dict | None = None):
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30, source_address=(self.address, 0))
+        source = (self.address, 0)
+        connection = (
+            http.client.HTTPSConnection("127.0.0.1", self.port, timeout=30, source_address=source, context=self.tls)
+            if self.tls
+            else http.client.HTTPConnection("127.0.0.1", self.port, timeout=30, source_address=source)
+        )
         sent = {"Host": f"127.0.0.1:{self.port}", **(headers or {})}
+        if method == "POST":
+            sent = {"Origin": self.origin, "Referer": f"{self.origin}{path}", **sent}
         if self.cookies:
             sent["Cookie"] = "; ".join(f"{name}={value}" for name, value in self.cookies.items())
         data = urllib.parse.urlencode(body).encode() if body is not None else None

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +18,7 @@ import pytest
 
 from receipts import runtime
 from tests.helpers import CONTRACT, PROJECT
-from tests.serving import free_port, stop, wait_for
+from tests.serving import Browser, free_port, stop, wait_for
 from tests.subprocess_db import child_env, database_url_for_children, manage, manage_command
 
 NGINX = "/usr/sbin/nginx"
@@ -109,3 +111,17 @@ def test_the_shipper_refuses_plain_http_to_another_machine(tmp_path):
                               "--key-file", str(tmp_path / "key"), "--once"], env=env, capture_output=True, text=True,
                              check=False)  # fmt: skip
     assert refused.returncode == 1 and "reached over https (plain http only on loopback)" in refused.stderr
+
+
+def test_a_person_logs_in_through_nginx_on_a_port_of_its_own(site, tmp_path):
+    """deploy/nginx.conf passes the Host on as the client sent it, port included: a login whose
+    Origin and Referer carry the port (as every browser's does) is the site's own, not refused
+    as a cross-site request (with ``Host $host`` nginx dropped the port: 403)."""
+    manage(site["url"], "shell", "-c", "from django.contrib.auth import get_user_model; "
+           "from evidence.lib.roles import ensure_roles; u = get_user_model().objects.create_user('alice', "
+           "password='the-right-password-1'); u.groups.add(ensure_roles()['viewer'])", check=True)  # fmt: skip
+    tls = ssl.create_default_context(cafile=str(site["cert"]))
+    browser = Browser(urllib.parse.urlsplit(site["https"]).port or 443, "127.0.0.1", tls)
+    assert browser.log_in("the-right-password-1") == 302
+    status, page = browser.request("GET", "/")
+    assert status == 200 and "alice" in page
