@@ -85,6 +85,18 @@ class Host(models.Model):
     # The last pass that failed (the database unreachable, an ended connection): what, and when.
     last_error = models.TextField(default="", blank=True)
     last_error_at = models.DateTimeField(null=True)
+    # What a host that ships (``callproof ship``) said and was told, on the server's clock
+    # (evidence/ingest/mirror.py). Its clock less the server's at its last request, by the time
+    # its shipper sent: a host whose clock is off is told apart from one whose runs are old.
+    clock_offset_seconds = models.FloatField(null=True)
+    # The pushes it may make now, a bucket refilled at EVIDENCE_SHIP_PUSHES_PER_MINUTE.
+    push_tokens = models.FloatField(default=0)
+    push_tokens_at = models.DateTimeField(null=True)
+    # Its pushes refused since then, none taken since (null: the last one was taken), and why.
+    push_refused_since = models.DateTimeField(null=True)
+    push_refusal = models.TextField(default="", blank=True)
+    # The end of its shipper's last pass (it reports after each), and how long the pass took.
+    reported_at = models.DateTimeField(null=True)
 
     class Meta:
         ordering = ["name"]
@@ -133,6 +145,9 @@ class Run(models.Model):
     # A shipped run archived from the server's mirror: its host removed its own copy then
     # (``callproof ship``, an instruction), or kept it, and why (it held another run).
     host_copy_removed_at = models.DateTimeField(null=True)
+    # When the dashboard told the host, just before it removed its copy, that no legal hold stood:
+    # from then on the removal is decided (a hold set later keeps the archive, not the host's copy).
+    host_copy_removal_confirmed_at = models.DateTimeField(null=True)
     host_copy_kept = models.TextField(blank=True, default="")
     # How far the ledger was read, and a digest of that prefix: the next
     # import parses only what was appended, and notices a rewrite.
@@ -611,6 +626,45 @@ class Claim(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor}: {self.kind} {self.subject}"
+
+
+class ShippedRun(models.Model):
+    """A run as its host's shipper sends it (``callproof ship``): what the server's mirror holds
+    of it, what the host said it holds, and why it does not arrive, on the server's clock
+    (evidence/ingest/mirror.py). A run is one generation: the SHA-256 of its steer.json, so that
+    a new run under an old run_id is told apart from the one the mirror holds."""
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="shipped_runs")
+    run_id = models.CharField(max_length=128)
+    generation = models.CharField(max_length=64, blank=True, default="")
+    created_at = models.DateTimeField()  # its first push or report: a host's new runs an hour are bounded
+    # The host's ledger as its shipper last said, and the mirror's; every byte the mirror holds of it.
+    host_ledger_bytes = models.BigIntegerField(default=0)
+    mirror_ledger_bytes = models.BigIntegerField(default=0)
+    mirror_bytes = models.BigIntegerField(default=0)
+    reported_at = models.DateTimeField()  # when its shipper last said anything of it
+    received_at = models.DateTimeField(null=True)  # when the last of its bytes arrived
+    # Since when the mirror is short of the host's ledger with no byte of it arriving (a push
+    # that brings some starts it again): longer than EVIDENCE_SHIP_STUCK_AFTER_SECONDS, it is stuck.
+    behind_since = models.DateTimeField(null=True)
+    # A pass's pushes of it not all made yet: the importer waits for the last (while they come).
+    arriving = models.BooleanField(default=False)
+    # Why it does not arrive, as the shipper (a file it cannot read, a ledger unlike the mirror's)
+    # or the server (a refused push) last said it, and since when; "" when it ships.
+    problem = models.TextField(default="", blank=True)
+    problem_since = models.DateTimeField(null=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["host", "run_id"], name="shipped_run_unique_per_host")]
+        indexes = [
+            models.Index(fields=["host", "created_at"], name="shipped_run_created_idx"),
+            # The runs that do not arrive (``mirror.stuck``), one index a branch.
+            models.Index(fields=["behind_since"], name="shipped_run_behind_idx"),
+            models.Index(fields=["problem_since"], name="shipped_run_problem_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.host}: {self.run_id}"
 
 
 class HostKey(models.Model):

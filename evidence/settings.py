@@ -5,7 +5,9 @@ DJANGO_DEBUG, DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS, DJANGO_HTTPS,
 EVIDENCE_RUNS_ROOT, EVIDENCE_ARCHIVE_ROOT, EVIDENCE_MIRROR_ROOT, EVIDENCE_READ_ONLY, EVIDENCE_STRIP_AFTER_DAYS,
 EVIDENCE_ARCHIVE_AFTER_DAYS, EVIDENCE_PROXY_COUNT,
 EVIDENCE_METRICS_TOKEN, EVIDENCE_SIGNING_KEY_FILES, EVIDENCE_SIGNED_RUNS_ONLY, EVIDENCE_ADAPTERS, EVIDENCE_HOST_NAME,
-EVIDENCE_HOST_SILENT_AFTER_SECONDS, EVIDENCE_ABANDONED_AFTER_SECONDS, EVIDENCE_COLD_SWEEP_SECONDS, EVIDENCE_EXPORT_ROOT,
+EVIDENCE_HOST_SILENT_AFTER_SECONDS, EVIDENCE_SHIP_PUSHES_PER_MINUTE, EVIDENCE_SHIP_NEW_RUNS_PER_HOUR,
+EVIDENCE_SHIP_QUOTA_MIB, EVIDENCE_SHIP_PARTS_KEEP_SECONDS, EVIDENCE_SHIP_STUCK_AFTER_SECONDS,
+EVIDENCE_HOST_CLOCK_SKEW_SECONDS, EVIDENCE_ABANDONED_AFTER_SECONDS, EVIDENCE_COLD_SWEEP_SECONDS, EVIDENCE_EXPORT_ROOT,
 EVIDENCE_EXPORT_KEEP_HOURS, EVIDENCE_EXPORT_LEASE_SECONDS, EVIDENCE_EXPORTS_PER_HOUR, EVIDENCE_EXPORT_DISK_BUDGET_BYTES,
 EVIDENCE_WATCH_RETENTION_SECONDS, EVIDENCE_IMPORT_READ_AHEAD, EVIDENCE_IMPORT_CALLS_BATCH,
 EVIDENCE_PUBLIC_URL, EVIDENCE_WEBHOOK_ALLOWED_HOSTS,
@@ -170,6 +172,23 @@ def env_seconds(name: str, default: int) -> int:
 # A running export's worker beats its heart a quarter of this often: a running export with no
 # heartbeat for this long lost its worker (killed, restarted) and is shown, then marked, failed.
 EVIDENCE_EXPORT_LEASE_SECONDS = env_seconds("EVIDENCE_EXPORT_LEASE_SECONDS", 120)
+# What agent hosts that ship (``callproof ship``) may do, and when a path from one is stuck
+# (docs/operations.md, "How the shipper and the server agree"). A host's pushes a minute (a
+# bucket: a minute's worth at once), the runs it may start shipping in an hour, and what its
+# folder of the mirror may hold (0: no limit); a refusal says which and when to try again.
+EVIDENCE_SHIP_PUSHES_PER_MINUTE = env_count("EVIDENCE_SHIP_PUSHES_PER_MINUTE", 1200)
+EVIDENCE_SHIP_NEW_RUNS_PER_HOUR = env_count("EVIDENCE_SHIP_NEW_RUNS_PER_HOUR", 1000)
+EVIDENCE_SHIP_QUOTA_MIB = env_count("EVIDENCE_SHIP_QUOTA_MIB", 50 * 1024)
+# A file shipped in chunks whose last chunk has not come for this long is removed (its shipper
+# died, or moved on): it starts again from its first chunk.
+EVIDENCE_SHIP_PARTS_KEEP_SECONDS = env_seconds("EVIDENCE_SHIP_PARTS_KEEP_SECONDS", 86400)
+# A run short of its host's ledger with nothing of it arriving, a run its shipper cannot send,
+# a host whose every push is refused, or whose decisions wait, for this long: stuck (an inbox
+# item, /metrics, an alert rule). Minutes: a decision reaches a host in seconds when it works.
+EVIDENCE_SHIP_STUCK_AFTER_SECONDS = env_seconds("EVIDENCE_SHIP_STUCK_AFTER_SECONDS", 300)
+# A host whose clock differs from the server's by more than this is said to be off (the Hosts
+# page, a finding); its times are then checked against the server's, not taken as they are.
+EVIDENCE_HOST_CLOCK_SKEW_SECONDS = env_seconds("EVIDENCE_HOST_CLOCK_SKEW_SECONDS", 60)
 # A host's watch applies retention to its own runs this often (0: never; the worker's retention
 # task then archives only the runs of the host it runs on). Only a run's own host touches its files.
 EVIDENCE_WATCH_RETENTION_SECONDS = env_count("EVIDENCE_WATCH_RETENTION_SECONDS", 3600)

@@ -193,9 +193,11 @@ def cmd_ship(options: argparse.Namespace) -> int:
         raise ValueError("the host's key: --key-file FILE (or CALLPROOF_SHIP_KEY), from manage.py host add NAME")
     if options.interval <= 0 or options.interval > 3600:
         raise ValueError("--interval is from 0 to 3600 seconds")
+    if not 0 <= options.decisions_every <= 3600:
+        raise ValueError("--decisions-every is from 0 to 3600 seconds")
     state = Path(options.state) if options.state else None
     return ship.run(Path(options.root), options.to, key, interval=options.interval, once=options.once,
-                    state_path=state, ca_file=options.ca_file)  # fmt: skip
+                    state_path=state, ca_file=options.ca_file, decisions_every=options.decisions_every)  # fmt: skip
 
 
 def cmd_conformance(options: argparse.Namespace) -> int:
@@ -410,8 +412,15 @@ def build_parser() -> argparse.ArgumentParser:
     shipper.add_argument("--key-file", default=None, metavar="FILE", help="the host's key (or CALLPROOF_SHIP_KEY)")
     shipper.add_argument("--interval", type=float, default=3.0, help="seconds between passes (3)")
     shipper.add_argument("--once", action="store_true", help="one pass, then exit")
+    shipper.add_argument(
+        "--decisions-every",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="while a pass pushes, the people's decisions are fetched and written this often (1)",
+    )
     shipper.add_argument("--state", default=None, metavar="FILE", help="what the dashboard acknowledged "
-                         "(default: ~/.local/state/callproof/ship-<root>.json)")  # fmt: skip
+                         "(default: ~/.local/state/callproof/ship-<root>.sqlite3)")  # fmt: skip
     shipper.add_argument("--ca-file", default=None, metavar="FILE", help="CA certificates for the dashboard's TLS")
     shipper.set_defaults(handler=cmd_ship)
     guide = commands.add_parser("docs", help="the guides, as text: with no name, their list (runtime-authors, "

@@ -66,17 +66,27 @@ def recording(outcome: Any) -> Iterator[None]:
         raise RecordingIncomplete(outcome, error) from error
 
 
+_failpoint_hits: dict[str, int] = {}  # how often each failpoint was reached (``NAME@N``)
+
+
 def failpoint(name: str) -> None:
     """End the process as if killed, when a crash test asks for it here (tests and demos only).
 
     ``NAME:stop`` stops the process there instead (SIGSTOP), for a harness to SIGKILL it:
     a real kill, at a window somebody chose (``receipts.crashes.kill_at_failpoint``).
     ``NAME:pause`` stops it there and, once continued (SIGCONT), goes on: for a test to change
-    the world between two steps (a legal hold set while retention archives).
+    the world between two steps (a legal hold set while retention archives). ``NAME@N`` ends
+    it the N-th time it gets there (a shipper killed after its third push, not its first).
     """
     wanted = os.environ.get("RECEIPTS_FAILPOINT")
+    if not wanted:
+        return
     if wanted == name:
         os._exit(137)
+    if wanted.startswith(f"{name}@"):
+        _failpoint_hits[name] = hits = _failpoint_hits.get(name, 0) + 1
+        if wanted == f"{name}@{hits}":
+            os._exit(137)
     # Sent to this thread, not the process: a SIGSTOP sent to the process by one of its threads
     # (the writer daemon serves each client in its own) can let that thread run on to the next
     # line before the stop takes it, and the daemon ended where it was to wait for its kill.

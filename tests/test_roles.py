@@ -135,6 +135,9 @@ ACTS = [
     Act("ship_instructions", "get", lambda: reverse("ship_instructions"), (), key_only=True),
     Act("ship_acks", "post", lambda: reverse("ship_acks"), (), key_only=True),
     Act("ship_stopped", "post", lambda: reverse("ship_stopped"), (), key_only=True),
+    Act("ship_report", "post", lambda: reverse("ship_report"), (), key_only=True, data=lambda: {"runs": []}),
+    Act("ship_removal", "post", lambda: reverse("ship_removal"), (), key_only=True,
+        data=lambda: {"id": "remove-1", "steer_sha256": ""}),
 ]  # fmt: skip
 
 

@@ -11,10 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,29 +22,11 @@ from evidence.models import AuditEntry, Call, Confirmation, Host, HumanDecision,
 from evidence.retention import actions
 from evidence.review import settle
 from receipts import durable, protocol, runtime
-from tests.helpers import PROJECT, every_entry, first_call_of, join
+from tests.helpers import every_entry, first_call_of, join
+from tests.shipping import ship
 from tests.volume import synthetic_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def mirror(settings, tmp_path) -> Path:
-    settings.EVIDENCE_MIRROR_ROOT = tmp_path / "mirror"
-    return settings.EVIDENCE_MIRROR_ROOT
-
-
-def ship(
-    root: Path, url: str, key: str, tmp_path: Path, *extra: str, **more_env: str
-) -> subprocess.CompletedProcess[str]:
-    """One pass of a real shipper, in an environment with no database and no Django settings."""
-    key_file = tmp_path / f"key-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
-    key_file.write_text(key + "\n")
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": str(PROJECT), **more_env}
-    state = tmp_path / f"state-{root.name}-{key_file.name}.json"
-    command = [sys.executable, "-m", "receipts", "ship", str(root), "--to", url, "--key-file", str(key_file),
-               "--state", str(state), "--once", *extra]  # fmt: skip
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
 
 
 def test_a_host_ships_its_runs_with_its_key_and_writes_back_the_decisions(
@@ -151,7 +130,7 @@ def push_item(path: str, content: bytes, **changed) -> dict:
                 ],
             },
             409,
-            "where the mirror ends",
+            "past the mirror's end",
         ),
         ({"run_id": "r1", "items": [{"kind": "other"}] * 201}, 400, "at most 200 items"),
         ([1, 2], 400, "a push is"),

@@ -25,7 +25,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -361,9 +361,11 @@ def root_import(
     report_unchanged: bool = True,
     host: Host | None = None,
     watch: Watch | None = None,
+    leave: Collection[str] = (),
 ) -> ImportReport:
     """Import every run directory under ``root`` (or ``root`` itself when it is one), as
     ``host``'s (this process's by default): a run another host imported is not imported here.
+    The runs named in ``leave`` are left for a later pass (a shipped run still arriving).
 
     One bad run never stops the others: its problems are findings on it. What the
     last import recorded of every run is read in one query, so a run whose files
@@ -380,7 +382,7 @@ def root_import(
     sweep_calls_folders()  # a killed importer's, before this pass makes its own
     discovery = discover_runs(Path(root))
     root_key = storable_text(str(Path(root).absolute()))
-    base, names = discovery.base.absolute(), discovery.names
+    base, names = discovery.base.absolute(), [name for name in discovery.names if name not in leave]
     if watch is not None:
         chosen = watch.to_check(base, names, host, now)
         names = [name for name in names if name in chosen]

@@ -16,11 +16,8 @@ receipt the person saw) and acknowledges each by id: delivered, refused (with wh
 
 from __future__ import annotations
 
-import base64
-import binascii
-import dataclasses
+import datetime as dt
 import hashlib
-import os
 import re
 import secrets
 from pathlib import Path
@@ -28,30 +25,17 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.db.models.functions import Now
 
 from evidence.ingest import delivery
+from evidence.ingest.mirror import MAX_ITEMS, ShipError, mirror_root
 from evidence.lib import hosts
 from evidence.models import Host, HostKey, HumanDecision, Run
-from receipts import __version__, durable, protocol
-from receipts.reader import MAX_JSON_BYTES
+from receipts import __version__, protocol
 
 KEY_PREFIX = "cph_"
-# What one push may carry, decoded: the shipper sends files in chunks of at most this.
-MAX_CHUNK_BYTES = 512 * 1024
-MAX_ITEMS = 200
-# A file of a run: steer.json and state.json, or one file directly in one of the run's folders.
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,250}")
-LEDGER = protocol.LEDGER_NAME
-
-
-@dataclasses.dataclass
-class ShipError(Exception):
-    """A request refused: its HTTP status, and a sentence for the shipper's log."""
-
-    status: int
-    message: str
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+__all__ = ["ShipError", "mirror_root"]  # the views' and the tests' names for them
 
 
 def digest_of(key: str) -> str:
@@ -89,10 +73,24 @@ def authenticate(header: str) -> Host:
     return found.host
 
 
-def check_in(host: Host, *, instance: str, root: str, version: str) -> Host:
+def clock_offset(said: str, now: dt.datetime) -> float | None:
+    """The host's clock less the server's, from the time its shipper stamped on a request just
+    before sending it (``X-Callproof-Time``): None when it said none, or nothing readable."""
+    if not said or len(said) > 40:
+        return None
+    try:
+        return round((protocol.parse_time(said) - now).total_seconds(), 3)
+    except (ValueError, OverflowError):
+        return None
+
+
+def check_in(host: Host, *, instance: str, root: str, version: str, clock: str = "") -> Host:
     """The host's shipper reports, on the server's clock. One shipper per key at a time: another
-    instance is refused (409, and shown on the Hosts page) while the holder reports."""
+    instance is refused (409, and shown on the Hosts page) while the holder reports. ``clock``:
+    the host's time as its shipper sent the request (a small one: a big body's upload would
+    count as clock), kept as the host's offset from the server's."""
     instance, root, version = instance[:64], root[:1000], version[:32]
+    offset = clock_offset(clock, protocol.utc_now())
     if "\x00" in instance + root + version:
         raise ShipError(400, "a U+0000 (NUL) character is not allowed in the X-Callproof headers")
     if not instance:
@@ -108,6 +106,7 @@ def check_in(host: Host, *, instance: str, root: str, version: str) -> Host:
             Host.objects.filter(pk=host.pk).update(
                 lease=instance, runs_root=root, version=version or __version__, last_seen_at=Now(), watching=True,
                 stopped_at=None, **({"started_at": Now()} if held.lease != instance else {}),
+                **({"clock_offset_seconds": offset} if offset is not None else {}),
             )  # fmt: skip
             return Host.objects.get(pk=host.pk)
     raise refused
@@ -117,127 +116,21 @@ def stopped(host: Host, *, instance: str) -> None:
     Host.objects.filter(pk=host.pk, lease=instance).update(stopped_at=Now())
 
 
-def mirror_root(host: Host) -> Path:
-    return Path(settings.EVIDENCE_MIRROR_ROOT) / host.name
-
-
-def _parts_dir(host: Host, run_id: str) -> Path:
-    # Beside the hosts' folders, never inside a runs root the importer reads.
-    return Path(settings.EVIDENCE_MIRROR_ROOT) / ".parts" / host.name / run_id
-
-
-def push(host: Host, document: Any) -> dict[str, Any]:
-    """Store what the host shipped of one run in its mirror: ledger bytes appended at the mirror's
-    own length, and files (whole, or chunk by chunk), each checked against its SHA-256."""
-    if not isinstance(document, dict) or not isinstance(document.get("items"), list):
-        raise ShipError(400, "a push is {run_id, items: [...]}")
-    run_id = document.get("run_id")
-    if not isinstance(run_id, str) or not protocol.valid_run_id(run_id):
-        raise ShipError(400, "run_id is not a valid run_id")
-    items = document["items"]
-    if len(items) > MAX_ITEMS:
-        raise ShipError(400, f"at most {MAX_ITEMS} items a push")
-    owner = Run.objects.filter(run_id=run_id).exclude(host=host).values_list("host__name", flat=True).first()
-    if owner is not None:
-        raise ShipError(409, f"run_id {run_id} is already host {owner}'s run: this copy is not imported",
-                        {"owned_by": owner})  # fmt: skip
-    run_dir = mirror_root(host) / run_id
-    for folder in protocol.RUN_FOLDERS:
-        (run_dir / folder).mkdir(parents=True, exist_ok=True)
-    for item in items:
-        _store(host, run_id, run_dir, item)
-    return {"ledger_size": _size(run_dir / LEDGER)}
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
-
-
-def _decoded(item: dict[str, Any]) -> bytes:
-    try:
-        data = base64.b64decode(item.get("data", ""), validate=True)
-    except (binascii.Error, TypeError, ValueError):
-        raise ShipError(400, "data is not base64") from None
-    if len(data) > MAX_CHUNK_BYTES:
-        raise ShipError(400, f"a chunk is at most {MAX_CHUNK_BYTES} bytes")
-    return data
-
-
-def _store(host: Host, run_id: str, run_dir: Path, item: Any) -> None:
-    if not isinstance(item, dict):
-        raise ShipError(400, "each item is an object")
-    offset, declared = item.get("offset"), item.get("sha256")
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        raise ShipError(400, "offset is a whole number")
-    if not isinstance(declared, str) or not protocol.HEX64_RE.fullmatch(declared):
-        raise ShipError(400, "sha256 is 64 lowercase hex digits")
-    data = _decoded(item)
-    if item.get("kind") == "ledger":
-        ledger = run_dir / LEDGER
-        if hashlib.sha256(data).hexdigest() != declared:
-            raise ShipError(400, "the ledger bytes do not match their sha256")
-        if offset != _size(ledger):
-            raise ShipError(409, "the ledger is shipped from where the mirror ends", {"ledger_size": _size(ledger)})
-        fd = os.open(ledger, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        return
-    if item.get("kind") != "file":
-        raise ShipError(400, "kind is ledger or file")
-    relative, size = item.get("path"), item.get("size")
-    if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= MAX_JSON_BYTES:
-        raise ShipError(400, f"size is a whole number up to {MAX_JSON_BYTES}")
-    target = run_dir / _safe_path(relative)
-    if offset == 0 and len(data) == size:
-        if hashlib.sha256(data).hexdigest() != declared:
-            raise ShipError(400, f"{relative} does not match its sha256")
-        durable.write_durable(target, data, root=run_dir)
-        return
-    part = _parts_dir(host, run_id) / (hashlib.sha256(str(relative).encode()).hexdigest() + ".part")
-    part.parent.mkdir(parents=True, exist_ok=True)
-    if offset != (_size(part) if offset else 0):
-        raise ShipError(409, f"{relative} is shipped from byte {_size(part)}", {"part_size": _size(part)})
-    with open(part, "wb" if offset == 0 else "ab") as stream:
-        stream.write(data)
-    if offset + len(data) < size:
-        return
-    with open(part, "rb") as stream:
-        whole = stream.read()
-    part.unlink()
-    if len(whole) != size or hashlib.sha256(whole).hexdigest() != declared:
-        raise ShipError(400, f"{relative} does not match its size and sha256")
-    durable.write_durable(target, whole, root=run_dir)
-
-
-def _safe_path(relative: Any) -> str:
-    """A run file's path as the shipper names it: steer.json, state.json, or FOLDER/NAME."""
-    if relative in ("steer.json", "state.json"):
-        return relative
-    if isinstance(relative, str) and relative.count("/") == 1:
-        folder, name = relative.split("/")
-        if folder in protocol.RUN_FOLDERS and _NAME.fullmatch(name) and ".." not in name:
-            return relative
-    raise ShipError(400, "path is steer.json, state.json or FOLDER/NAME in one of the run's folders")
-
-
 # --- instructions ------------------------------------------------------------
 
 
 def instructions(host: Host) -> list[dict[str, Any]]:
     """What this host has still to do in its runs: the people's decisions to write, oldest first,
     then the runs archived from the mirror whose own copy it may remove (never one under a
-    legal hold, re-checked when it says it removed it)."""
+    legal hold: the host asks again, just before it removes it, ``confirm_removal``)."""
     return _decisions(host) + _removals(host)
 
 
 def _removals(host: Host) -> list[dict[str, Any]]:
-    archived = Run.objects.filter(host=host, archived=True, legal_hold=False, host_copy_removed_at__isnull=True,
+    # Under a legal hold a removal is not asked for, unless it was confirmed before the hold came:
+    # the host may have removed its copy since, and its acknowledgement must get through.
+    due = Q(legal_hold=False) | Q(host_copy_removal_confirmed_at__isnull=False)
+    archived = Run.objects.filter(due, host=host, archived=True, host_copy_removed_at__isnull=True,
                                   host_copy_kept="").exclude(steer_sha256="")  # fmt: skip
     return [
         {"id": f"remove-{run.pk}", "kind": "remove", "run_id": run.run_id, "steer_sha256": run.steer_sha256}
@@ -246,15 +139,58 @@ def _removals(host: Host) -> list[dict[str, Any]]:
     ]
 
 
+_NUMBER = re.compile(r"[0-9]{1,18}")
+
+
+def _number_of(instruction_id: Any, prefix: str) -> int | None:
+    """The row an instruction's id names (``decision-12``, ``remove-7``), or None: digits 0-9
+    only (``str.isdigit`` takes "²", which ``int`` refuses)."""
+    if not isinstance(instruction_id, str) or not instruction_id.startswith(prefix):
+        return None
+    number = instruction_id.removeprefix(prefix)
+    return int(number) if _NUMBER.fullmatch(number) else None
+
+
+def confirm_removal(host: Host, document: Any) -> dict[str, Any]:
+    """Asked by the host immediately before it removes its own copy of an archived run (the
+    directory already renamed out of the readers' way): still to remove, under no legal hold,
+    and the same run (its steer.json's SHA-256)? A hold set since the instruction was fetched
+    wins: the host puts its copy back."""
+    if not isinstance(document, dict):
+        raise ShipError(400, "a removal to confirm is {id, steer_sha256}")
+    number = _number_of(document.get("id"), "remove-")
+    if number is None:
+        raise ShipError(400, "id is remove-N, as the instruction said")
+    with transaction.atomic():
+        # The run's row locked, as a legal hold locks it: the hold is set before (kept) or after
+        # (the removal was decided, and the archive holds the run).
+        run = Run.objects.select_for_update().filter(pk=number, host=host, archived=True,
+                                                     host_copy_removed_at__isnull=True).first()  # fmt: skip
+        if run is None:
+            return {"remove": False, "why": "no removal of this run is asked of this host now"}
+        if document.get("steer_sha256") != run.steer_sha256:
+            return {"remove": False, "why": f"the directory holds another run than {run.run_id} archived"}
+        if run.host_copy_removal_confirmed_at is not None:
+            return {"remove": True, "why": ""}  # decided before: a shipper killed after it asks again
+        if run.legal_hold:
+            since = protocol.format_time(run.legal_hold_since) if run.legal_hold_since else "now"
+            why = f"run {run.run_id} is under a legal hold since {since}: the host keeps its copy"
+            return {"remove": False, "why": why}
+        if run.host_copy_kept:
+            return {"remove": False, "why": f"the host keeps run {run.run_id}: {run.host_copy_kept}"}
+        Run.objects.filter(pk=run.pk).update(host_copy_removal_confirmed_at=Now())
+    return {"remove": True, "why": ""}
+
+
 def _removal_acknowledged(host: Host, ack: dict[str, Any], now: Any) -> int:
     from evidence.models import AuditEntry
 
-    number = ack["id"].removeprefix("remove-")
-    if not number.isdigit() or len(number) > 18:
+    number = _number_of(ack["id"], "remove-")
+    if number is None:
         return 0
     detail = str(ack.get("detail", ""))[:2000]
     with transaction.atomic():
-        run = Run.objects.select_for_update().filter(pk=int(number), host=host, archived=True,
+        run = Run.objects.select_for_update().filter(pk=number, host=host, archived=True,
                                                      host_copy_removed_at__isnull=True).first()  # fmt: skip
         if run is None:
             return 0
@@ -299,11 +235,11 @@ def acknowledge(host: Host, acks: Any) -> dict[str, int]:
         if ack["id"].startswith("remove-"):
             counted[ack["outcome"]] += _removal_acknowledged(host, ack, now)
             continue
-        number = ack["id"].removeprefix("decision-")
+        number = _number_of(ack["id"], "decision-")
         decision = (
-            HumanDecision.objects.select_related("run").filter(pk=int(number), run__host=host).first()
-            if number.isdigit() and len(number) < 19
-            else None
+            None
+            if number is None
+            else HumanDecision.objects.select_related("run").filter(pk=number, run__host=host).first()
         )
         if decision is None or not decision.pending:
             continue  # another host's, unknown, or already said: nothing changes

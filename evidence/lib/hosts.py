@@ -245,9 +245,11 @@ class MoveRefusedError(Exception):
 def move(*, old: str, new: str, reason: str, actor: str) -> int:
     """Hand every run of host ``old`` to host ``new`` (made when it does not exist, with ``old``'s
     runs root): its runs, and so the decisions still to write into them, are ``new``'s from now
-    on; ``old`` is retired. One audit entry per run. Refused while ``old``'s watch ships (stop it
-    first: it would go on importing as ``old``), and for a name no host may take."""
-    from evidence.models import AuditEntry
+    on; ``old`` is retired: its shipper's keys are revoked (a request with one would bring it
+    back), and what it shipped moves to ``new``'s folder of the mirror. One audit entry per run.
+    Refused while ``old`` ships (stop its shipper or its watch first: it would go on importing
+    as ``old``), and for a name no host may take."""
+    from evidence.models import AuditEntry, HostKey, ShippedRun
 
     if not reason.strip():
         raise MoveRefusedError("a host is moved with a reason (--reason)")
@@ -259,10 +261,16 @@ def move(*, old: str, new: str, reason: str, actor: str) -> int:
         source = Host.objects.select_for_update().filter(name=old).first()
         if source is None:
             raise MoveRefusedError(f"no host {old!r}")
+        ships_with_a_key = HostKey.objects.filter(host=source).exists()
         if state_of(source) == SHIPPING:
+            seen = protocol.format_time(source.last_seen_at)
             raise MoveRefusedError(
-                f"host {old!r} is shipping (pid {source.pid}, last seen {protocol.format_time(source.last_seen_at)}): "
-                "stop its import_runs --watch first, then move it, then start the watch as the new name"
+                f"host {old!r} is shipping (callproof ship from {source.runs_root}, last seen {seen}): stop its "
+                f"shipper first, then move it, then start the shipper with a key of host {new!r} (manage.py host "
+                "add NEW)"
+                if ships_with_a_key
+                else f"host {old!r} is shipping (pid {source.pid}, last seen {seen}): stop its import_runs --watch "
+                "first, then move it, then start the watch as the new name"
             )
         target, _ = Host.objects.get_or_create(
             name=new,
@@ -281,8 +289,28 @@ def move(*, old: str, new: str, reason: str, actor: str) -> int:
                 AuditEntry(run_id=pk, action=AuditEntry.HOST_MOVED, actor=actor, at=now, reason=why) for pk in batch
             )
             moved += Run.objects.filter(pk__in=batch).update(host=target)
+        _move_the_mirror(source, target)
+        HostKey.objects.filter(host=source, revoked_at__isnull=True).update(revoked_at=Now())
+        ShippedRun.objects.filter(host=source).exclude(run_id__in=ShippedRun.objects.filter(host=target).values(
+            "run_id")).update(host=target)  # fmt: skip
         Host.objects.filter(pk=source.pk).update(watching=False, lease="")  # retired: it has nothing left
     return moved
+
+
+def _move_the_mirror(source: Host, target: Host) -> None:
+    """What ``source`` shipped, moved to ``target``'s folder of the mirror with its runs' paths:
+    ``target``'s shipper goes on from what the server holds, and the mirror is imported as
+    ``target``'s. A run ``target`` already ships stays where it is."""
+    mirror = Path(settings.EVIDENCE_MIRROR_ROOT)
+    old_folder, new_folder = mirror / source.name, mirror / target.name
+    if not old_folder.is_dir():
+        return
+    new_folder.mkdir(parents=True, exist_ok=True)
+    for entry in sorted(os.listdir(old_folder)):
+        if os.path.lexists(new_folder / entry):
+            continue
+        os.replace(old_folder / entry, new_folder / entry)
+        Run.objects.filter(host=target, run_id=entry, path=str(old_folder / entry)).update(path=str(new_folder / entry))
 
 
 def owns(run: Run) -> bool:

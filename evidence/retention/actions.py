@@ -21,7 +21,7 @@ from django_tasks import task
 
 from evidence.lib import hosts, stats
 from evidence.lib.pagination import every_row
-from evidence.models import AuditEntry, Call, Host, Run
+from evidence.models import AuditEntry, Call, Host, Run, ShippedRun
 from evidence.retention.plans import (
     ARCHIVE,
     KEEP,
@@ -284,6 +284,12 @@ def remove_run_directory(run: Run) -> None:
         for name in os.listdir(run_dir.parent):
             if _renamed_from(name) == run_dir.name:  # what a killed apply renamed and never removed
                 shutil.rmtree(run_dir.with_name(name), ignore_errors=True)
+    if run.host is not None and run_dir.is_relative_to(Path(settings.EVIDENCE_MIRROR_ROOT)):
+        # The mirror's copy of a shipped run is gone on purpose: it no longer counts against its
+        # host's quota, and nothing of it is behind (evidence/ingest/mirror.py).
+        ShippedRun.objects.filter(host=run.host, run_id=run.run_id).update(
+            mirror_bytes=0, mirror_ledger_bytes=0, host_ledger_bytes=0, behind_since=None, arriving=False
+        )
 
 
 def unfinished_removals(runs: Iterable[Run]) -> list[Run]:

@@ -18,6 +18,8 @@ urlpatterns = [
     path("api/", api.urls()),
     # callproof ship: agent hosts with a host key (evidence/ingest/shipping.py)
     path("ship/v1/push", ship.push, name="ship_push"),
+    path("ship/v1/report", ship.report, name="ship_report"),
+    path("ship/v1/removal", ship.removal, name="ship_removal"),
     path("ship/v1/instructions", ship.instructions, name="ship_instructions"),
     path("ship/v1/acks", ship.acks, name="ship_acks"),
     path("ship/v1/stopped", ship.stopped, name="ship_stopped"),

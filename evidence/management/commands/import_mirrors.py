@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import signal
 import time
-from pathlib import Path
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import Error as DatabaseFailure
 from django.db import close_old_connections, connections
 
+from evidence.ingest import mirror
 from evidence.ingest.importer import root_import
 from evidence.ingest.watch import Watch
 from evidence.lib import stopping
@@ -55,11 +54,14 @@ class Command(BaseCommand):
             signal.signal(signal.SIGTERM, previous)
 
     def import_all(self, *, watch: Watch | None) -> None:
-        mirror = Path(settings.EVIDENCE_MIRROR_ROOT)
+        mirror.sweep_parts()
         for host in Host.objects.filter(keys__isnull=False).distinct():
-            root = mirror / host.name
+            root = mirror.mirror_root(host)
             if root.is_dir():
-                report = root_import(root=root, host=host, watch=watch, report_unchanged=False)
+                # A run whose shipper is between two pushes of a pass waits for the last: never
+                # read half arrived (a receipt whose ledger line is still on its way).
+                arriving = mirror.arriving(host)
+                report = root_import(root=root, host=host, watch=watch, report_unchanged=False, leave=arriving)
                 for run in report.runs:
                     if run.changed:
                         self.stdout.write(f"{host.name}/{run.run_id}: imported; {run.events} events")
