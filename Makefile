@@ -8,7 +8,7 @@ ADDR ?= 127.0.0.1:8000
 PIP_VERSION := 26.3
 UV_VERSION := 0.13.9
 
-.PHONY: install lock demo test-packages messages test check lint format bench bench-serve bench-import bench-import-10m bench-export bench-pages bench-pages-10m bench-watch-10m torture clean
+.PHONY: install lock demo test-packages messages test check lint format bench bench-serve bench-import bench-import-10m bench-export bench-pages bench-pages-10m bench-watch-10m bench-ship torture clean
 
 # Everything comes from the lock file, each package by its hash (the test and deploy extras,
 # so the suite, the proxy tests and the benchmarks run on the same versions everywhere);
@@ -147,6 +147,11 @@ bench-pages-10m: install
 bench-watch-10m: install
 	$(BIN)/python tests/bench/bench_watch.py --big-receipts 1000000 --repeat 3 --latency 20 --big-writing
 	$(BIN)/python tests/bench/bench_watch.py --big-receipts 1000000 --repeat 3 --latency 20 --big-writing --postgres
+
+# The shipper: its memory while it ships a big run, and a decision's way to its host meanwhile (PostgreSQL).
+bench-ship: install
+	$(BIN)/python tests/bench/bench_ship.py --events 1000000 --receipts 100000
+	$(BIN)/python tests/bench/bench_ship.py --events 10000000 --receipts 1000000
 
 # The real writer killed at random moments, N trials per tool (docs/KILL_TESTING.md); by hand.
 N ?= 1000

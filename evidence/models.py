@@ -70,7 +70,7 @@ class Host(models.Model):
     started_at = models.DateTimeField()
     # The end of its last pass (the start of its first, until that ends): its heartbeat.
     last_seen_at = models.DateTimeField()
-    last_pass_seconds = models.FloatField(null=True)  # longer than its interval: it falls behind
+    last_pass_seconds = models.FloatField(null=True)  # longer than its interval: it falls behind (a shipper's too)
     stopped_at = models.DateTimeField(null=True)  # it said it stopped (SIGTERM, Ctrl-C)
     watching = models.BooleanField(default=False)  # ships continuously: its silence is a problem
     # The watching importer that holds the name: a random token per process. Another importer
@@ -95,8 +95,6 @@ class Host(models.Model):
     # Its pushes refused since then, none taken since (null: the last one was taken), and why.
     push_refused_since = models.DateTimeField(null=True)
     push_refusal = models.TextField(default="", blank=True)
-    # The end of its shipper's last pass (it reports after each), and how long the pass took.
-    reported_at = models.DateTimeField(null=True)
 
     class Meta:
         ordering = ["name"]
@@ -169,7 +167,10 @@ class Run(models.Model):
     next_stale_at = models.DateTimeField(null=True)
     event_count = models.BigIntegerField(default=0)
     first_event_at = models.DateTimeField(null=True)
-    last_event_at = models.DateTimeField(null=True)
+    last_event_at = models.DateTimeField(null=True)  # as the run's host wrote it: its clock's word
+    # The last event on the server's clock (``hosts.checked_activity``): the host's time, checked
+    # against when the server received it. What retention and "abandoned" judge a run by.
+    activity_at = models.DateTimeField(null=True)
     archived = models.BooleanField(default=False)
     archived_at = models.DateTimeField(null=True)
     archive_path = models.TextField(blank=True)  # the .tar.gz under EVIDENCE_ARCHIVE_ROOT

@@ -65,6 +65,10 @@ CODES: dict[str, tuple[str, str]] = {
         WARNING,
         "not finished, and no event for EVIDENCE_ABANDONED_AFTER_SECONDS: no longer checked every pass",
     ),
+    "host_clock_off": (
+        WARNING,
+        "a shipping host whose clock differs from the server's by more than EVIDENCE_HOST_CLOCK_SKEW_SECONDS",
+    ),
 }
 
 # The digest mismatches: shown first on the findings page, stored beside recomputed.
@@ -211,6 +215,10 @@ SENTENCES: dict[str, str] = {
         "or end it with {command}"
     ),
     "decision_undeliverable.why": "{actor}'s decision ({resolution}, {reason}) was not written: {why}",
+    "host_clock_off.offset": (
+        "the clock of host {host} is {offset} s off the server's (ahead when positive, more than {skew} s): its "
+        "runs' times are checked against when the server received them"
+    ),
 }
 
 

@@ -182,6 +182,7 @@ class Shipper:
         self._report = PassReport()
         self._decisions_at = 0.0  # when decisions were last fetched (time.monotonic())
         self._shipping = ""  # the run being pushed: its removal waits for the end of the pass
+        self._listed = b""  # a digest of the runs the last pass listed
 
     # --- the dashboard -------------------------------------------------------------------
 
@@ -232,6 +233,7 @@ class Shipper:
 
     def ship_once(self) -> PassReport:
         report = self._report = PassReport()
+        started = time.monotonic()
         self._put_back_interrupted_removals(report)
         discovery = discover_runs(self.root)
         runs = discovery.runs
@@ -249,9 +251,11 @@ class Shipper:
                 self.state.set_problem(run_dir.name, problem)
                 report.problems.append(f"{run_dir.name}: {problem}")
         self.deliver(report)
-        if discovery.names:
-            self.state.forget_all_but(discovery.names)
-        self._say_problems(pass_done=True)
+        gone: list[str] = []
+        listed = hashlib.sha256("/".join(discovery.names).encode()).digest()
+        if discovery.names and listed != self._listed:  # the runs under the root changed: forget the gone
+            gone, self._listed = self.state.forget_all_but(discovery.names), listed
+        self._say_problems(gone, pass_seconds=time.monotonic() - started)
         return report
 
     def ship_run(self, run_dir: Path) -> int:
@@ -432,19 +436,24 @@ class Shipper:
             self.state.begin_run(entry["run_id"], generation)  # the run as it is now: a new one starts afresh
             self.state.reported(entry["run_id"], size)
 
-    def _say_problems(self, *, pass_done: bool) -> None:
-        """Why each run that cannot be sent cannot (and that it can again, once it can), then
-        that the pass ended: the dashboard shows them, and raises a run that stays so."""
+    def _say_problems(self, gone: list[str], *, pass_seconds: float) -> None:
+        """Why each run that cannot be sent cannot (and that it can again, once it can), the runs
+        gone from the root (nothing of them is behind any more), then that the pass ended and how
+        long it took: the dashboard shows them, and raises a run that stays so."""
         told = self.state.problems_to_say()
-        for start in range(0, max(1, len(told)), REPORT_RUNS):
-            batch = told[start : start + REPORT_RUNS]
-            body = {"runs": [{"run_id": run.run_id, "generation": run.generation or "", "problem": run.problem}
-                             for run in batch],
-                    "pass_done": pass_done and start + REPORT_RUNS >= len(told)}  # fmt: skip
+        entries: list[dict[str, Any]] = [
+            {"run_id": run.run_id, "generation": run.generation or "", "problem": run.problem} for run in told
+        ]
+        entries += [{"run_id": run_id, "gone": True} for run_id in gone]
+        for start in range(0, max(1, len(entries)), REPORT_RUNS):
+            last = start + REPORT_RUNS >= len(entries)
+            body: dict[str, Any] = {"runs": entries[start : start + REPORT_RUNS]}
+            if last:
+                body["pass_seconds"] = round(pass_seconds, 3)
             status, _ = self.request("POST", "report", body)
             if status == 200:
                 with self.state.saving():
-                    for run in batch:
+                    for run in told[start : start + REPORT_RUNS]:
                         self.state.problem_said(run.run_id, run.problem)
 
     def refused(self, run_id: str, status: int, said: dict[str, Any]) -> None:

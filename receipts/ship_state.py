@@ -175,17 +175,19 @@ class ShipState:
         for table in ("runs", "files", "folders"):
             self.db.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))  # noqa: S608 - the three names above
 
-    def forget_all_but(self, run_ids: Iterable[str]) -> None:
+    def forget_all_but(self, run_ids: Iterable[str]) -> list[str]:
         """The runs no longer under the root (removed by hand, or moved away): forgotten, so that
-        the state does not grow with every run the host ever had. One that comes back is sent
-        again from its start, which the dashboard takes without writing it twice."""
+        the state does not grow with every run the host ever had; their ids. One that comes back
+        is sent again from its start, which the dashboard takes without writing it twice."""
         with self.saving():
             self.db.execute("CREATE TEMP TABLE IF NOT EXISTS present (run_id TEXT PRIMARY KEY) WITHOUT ROWID")
             self.db.execute("DELETE FROM present")
             self.db.executemany("INSERT OR IGNORE INTO present VALUES (?)", ((run_id,) for run_id in run_ids))
             gone = "run_id NOT IN (SELECT run_id FROM present)"
+            forgotten = [row[0] for row in self.db.execute(f"SELECT run_id FROM runs WHERE {gone}")]  # noqa: S608
             for table in ("runs", "files", "folders"):
                 self.db.execute(f"DELETE FROM {table} WHERE {gone}")  # noqa: S608 - the three names above
+        return forgotten
 
     # --- files and folders -------------------------------------------------------------
 

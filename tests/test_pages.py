@@ -54,7 +54,7 @@ def test_pages_refuse_post(logged_in, demo):
         ("/runs/clean-run/?list=everything&format=csv", "list=&#x27;everything&#x27; is not one of: events, calls"),
         ("/runs/clean-run/?type=nope", "type=&#x27;nope&#x27; is not one of:"),
         ("/findings/?code=made_up", "code=&#x27;made_up&#x27; is not one of: invalid_json"),
-        ("/inbox/?kind=everything", "kind=&#x27;everything&#x27; is not one of: silent host, tampered"),
+        ("/inbox/?kind=everything", "kind=&#x27;everything&#x27; is not one of: silent host, stalled host, tampered"),
         ("/runs/clean-run/replay/?decision=maybe", "decision=&#x27;maybe&#x27; is not one of: confirm"),
         ("/audit/?list=zzz", "list=&#x27;zzz&#x27; is not one of: decisions, actions"),
     ],

@@ -22,7 +22,15 @@ RULES = PROJECT / "deploy" / "prometheus" / "callproof-alerts.yml"
 RULE_TESTS = PROJECT / "deploy" / "prometheus" / "callproof-alerts.test.yml"
 DASHBOARD = PROJECT / "deploy" / "grafana" / "callproof.json"
 METRIC = re.compile(r"\bcallproof_[a-z_]+\b")
-ALERTS = {"CallproofCallsInDoubt", "CallproofHostSilent", "CallproofDecisionUndelivered", "CallproofTaskQueueStuck"}
+ALERTS = {
+    "CallproofCallsInDoubt",
+    "CallproofHostSilent",
+    "CallproofDecisionUndelivered",
+    "CallproofTaskQueueStuck",
+    "CallproofRunsNotArriving",
+    "CallproofShipperRefused",
+    "CallproofHostClockOff",
+}
 
 # Debian's prometheus package has promtool; `make test-packages` (CI's second step) installs it.
 promtool = pytest.mark.skipif(
@@ -58,7 +66,7 @@ def exported_names(client) -> set[str]:
     return names
 
 
-def test_the_rules_alert_on_the_four_things_an_operator_is_paged_for():
+def test_the_rules_alert_on_the_seven_things_an_operator_is_paged_for():
     assert set(rule_expressions()) == ALERTS
 
 

@@ -105,7 +105,8 @@ def test_a_legal_hold_is_set_and_lifted_with_a_reason_audited_and_it_keeps_the_r
     from evidence.models import AuditEntry
 
     client.force_login(user)
-    Run.objects.filter(run_id="clean-run").update(last_event_at=protocol.utc_now() - dt.timedelta(days=100))
+    old = protocol.utc_now() - dt.timedelta(days=100)
+    Run.objects.filter(run_id="clean-run").update(last_event_at=old, activity_at=old)
     assert plans_at(0)["clean-run"].action == "strip_bodies", "100 days old: its bodies are due"
     assert hold(client, "clean-run", hold="set", reason="litigation").status_code == HTTPStatus.FORBIDDEN
     user.user_permissions.add(Permission.objects.get(codename="set_legal_hold"))

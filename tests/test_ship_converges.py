@@ -32,7 +32,15 @@ from evidence.retention import actions
 from evidence.review import settle
 from receipts import durable, protocol, runtime
 from tests.helpers import first_call_of, join, until
-from tests.shipping import LossyProxy, converged, named_before_their_receipts, ship, ship_command, ship_env
+from tests.shipping import (
+    LossyProxy,
+    converged,
+    named_before_their_receipts,
+    run_files,
+    ship,
+    ship_command,
+    ship_env,
+)
 from tests.volume import synthetic_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -358,3 +366,32 @@ def test_a_removal_confirmed_before_a_hold_is_finished_and_acknowledged(
     run = Run.objects.get(run_id=first)
     assert run.host_copy_removed_at is not None and run.legal_hold
     assert AuditEntry.objects.filter(run=run, action=AuditEntry.HOST_COPY_REMOVED).count() == 1
+
+
+def test_an_earlier_shippers_json_state_is_taken_over_and_nothing_is_sent_again(
+    demo_root, tmp_path, live_server, mirror
+):
+    """A shipper upgraded in place: its JSON state (what each ledger and file the dashboard took)
+    becomes the SQLite state, with the same instance (the dashboard's lease stays its own)."""
+    key = shipping.new_key("agent-a")
+    assert ship(demo_root, live_server.url, key, tmp_path).returncode == 0
+    legacy: dict = {"instance": "the-instance-it-had", "files": {}}
+    for run_dir in sorted(path for path in demo_root.iterdir() if path.is_dir()):
+        for relative in run_files(run_dir):
+            facts = (run_dir / relative).lstat()
+            mark = (
+                facts.st_size if relative == protocol.LEDGER_NAME else [facts.st_size, facts.st_mtime_ns, facts.st_ino]
+            )
+            legacy["files"][f"{run_dir.name}/{relative}"] = mark
+    state = ship_command(demo_root, live_server.url, key, tmp_path)[-1]
+    Path(state).write_text(json.dumps(legacy))
+    received = dict(ShippedRun.objects.values_list("run_id", "received_at"))
+
+    again = ship(demo_root, live_server.url, key, tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert Path(state).read_bytes().startswith(b"SQLite format 3")
+    assert ShippedRun.objects.get(run_id="clean-run").host.lease == "the-instance-it-had"
+    assert dict(ShippedRun.objects.values_list("run_id", "received_at")) == received, "nothing sent again"
+    durable.append_event(demo_root / "clean-run", "note", {"text": "after the upgrade"})
+    assert ship(demo_root, live_server.url, key, tmp_path).returncode == 0
+    assert converged(demo_root, mirror / "agent-a") == {}

@@ -180,3 +180,23 @@ def test_a_host_whose_clock_is_off_is_told_apart(client, mirror, settings):
     client.post("/ship/v1/push", json.dumps({"run_id": "r1", "items": []}), content_type="application/json",
                 **push_headers)  # fmt: skip
     assert abs(Host.objects.get(name="agent-a").clock_offset_seconds or 99) < 5
+
+
+def test_a_run_gone_from_its_hosts_root_is_no_longer_behind(client, mirror, demo_root, tmp_path, live_server):
+    key = shipping.new_key("agent-a")
+    assert ship(demo_root, live_server.url, key, tmp_path).returncode == 0
+    durable.append_event(demo_root / "clean-run", "note", {"text": "never shipped"})
+    body = {"runs": [{"run_id": "clean-run", "ledger_size": (demo_root / "clean-run" / "events.jsonl").stat().st_size}]}
+    assert client.post("/ship/v1/report", json.dumps(body), content_type="application/json",
+                       **headers(key)).status_code == 200  # fmt: skip
+    assert ShippedRun.objects.get(run_id="clean-run").behind_since is not None
+    assert client.post("/ship/v1/stopped", **headers(key)).status_code == 200  # its lease let go
+    # Removed by hand on the host before its new line went: the shipper says it is gone.
+    import shutil
+
+    shutil.rmtree(demo_root / "clean-run")
+    shipped = ship(demo_root, live_server.url, key, tmp_path)
+    assert shipped.returncode == 0, shipped.stderr
+    gone = ShippedRun.objects.get(run_id="clean-run")
+    assert gone.behind_since is None and gone.host_ledger_bytes == gone.mirror_ledger_bytes
+    assert Host.objects.get(name="agent-a").last_pass_seconds is not None, "the shipper's pass, timed"

@@ -36,7 +36,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q, QuerySet, Sum
+from django.db.models import F, Sum
 
 from evidence.models import Host, Run, ShippedRun
 from receipts import confined, durable, protocol
@@ -467,17 +467,28 @@ MAX_REPORTED = 500
 def report(host: Host, document: Any, *, now: dt.datetime | None = None) -> dict[str, Any]:
     """What the host's shipper says of its runs: at the start of a pass, the size of each ledger
     that changed (so that the server knows how far behind the host its mirror is, before the
-    pass reaches the run); at its end, why a run could not be sent (``problem``, "" once it can)
-    and that the pass ended. A run new to the server is counted against its new runs an hour."""
+    pass reaches the run); at its end, why a run could not be sent (``problem``, "" once it can),
+    the runs gone from its root (``gone``), and how long the pass took (``pass_seconds``). A run
+    new to the server is counted against its new runs an hour."""
     now = now or protocol.utc_now()
     if not isinstance(document, dict) or not isinstance(document.get("runs", []), list):
-        raise ShipError(400, "a report is {runs: [{run_id, generation, ledger_size, problem}], pass_done}")
+        raise ShipError(400, "a report is {runs: [{run_id, generation, ledger_size, problem, gone}], pass_seconds}")
     runs = document.get("runs", [])
     if len(runs) > MAX_REPORTED:
         raise ShipError(400, f"at most {MAX_REPORTED} runs a report")
+    pass_seconds = document.get("pass_seconds")
+    if pass_seconds is not None and (isinstance(pass_seconds, bool) or not isinstance(pass_seconds, int | float)
+                                     or not 0 <= pass_seconds <= 86400):  # fmt: skip
+        raise ShipError(400, "pass_seconds is a number of seconds from 0 to 86400")
     said = [_reported(entry) for entry in runs]
     taken = 0
-    for run_id, generation, ledger_size, problem in said:
+    for run_id, generation, ledger_size, problem, gone in said:
+        if gone:  # no longer under the host's root: nothing of it is behind, nothing is wrong with it
+            ShippedRun.objects.filter(host=host, run_id=run_id).update(
+                host_ledger_bytes=F("mirror_ledger_bytes"), behind_since=None, arriving=False, problem="",
+                problem_since=None, reported_at=now,
+            )  # fmt: skip
+            continue
         with transaction.atomic():
             record = ShippedRun.objects.select_for_update().filter(host=host, run_id=run_id).first()
             if record is None:
@@ -503,12 +514,12 @@ def report(host: Host, document: Any, *, now: dt.datetime | None = None) -> dict
                 record.problem, record.problem_since = problem, record.problem_since if problem else None
             record.save()
             taken += 1
-    if document.get("pass_done") is True:
-        Host.objects.filter(pk=host.pk).update(reported_at=now)
+    if pass_seconds is not None:  # the shipper's pass ended: how long it took, as a watch's does
+        Host.objects.filter(pk=host.pk).update(last_pass_seconds=pass_seconds)
     return {"taken": taken}
 
 
-def _reported(entry: Any) -> tuple[str, str, int | None, str | None]:
+def _reported(entry: Any) -> tuple[str, str, int | None, str | None, bool]:
     if not isinstance(entry, dict):
         raise ShipError(400, "each run of a report is an object")
     run_id, generation = entry.get("run_id"), entry.get("generation", "")
@@ -520,20 +531,14 @@ def _reported(entry: Any) -> tuple[str, str, int | None, str | None]:
     problem = entry.get("problem")
     if problem is not None and not isinstance(problem, str):
         raise ShipError(400, "problem is a sentence, or empty once the run ships")
+    gone = entry.get("gone", False)
+    if not isinstance(gone, bool):
+        raise ShipError(400, "gone is true or false")
     return (run_id, generation, None if size is None else _whole_number(size, "ledger_size"),
-            None if problem is None else problem[:2000])  # fmt: skip
+            None if problem is None else problem[:2000], gone)  # fmt: skip
 
 
-# --- what a person is told -------------------------------------------------------------
-
-
-def stuck(now: dt.datetime | None = None) -> QuerySet[ShippedRun]:
-    """Shipped runs that do not arrive: short of their host's ledger with nothing arriving, or
-    that their shipper cannot send or the server refuses, for ``EVIDENCE_SHIP_STUCK_AFTER_SECONDS``.
-    Runs archived since are not (their mirror is gone on purpose)."""
-    now = now or protocol.utc_now()
-    since = now - dt.timedelta(seconds=settings.EVIDENCE_SHIP_STUCK_AFTER_SECONDS)
-    return ShippedRun.objects.filter(Q(behind_since__lte=since) | Q(problem_since__lte=since))
+# --- what the importer waits for --------------------------------------------------------
 
 
 def arriving(host: Host, now: dt.datetime | None = None) -> set[str]:

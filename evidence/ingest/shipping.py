@@ -28,11 +28,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from evidence.ingest import delivery
+from evidence.ingest import delivery, storing
 from evidence.ingest.mirror import MAX_ITEMS, ShipError, mirror_root
 from evidence.lib import hosts
-from evidence.models import Host, HostKey, HumanDecision, Run
+from evidence.models import Finding, Host, HostKey, HumanDecision, Run
 from receipts import __version__, protocol
+from receipts.findings import FindingRecord, Sentence
 
 KEY_PREFIX = "cph_"
 __all__ = ["ShipError", "mirror_root"]  # the views' and the tests' names for them
@@ -100,16 +101,33 @@ def check_in(host: Host, *, instance: str, root: str, version: str, clock: str =
         holder_reports = held.watching and held.stopped_at is None and not hosts.is_silent(held)
         if held.lease and held.lease != instance and holder_reports:
             Host.objects.filter(pk=host.pk).update(refused_at=Now(), refused_from=root)
-            refused = ShipError(409, f"another shipper with host {host.name}'s key is shipping (runs root "
-                                     f"{held.runs_root}): two must not share a key")  # fmt: skip
+            said = f"another shipper with host {host.name}'s key is shipping (runs root {held.runs_root})"
+            said += ": two must not share a key"
+            refused: ShipError | None = ShipError(409, said)
         else:
+            refused = None
             Host.objects.filter(pk=host.pk).update(
                 lease=instance, runs_root=root, version=version or __version__, last_seen_at=Now(), watching=True,
                 stopped_at=None, **({"started_at": Now()} if held.lease != instance else {}),
                 **({"clock_offset_seconds": offset} if offset is not None else {}),
             )  # fmt: skip
-            return Host.objects.get(pk=host.pk)
-    raise refused
+    if refused is not None:
+        raise refused  # outside the transaction, so that the refusal is recorded
+    if offset is not None:
+        judge_clock(host, offset, protocol.utc_now())
+    return Host.objects.get(pk=host.pk)
+
+
+def judge_clock(host: Host, offset: float, now: dt.datetime) -> None:
+    """A host whose clock is off by more than ``EVIDENCE_HOST_CLOCK_SKEW_SECONDS`` has its
+    ``host_clock_off`` finding open (on the host, no run), closed once its clock is right."""
+    root = f"host {host.name}"
+    seen: set = set()
+    if hosts.clock_is_off(offset):
+        detail = Sentence("host_clock_off.offset", host=host.name, offset=f"{offset:+.0f}",
+                          skew=str(settings.EVIDENCE_HOST_CLOCK_SKEW_SECONDS))  # fmt: skip
+        seen = storing.store_findings(None, [FindingRecord("host_clock_off", host.name, detail)], now, root=root)
+    storing.close_findings_not_seen(Finding.objects.filter(run__isnull=True, root=root), seen, now)
 
 
 def stopped(host: Host, *, instance: str) -> None:
@@ -230,7 +248,13 @@ def acknowledge(host: Host, acks: Any) -> dict[str, int]:
     counted = {delivery.DELIVERED: 0, delivery.REFUSED: 0, delivery.FAILED: 0}
     now = protocol.utc_now()
     for ack in acks:
-        if not isinstance(ack, dict) or not isinstance(ack.get("id"), str) or ack.get("outcome") not in counted:
+        outcome = ack.get("outcome") if isinstance(ack, dict) else None
+        if (
+            not isinstance(ack, dict)
+            or not isinstance(ack.get("id"), str)
+            or not isinstance(outcome, str)
+            or (outcome not in counted)
+        ):
             raise ShipError(400, "each ack is {id, outcome: delivered|refused|failed, detail}")
         if ack["id"].startswith("remove-"):
             counted[ack["outcome"]] += _removal_acknowledged(host, ack, now)

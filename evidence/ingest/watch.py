@@ -204,7 +204,7 @@ class Watch:
 
 
 # What ``models.is_abandoned`` reads of a run, and the stamp it leaves.
-ACTIVITY = ("id", "state", "last_event_at", "changed_at", "abandoned_at")
+ACTIVITY = ("id", "state", "activity_at", "last_event_at", "changed_at", "abandoned_at")
 
 
 def stamp_checked(
@@ -225,12 +225,12 @@ def stamp_checked(
         rows = Run.objects.filter(run_id__in=imported[start : start + 500]).values_list(
             "run_id", "fingerprint", *ACTIVITY
         )
-        for run_id, fingerprint, pk, state, last_event_at, changed_at, abandoned_at in rows:
+        for run_id, fingerprint, pk, state, activity_at, last_event_at, changed_at, abandoned_at in rows:
             recorded = known.get(run_id)
             if run_id in failed or recorded is None or recorded.fingerprint != fingerprint:
                 changed.append(run_id)
                 changed_at = now
-            judged.append((pk, state, last_event_at, changed_at, abandoned_at))
+            judged.append((pk, state, activity_at, last_event_at, changed_at, abandoned_at))
     checked = imported + unchanged
     for start in range(0, len(checked), 500):
         Run.objects.filter(run_id__in=checked[start : start + 500]).update(checked_at=now)
@@ -247,7 +247,9 @@ def _judge_abandoned(rows: list[tuple], now: dt.datetime) -> None:
     leaves the hot set), and close it for each that wrote again or finished. ``rows``: each
     run's ``ACTIVITY``."""
     after = dt.timedelta(seconds=settings.EVIDENCE_ABANDONED_AFTER_SECONDS)
-    for pk, state, last_event_at, changed_at, abandoned_at in rows:
+    for pk, state, activity_at, last_event_at, changed_at, abandoned_at in rows:
+        # The last event on the server's clock (a shipped run's host's clock may be off).
+        last_event_at = activity_at or last_event_at
         abandoned = models.is_abandoned(state, last_event_at or changed_at, now, after)
         if abandoned == (abandoned_at is not None):
             continue

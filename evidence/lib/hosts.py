@@ -19,10 +19,10 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, DateTimeField, ExpressionWrapper, Min, Q, QuerySet
-from django.db.models.functions import Now
+from django.db.models import Count, DateTimeField, Exists, ExpressionWrapper, F, Min, OuterRef, Q, QuerySet, Sum
+from django.db.models.functions import Coalesce, Now
 
-from evidence.models import Host, HumanDecision, Run
+from evidence.models import Host, HumanDecision, Run, ShippedRun
 from receipts import __version__, protocol
 
 
@@ -169,12 +169,15 @@ def stopped(host: Host) -> None:
     Host.objects.filter(pk=host.pk, lease=host.lease).update(stopped_at=Now())
 
 
+def _silent(now: dt.datetime) -> Q:
+    quiet_since = now - dt.timedelta(seconds=settings.EVIDENCE_HOST_SILENT_AFTER_SECONDS)
+    return (Q(stopped_at__isnull=False) | Q(last_seen_at__lt=quiet_since)) & Q(watching=True)
+
+
 def silent(now: dt.datetime | None = None) -> QuerySet[Host]:
     """Hosts that ship continuously and have not finished a pass for
     ``EVIDENCE_HOST_SILENT_AFTER_SECONDS``, or said they stopped."""
-    now = now or protocol.utc_now()
-    quiet_since = now - dt.timedelta(seconds=settings.EVIDENCE_HOST_SILENT_AFTER_SECONDS)
-    return Host.objects.filter(Q(stopped_at__isnull=False) | Q(last_seen_at__lt=quiet_since), watching=True)
+    return Host.objects.filter(_silent(now or protocol.utc_now()))
 
 
 def is_silent(host: Host, now: dt.datetime | None = None) -> bool:
@@ -182,6 +185,125 @@ def is_silent(host: Host, now: dt.datetime | None = None) -> bool:
     now = now or protocol.utc_now()
     quiet_since = now - dt.timedelta(seconds=settings.EVIDENCE_HOST_SILENT_AFTER_SECONDS)
     return host.watching and (host.stopped_at is not None or host.last_seen_at < quiet_since)
+
+
+def stuck_since(now: dt.datetime) -> dt.datetime:
+    """A path that has not moved since this is stuck (``EVIDENCE_SHIP_STUCK_AFTER_SECONDS``)."""
+    return now - dt.timedelta(seconds=settings.EVIDENCE_SHIP_STUCK_AFTER_SECONDS)
+
+
+def runs_not_arriving(now: dt.datetime | None = None) -> QuerySet[ShippedRun]:
+    """Shipped runs that do not arrive: the mirror short of their host's ledger with nothing of
+    them arriving, or a run the shipper cannot send or the server refuses, for
+    ``EVIDENCE_SHIP_STUCK_AFTER_SECONDS``. One rule, for the Hosts page, the inbox and /metrics."""
+    since = stuck_since(now or protocol.utc_now())
+    return ShippedRun.objects.filter(Q(behind_since__lte=since) | Q(problem_since__lte=since))
+
+
+def _waiting_decisions(since: dt.datetime) -> QuerySet[HumanDecision]:
+    return HumanDecision.objects.filter(delivered_at__isnull=True, undeliverable="", decided_at__lte=since)
+
+
+def stalled(now: dt.datetime | None = None) -> QuerySet[Host]:
+    """Hosts that report, but where a path between them and a person stalls: a run of theirs
+    not arriving, their pushes refused, a decision about their runs not written, for
+    ``EVIDENCE_SHIP_STUCK_AFTER_SECONDS``; or their clock off. A silent host is not one: its
+    own item says that its decisions wait and its runs do not arrive."""
+    now = now or protocol.utc_now()
+    return Host.objects.filter(_stalls(now) & ~_silent(now))
+
+
+def _stalls(now: dt.datetime) -> Q:
+    since, skew = stuck_since(now), settings.EVIDENCE_HOST_CLOCK_SKEW_SECONDS
+    stuck_runs = runs_not_arriving(now).filter(host=OuterRef("pk"))
+    waiting = _waiting_decisions(since).filter(run__host=OuterRef("pk"))
+    return (
+        Q(Exists(stuck_runs))
+        | Q(push_refused_since__lte=since)
+        | Q(Exists(waiting))
+        | Q(clock_offset_seconds__gt=skew)
+        | Q(clock_offset_seconds__lt=-skew)
+    )
+
+
+def needing_a_person(now: dt.datetime | None = None) -> dict[str, int]:
+    """How many hosts are silent, and how many stalled (one query)."""
+    now = now or protocol.utc_now()
+    silent_q = _silent(now)
+    return Host.objects.aggregate(
+        silent=Count("pk", filter=silent_q), stalled=Count("pk", filter=_stalls(now) & ~silent_q)
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Stall:
+    """What stalls between a host and a person, and since when (``stalled``'s rule, for one
+    host): nothing when every field is empty."""
+
+    runs_not_arriving: int = 0
+    behind_bytes: int = 0  # what the mirror lacks of those runs' ledgers
+    a_run: str = ""  # one of them (the longest stuck), and why it does not arrive
+    its_problem: str = ""
+    runs_since: dt.datetime | None = None
+    refused_since: dt.datetime | None = None  # its pushes refused since, none taken
+    refusal: str = ""
+    decisions_waiting: int = 0  # decisions about its runs waiting past the limit
+    waiting_since: dt.datetime | None = None
+    clock_offset: float | None = None  # its clock less the server's, when off
+
+    @property
+    def since(self) -> dt.datetime | None:
+        return min(filter(None, (self.runs_since, self.refused_since, self.waiting_since)), default=None)
+
+    @property
+    def clock_ahead(self) -> bool:
+        return (self.clock_offset or 0) > 0
+
+    @property
+    def clock_seconds(self) -> int:
+        """How far off its clock is, whole seconds either way."""
+        return round(abs(self.clock_offset or 0))
+
+    def __bool__(self) -> bool:
+        return bool(self.runs_not_arriving or self.refused_since or self.decisions_waiting
+                    or self.clock_offset is not None)  # fmt: skip
+
+
+def stalls(rows: list[Host], now: dt.datetime | None = None) -> dict[int, Stall]:
+    """Each host's ``Stall``, by primary key (three queries for a page of hosts)."""
+    now = now or protocol.utc_now()
+    since = stuck_since(now)
+    stuck = runs_not_arriving(now).filter(host__in=rows)
+    behind = Coalesce(Sum(F("host_ledger_bytes") - F("mirror_ledger_bytes"), filter=Q(behind_since__isnull=False)), 0)
+    counted = {
+        host_pk: (count, lacking, oldest)
+        for host_pk, count, lacking, oldest in stuck.values_list("host")
+        .annotate(n=Count("id"), lacking=behind, oldest=Min(Coalesce("behind_since", "problem_since")))
+        .order_by()
+    }
+    first: dict[int, tuple[str, str]] = {}
+    for host_pk, run_id, problem in stuck.order_by(Coalesce("problem_since", "behind_since"), "id").values_list(
+        "host", "run_id", "problem"
+    ):
+        first.setdefault(host_pk, (run_id, problem))
+    waiting = {
+        host_pk: (count, oldest)
+        for host_pk, count, oldest in _waiting_decisions(since)
+        .filter(run__host__in=rows)
+        .values_list("run__host")
+        .annotate(n=Count("id"), oldest=Min("decided_at"))
+        .order_by()
+    }
+    found = {}
+    for host in rows:
+        count, lacking, oldest = counted.get(host.pk, (0, 0, None))
+        a_run, its_problem = first.get(host.pk, ("", ""))
+        refused = host.push_refused_since if host.push_refused_since and host.push_refused_since <= since else None
+        decisions, waiting_since = waiting.get(host.pk, (0, None))
+        offset = host.clock_offset_seconds if clock_is_off(host.clock_offset_seconds) else None
+        found[host.pk] = Stall(count, max(0, lacking or 0), a_run, its_problem, oldest, refused,
+                               host.push_refusal if refused else "", decisions, waiting_since, offset)  # fmt: skip
+    return found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,6 +316,7 @@ class HostFacts:
     oldest_undelivered_at: dt.datetime | None = None  # when the oldest of them was made
     failing_delivery: int = 0  # of them, those whose last try failed (a full disk): tried again each pass
     refused: int = 0  # decisions its run directories refused (never written)
+    stall: Stall = Stall()  # what stalls between it and a person (``stalled``)
 
     @property
     def oldest_undelivered_seconds(self) -> float:
@@ -220,7 +343,7 @@ def state_of(host: Host, now: dt.datetime | None = None) -> str:
 
 def with_facts(rows: list[Host]) -> list[HostFacts]:
     """A page of hosts with their state and what they have still to deliver, how long the oldest
-    has waited, how many fail to be written and how many were refused (one query)."""
+    has waited, how many fail to be written and how many were refused, and what stalls (four queries)."""
     now = protocol.utc_now()
     waiting = Q(delivered_at__isnull=True, undeliverable="")
     counted = {
@@ -235,7 +358,11 @@ def with_facts(rows: list[Host]) -> list[HostFacts]:
         )
         .order_by()
     }
-    return [HostFacts(host, state_of(host, now), *counted.get(host.pk, (0, None, 0, 0))) for host in rows]
+    stalled_by = stalls(rows, now)
+    return [
+        HostFacts(host, state_of(host, now), *counted.get(host.pk, (0, None, 0, 0)), stall=stalled_by[host.pk])
+        for host in rows
+    ]
 
 
 class MoveRefusedError(Exception):
@@ -249,7 +376,7 @@ def move(*, old: str, new: str, reason: str, actor: str) -> int:
     back), and what it shipped moves to ``new``'s folder of the mirror. One audit entry per run.
     Refused while ``old`` ships (stop its shipper or its watch first: it would go on importing
     as ``old``), and for a name no host may take."""
-    from evidence.models import AuditEntry, HostKey, ShippedRun
+    from evidence.models import AuditEntry, HostKey
 
     if not reason.strip():
         raise MoveRefusedError("a host is moved with a reason (--reason)")
@@ -311,6 +438,26 @@ def _move_the_mirror(source: Host, target: Host) -> None:
             continue
         os.replace(old_folder / entry, new_folder / entry)
         Run.objects.filter(host=target, run_id=entry, path=str(old_folder / entry)).update(path=str(new_folder / entry))
+
+
+def clock_is_off(offset: float | None) -> bool:
+    """Whether a host's clock differs from the server's by more than
+    ``EVIDENCE_HOST_CLOCK_SKEW_SECONDS`` (its offset as its shipper's last request measured it)."""
+    return offset is not None and abs(offset) > settings.EVIDENCE_HOST_CLOCK_SKEW_SECONDS
+
+
+def checked_activity(*, host_id: int | None, run_id: str, host_time: dt.datetime | None) -> dt.datetime | None:
+    """A run's last event on the server's clock. A run its host ships: never later than the
+    server received its bytes (a host's clock ahead would put it in the future, and hold its
+    retention back), and that time itself when the host's clock is off (one behind would age it
+    early). A run its own watch imports: the host's time, the only clock there is."""
+    if host_time is None or host_id is None:
+        return host_time
+    shipped = ShippedRun.objects.filter(host_id=host_id, run_id=run_id)
+    received_at, offset = shipped.values_list("received_at", "host__clock_offset_seconds").first() or (None, None)
+    if received_at is None:
+        return host_time
+    return received_at if clock_is_off(offset) or received_at < host_time else host_time
 
 
 def owns(run: Run) -> bool:

@@ -89,7 +89,10 @@ def retention_facts(run: Any, summary: Summary) -> dict[str, Any]:
 
 
 def clock_from(run: Any, summary: Summary) -> dt.datetime | None:
-    moments = (run.last_event_at, summary.last_decision_at, run.legal_hold_since)
+    """When the run's clock started: its last event on the server's clock (``activity_at``; the
+    host's time for a run imported before it was kept), a person's later decision or hold."""
+    last_event = getattr(run, "activity_at", None) or run.last_event_at
+    moments = (last_event, summary.last_decision_at, run.legal_hold_since)
     return max(filter(None, moments), default=None)
 
 

@@ -24,7 +24,7 @@ from django.db import connection
 from django.db.models import Count, Max, Sum
 from django.db.models.functions import Coalesce, Length
 
-from evidence.lib import retention_rules
+from evidence.lib import hosts, retention_rules
 from evidence.lib.minutes import EPOCH, minute_of  # noqa: F401 - where pages and migrations find them
 from evidence.models import EventTally, Run
 from receipts import protocol, recovery
@@ -179,9 +179,14 @@ def refresh_run_summary(run: Run, apps: Any = None) -> RunSummary:
     summary.last_decision_at = max(filter(None, moments), default=None)
     facts = {"summary": summary.as_stored(), "needs_attention": summary.needs_attention}
     facts["body_bytes"] = summary.body_bytes
-    facts |= retention_rules.retention_facts(Run.objects.filter(pk=run.pk).values(*RUN_FACTS).get(), summary)
     # An older migration's models lack the columns added since: each migration keeps what it has.
-    known = {field.name for field in Run._meta.get_fields()}
+    known = {field.name for field in Run._meta.get_fields()} | {field.attname for field in Run._meta.concrete_fields}
+    run_facts = Run.objects.filter(pk=run.pk).values(*(name for name in RUN_FACTS if name in known)).get()
+    if "activity_at" in known:
+        run_facts["activity_at"] = facts["activity_at"] = hosts.checked_activity(
+            host_id=run_facts["host_id"], run_id=run_facts["run_id"], host_time=run_facts["last_event_at"]
+        )
+    facts |= retention_rules.retention_facts(run_facts, summary)
     facts = {name: value for name, value in facts.items() if name in known}
     Run.objects.filter(pk=run.pk).update(**facts)
     for name, value in facts.items():
@@ -190,4 +195,5 @@ def refresh_run_summary(run: Run, apps: Any = None) -> RunSummary:
 
 
 # What retention's rules read of a run beside its summary.
-RUN_FACTS = ("state", "last_event_at", "legal_hold", "legal_hold_by", "legal_hold_reason", "legal_hold_since")
+RUN_FACTS = ("run_id", "host_id", "state", "last_event_at", "legal_hold", "legal_hold_by", "legal_hold_reason",
+             "legal_hold_since")  # fmt: skip

@@ -63,8 +63,8 @@ class RunPlan:
         return [blocker.shown() for blocker in self.why_blocked] or self.blockers
 
 
-PLAN_FIELDS = ("run_id", "state", "last_event_at", "archived", "bodies_stripped_at", "summary", "legal_hold",
-               "legal_hold_by", "legal_hold_reason", "legal_hold_since")  # fmt: skip
+PLAN_FIELDS = ("run_id", "state", "last_event_at", "activity_at", "archived", "bodies_stripped_at", "summary",
+               "legal_hold", "legal_hold_by", "legal_hold_reason", "legal_hold_since")  # fmt: skip
 
 
 def plan_segment(

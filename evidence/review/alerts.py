@@ -154,7 +154,7 @@ def scan(*, now: dt.datetime | None = None) -> ScanReport:
     seen: set[tuple[int, str]] = set()
     for item in items:
         key = key_of(item)
-        host = item.subject if item.kind == inbox.HOST else hosts.get(item.run_id) or ""
+        host = item.subject if item.kind in (inbox.HOST, inbox.STALLED) else hosts.get(item.run_id) or ""
         for rule in rules:
             if not matches(rule, item, host):
                 continue

@@ -20,9 +20,10 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db.models import Case, Count, QuerySet, Value, When
+from django.utils import translation
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext
 
 from evidence.lib import hosts
 from evidence.lib.pagination import Segment, every_row
@@ -41,6 +42,7 @@ from evidence.review.kinds import (  # noqa: F401 - the inbox's kinds, read as i
     LEDGER_CODES,
     REFUSED,
     STALE,
+    STALLED,
     STATE_OF_KIND,
     TAMPERED,
     VERIFICATION_OF_KIND,
@@ -115,6 +117,8 @@ def _sources(
     sources: list[tuple[str, QuerySet, Callable[[list[Any]], list[InboxItem]]]] = []
     if kind in ("", HOST) and severity in ("", ERROR) and not run_id and view == triage.OPEN:
         sources.append((ERROR, hosts.silent(), _host_items))
+    if kind in ("", STALLED) and severity in ("", ERROR) and not run_id and view == triage.OPEN:
+        sources.append((ERROR, hosts.stalled(now), functools.partial(_stalled_items, now=now)))
     for level, decision in ((ERROR, "confirm"), (WARNING, "query")):
         codes = [code for each, codes in FINDING_KINDS.items() if kind in ("", each) for code in codes
                  if CODES[code][0] == level]  # fmt: skip
@@ -167,7 +171,9 @@ def all_counts(*, run_id: str = "", now: dt.datetime | None = None) -> tuple[dic
             counts[kind_of[code]] += count
         else:
             views[state] += count
-    counts[HOST] = 0 if run_id else hosts.silent().count()
+    if not run_id:
+        by_kind = hosts.needing_a_person(now)
+        counts[HOST], counts[STALLED] = by_kind["silent"], by_kind["stalled"]
     return counts, views
 
 
@@ -255,6 +261,49 @@ def _host_items(silent: list[Host]) -> list[InboxItem]:
     return items
 
 
+def _stalled_items(rows: list[Host], now: dt.datetime) -> list[InboxItem]:
+    """A host whose path to a person stalls, each thing that stalls said (``hosts.Stall``)."""
+    stalls = hosts.stalls(rows, now)
+    items = []
+    for host in rows:
+        stall = stalls[host.pk]
+        # ``detail`` stays English (downloads, the API, alerts); ``note`` is the page's, translated.
+        with translation.override("en"):
+            detail = "; ".join(_stall_sentences(stall))
+        note = "; ".join(_stall_sentences(stall))
+        items.append(InboxItem(STALLED, ERROR, stall.since or host.last_seen_at, "", host.name, detail, "host",
+                               note=note))  # fmt: skip
+    return items
+
+
+def _stall_sentences(stall: hosts.Stall) -> list[str]:
+    """What stalls, in the language active."""
+    said = []
+    if stall.runs_not_arriving:
+        why = stall.its_problem or gettext("%(bytes)s bytes of its ledger not arrived") % {"bytes": stall.behind_bytes}
+        said.append(
+            ngettext("%(count)s run not arriving (%(run)s: %(why)s)", "%(count)s runs not arriving (%(run)s: %(why)s)",
+                     stall.runs_not_arriving) % {"count": stall.runs_not_arriving, "run": stall.a_run, "why": why}
+        )  # fmt: skip
+    if stall.refused_since:
+        said.append(gettext("its pushes refused since %(time)s: %(why)s")
+                    % {"time": i18n.shown_time(stall.refused_since), "why": stall.refusal})  # fmt: skip
+    if stall.decisions_waiting and stall.waiting_since:
+        said.append(
+            ngettext("%(count)s decision not written since %(time)s", "%(count)s decisions not written since %(time)s",
+                     stall.decisions_waiting)
+            % {"count": stall.decisions_waiting, "time": i18n.shown_time(stall.waiting_since)}
+        )  # fmt: skip
+    if stall.clock_offset is not None:
+        message = (
+            gettext("its clock is %(seconds)s s ahead of the server's: its runs' times are the server's")
+            if stall.clock_ahead
+            else gettext("its clock is %(seconds)s s behind the server's: its runs' times are the server's")
+        )
+        said.append(message % {"seconds": stall.clock_seconds})
+    return said
+
+
 def _finding_items(findings: list[Finding], now: dt.datetime) -> list[InboxItem]:
     kind_of = {code: kind for kind, codes in FINDING_KINDS.items() for code in codes}
     items = []
@@ -280,4 +329,4 @@ def inbox_total() -> int:
     codes = [code for codes in FINDING_KINDS.values() for code in codes]
     open_ = triage.view_filter(triage.OPEN, protocol.utc_now())
     findings = Finding.objects.filter(open_, closed_at__isnull=True, code__in=codes, run__isnull=False)
-    return Call.objects.in_doubt().count() + findings.count() + hosts.silent().count()
+    return Call.objects.in_doubt().count() + findings.count() + sum(hosts.needing_a_person().values())

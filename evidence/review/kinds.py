@@ -13,13 +13,16 @@ IN_DOUBT, TAMPERED, CONFLICT, STALE, LEDGER = "in doubt", "tampered", "conflict"
 # A committed receipt that passes its check, whose target did not show the result: no intruder.
 DISPUTED = "disputed"
 HOST = "silent host"  # a host whose importer stopped reporting: its runs' decisions wait
+# A host that reports, where a path to a person stalls: a run not arriving, its pushes refused,
+# a decision not written, its clock off (``hosts.stalled``).
+STALLED = "stalled host"
 # A run that stopped writing before it finished: someone resumes it or ends it (retention keeps it till then).
 ABANDONED = "abandoned run"
 # A person's decision the run directory refused (another decision stood there, the receipt had
 # changed): the person who made it learns it here, not only on the call's page.
 REFUSED = "refused decision"
 # The order of the filter, most serious first.
-KINDS = (HOST, TAMPERED, LEDGER, DISPUTED, IN_DOUBT, REFUSED, CONFLICT, STALE, ABANDONED)
+KINDS = (HOST, STALLED, TAMPERED, LEDGER, DISPUTED, IN_DOUBT, REFUSED, CONFLICT, STALE, ABANDONED)
 # The kinds that are states (``receipts.states``): the inbox shows them as every page does.
 STATE_OF_KIND = {TAMPERED: states.TAMPERED, DISPUTED: states.DISPUTED, IN_DOUBT: states.IN_DOUBT,
                  CONFLICT: states.CONFLICT, STALE: states.STALE}  # fmt: skip
@@ -35,6 +38,7 @@ FINDING_KINDS = {
 # In doubt, tampered and conflict are the protocol's words (evidence/i18n.WORDS).
 KIND_LABELS: dict[str, Promise] = {
     HOST: pgettext_lazy("inbox kind", "silent host"),
+    STALLED: pgettext_lazy("inbox kind", "stalled host"),
     TAMPERED: i18n.WORDS["tampered"],
     DISPUTED: i18n.WORDS["disputed"],
     LEDGER: pgettext_lazy("inbox kind", "ledger"),

@@ -241,16 +241,18 @@ def audit_actions(*, run_id: str = "", actor: str = "") -> Listing:
 HOST_FIELDS = (
     "name", "state", "runs_root", "version", "started_at", "last_seen_at", "last_pass_seconds", "stopped_at",
     "awaiting_delivery", "oldest_undelivered_at", "failing_delivery", "refused_deliveries", "last_error",
-    "last_error_at",
+    "last_error_at", "clock_offset_seconds", "runs_not_arriving", "pushes_refused_since", "push_refusal",
 )  # fmt: skip
 
 
 def hosts() -> Listing:
-    """The hosts whose importers ship runs here, by name."""
+    """The hosts that ship runs here, by name."""
     values = lambda facts: (facts.name, facts.state, facts.host.runs_root, facts.host.version, facts.host.started_at,  # noqa: E731
                             facts.host.last_seen_at, facts.host.last_pass_seconds, facts.host.stopped_at,
                             facts.awaiting_delivery, facts.oldest_undelivered_at, facts.failing_delivery,
-                            facts.refused, facts.host.last_error, facts.host.last_error_at)  # fmt: skip
+                            facts.refused, facts.host.last_error, facts.host.last_error_at,
+                            facts.host.clock_offset_seconds, facts.stall.runs_not_arriving,
+                            facts.host.push_refused_since, facts.host.push_refusal)  # fmt: skip
     return Listing("hosts", HOST_FIELDS, [Segment(Host.objects.all(), ("name",), host_facts.with_facts)], values)
 
 

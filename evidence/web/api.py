@@ -310,6 +310,10 @@ class HostOut(Schema):
     refused_deliveries: int  # decisions its run directories refused
     last_error: str  # its watch's last failed pass ("" when none)
     last_error_at: Moment | None
+    clock_offset_seconds: float | None  # its clock less the server's, as its shipper last measured it
+    runs_not_arriving: int  # shipped runs stuck past EVIDENCE_SHIP_STUCK_AFTER_SECONDS
+    pushes_refused_since: Moment | None  # every push of it refused since then (none taken)
+    push_refusal: str  # the last refusal, said
 
 
 def paged(item: type[Schema]) -> type[Schema]:
@@ -440,7 +444,7 @@ def retention(request: HttpRequest, action: str = "", blocked: bool = False, lim
     return _page(request, listing, limit)
 
 
-@api.get("/hosts", response=paged(HostOut), summary="The hosts whose importers ship runs here, by name")
+@api.get("/hosts", response=paged(HostOut), summary="The hosts that ship runs here, by name")
 def hosts(request: HttpRequest, limit: int = 50):
     return _page(request, listings.hosts(), limit)
 

@@ -14,7 +14,7 @@ import ipaddress
 from collections.abc import Iterator
 
 from django.conf import settings
-from django.db.models import Count, Max, Min
+from django.db.models import Count, F, Max, Min, Sum
 from django.http import HttpRequest
 from django_tasks import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 
 from evidence.lib import hosts
 from evidence.lib.proxy import behind_proxy
-from evidence.models import AuditEntry, Call, Confirmation, Finding, Host, HumanDecision, Run
+from evidence.models import AuditEntry, Call, Confirmation, Finding, Host, HumanDecision, Run, ShippedRun
 from receipts import protocol
 from receipts.findings import DIGEST_CODES
 
@@ -166,8 +166,40 @@ class DashboardCollector(Collector):
             "When a host's watch last had a pass fail, Unix time (NaN when never)",
             labels=["host"],
         )
+        not_arriving = GaugeMetricFamily(
+            "callproof_host_runs_not_arriving",
+            "A host's shipped runs that have not arrived for EVIDENCE_SHIP_STUCK_AFTER_SECONDS: the mirror short of "
+            "the host's ledger with nothing arriving, or a run its shipper cannot send or the server refuses",
+            labels=["host"],
+        )
+        behind = GaugeMetricFamily(
+            "callproof_host_mirror_behind_bytes",
+            "What the server's mirror lacks of a host's ledgers, as its shipper last said their sizes",
+            labels=["host"],
+        )
+        push_refused = GaugeMetricFamily(
+            "callproof_host_pushes_refused_seconds",
+            "How long a host's pushes have all been refused (0 when its last push was taken)",
+            labels=["host"],
+        )
+        clock = GaugeMetricFamily(
+            "callproof_host_clock_offset_seconds",
+            "A host's clock less the server's, as its shipper's last request measured it (NaN when unknown)",
+            labels=["host"],
+        )
+        lacking = dict(
+            ShippedRun.objects.filter(behind_since__isnull=False)
+            .values_list("host")
+            .annotate(n=Sum(F("host_ledger_bytes") - F("mirror_ledger_bytes")))
+            .order_by()
+        )
         for facts in hosts.with_facts(list(Host.objects.filter(watching=True))):
             name = facts.name
+            not_arriving.add_metric([name], facts.stall.runs_not_arriving)
+            behind.add_metric([name], max(0, lacking.get(facts.host.pk) or 0))
+            push_refused.add_metric([name], _age(facts.host.push_refused_since, now))
+            offset = facts.host.clock_offset_seconds
+            clock.add_metric([name], offset if offset is not None else float("nan"))
             up.add_metric([name], 1.0 if facts.state == hosts.SHIPPING else 0.0)
             seen.add_metric([name], _seconds(facts.host.last_seen_at))
             took.add_metric(
@@ -179,7 +211,8 @@ class DashboardCollector(Collector):
             refused.add_metric([name], facts.refused)
             info.add_metric([name, facts.host.version], 1.0)
             erred.add_metric([name], _seconds(facts.host.last_error_at))
-        yield from (up, seen, took, owed, oldest, failing, refused, info, erred)
+        yield from (up, seen, took, owed, oldest, failing, refused, info, erred, not_arriving, behind, push_refused,
+                    clock)  # fmt: skip
         yield from self.queue(now)
 
         confirmations = CounterMetricFamily(

@@ -49,6 +49,7 @@ TITLES: dict[str, Promise] = {
     "import_failed": _("Import failed"),
     "decision_undeliverable": _("Decision could not be written into the run"),
     "run_abandoned": _("Run abandoned"),
+    "host_clock_off": _("Host clock off"),
 }
 
 

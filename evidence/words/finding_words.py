@@ -147,6 +147,10 @@ WORDS: dict[str, str] = {
         "run, or end it with {command}"
     ),
     "decision_undeliverable.why": _("{actor}'s decision ({resolution}, {reason}) was not written: {why}"),
+    "host_clock_off.offset": _(
+        "the clock of host {host} is {offset} s off the server's (ahead when positive, more than {skew} s): its "
+        "runs' times are checked against when the server received them"
+    ),
 }
 
 

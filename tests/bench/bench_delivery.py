@@ -32,13 +32,14 @@ PG_SERVER = "postgres://postgres@127.0.0.1:5432"
 PG_NAME = "imp_delivery"
 
 
-def fresh_database() -> str:
+def fresh_database(name: str = PG_NAME) -> str:
+    """The PostgreSQL database ``name``, dropped and made again, migrated: its URL."""
     import psycopg
 
     with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {PG_NAME}")
-        conn.execute(f"CREATE DATABASE {PG_NAME}")
-    url = f"{PG_SERVER}/{PG_NAME}"
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.execute(f"CREATE DATABASE {name}")
+    url = f"{PG_SERVER}/{name}"
     env = {**os.environ, "DATABASE_URL": url, "DJANGO_DEBUG": "1"}
     subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], env=env, cwd=PROJECT, check=True)
     return url

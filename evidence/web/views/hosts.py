@@ -21,6 +21,7 @@ def hosts_page(request: HtmxHttpRequest) -> HttpResponseBase:
     context = {
         "page": cursor_page(request, listing.segments, query=query_without(request, "page", "format")),
         "silent_after": settings.EVIDENCE_HOST_SILENT_AFTER_SECONDS,
+        "stuck_after": settings.EVIDENCE_SHIP_STUCK_AFTER_SECONDS,
         "this_host": settings.EVIDENCE_HOST_NAME,
     }
     return render(request, "receipts/hosts.html", context)
