@@ -230,10 +230,12 @@ class Run(models.Model):
 
     @property
     def is_live(self) -> bool:
-        """Not finished, and wrote an event lately: a killed run left "retrying" is not live."""
-        if self.is_finished or self.last_event_at is None:
+        """Not finished, and wrote an event lately (on the server's clock, ``activity_at``): a
+        killed run left "retrying" is not live."""
+        last = self.activity_at or self.last_event_at
+        if self.is_finished or last is None:
             return False
-        return protocol.utc_now() - self.last_event_at < LIVE_WINDOW
+        return protocol.utc_now() - last < LIVE_WINDOW
 
     def is_hot(self, now: dt.datetime) -> bool:
         """Whether every pass of a watch checks it: ``RunQuerySet.hot``'s rule, for this row."""
@@ -248,8 +250,9 @@ class Run(models.Model):
 
     @property
     def last_activity_at(self) -> dt.datetime | None:
-        """Its last event, or for a run with none, when its files last changed."""
-        return self.last_event_at or self.changed_at
+        """Its last event on the server's clock (``activity_at``; the host's time for a run
+        imported before it was kept), or for a run with none, when its files last changed."""
+        return self.activity_at or self.last_event_at or self.changed_at
 
 
 def is_abandoned(state: str, last_activity_at: dt.datetime | None, now: dt.datetime, after: dt.timedelta) -> bool:
@@ -650,8 +653,8 @@ class ShippedRun(models.Model):
     behind_since = models.DateTimeField(null=True)
     # A pass's pushes of it not all made yet: the importer waits for the last (while they come).
     arriving = models.BooleanField(default=False)
-    # Why it does not arrive, as the shipper (a file it cannot read, a ledger unlike the mirror's)
-    # or the server (a refused push) last said it, and since when; "" when it ships.
+    # Why it cannot be sent, as its shipper last said (a file it cannot read, a ledger unlike the
+    # mirror's, a push the server refused), and since when; "" once it can.
     problem = models.TextField(default="", blank=True)
     problem_since = models.DateTimeField(null=True)
 

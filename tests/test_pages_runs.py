@@ -80,7 +80,8 @@ def test_a_run_that_wrote_lately_polls_only_while_the_tab_is_visible(logged_in, 
 
 
 def test_a_killed_run_left_retrying_is_not_live(logged_in, demo):
-    Run.objects.filter(run_id="send-message-killed").update(last_event_at=protocol.utc_now() - dt.timedelta(hours=1))
+    an_hour_ago = protocol.utc_now() - dt.timedelta(hours=1)
+    Run.objects.filter(run_id="send-message-killed").update(last_event_at=an_hour_ago, activity_at=an_hour_ago)
     page = content(logged_in.get("/runs/send-message-killed/"))
     assert "every 3s" not in page and re.search(r"not live: last event <time [^>]*>1 h 0 min ago</time>", page)
 

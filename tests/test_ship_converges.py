@@ -214,6 +214,9 @@ def test_one_run_that_cannot_be_read_is_said_and_the_others_ship(
     assert set(differences) == {"clean-run/state.json"}, "the rest of that run, and every other, arrived"
     problem = ShippedRun.objects.get(host__name="agent-a", run_id="clean-run").problem
     assert "state.json" in problem and "symlink" in problem
+    durable.append_event(broken, "note", {"text": "the run goes on; its state.json still cannot go"})
+    assert ship(demo_root, live_server.url, key, tmp_path).returncode == 0
+    assert "state.json" in ShippedRun.objects.get(host__name="agent-a", run_id="clean-run").problem, "still said"
     # Mended on the host: the next pass sends it, and says the run ships again.
     (broken / "state.json").unlink()
     (broken / "state.json").write_text(json.dumps({"name": "finished", "attempts": 1}))

@@ -393,8 +393,7 @@ def _push(host: Host, shipped: Push, now: dt.datetime) -> dict[str, Any]:
         if grown:
             record.received_at = now
         _judge_behind(record, now, progressed=bool(grown))
-        record.problem, record.problem_since = "", None
-        record.save()
+        record.save()  # its problem stays the shipper's to clear: a run can ship with a file it cannot send
         Host.objects.filter(pk=host.pk).update(push_refused_since=None, push_refusal="")
     return {"ledger_size": record.mirror_ledger_bytes, "held": plan.held, "written": grown}
 
@@ -447,16 +446,12 @@ def _within_quota(host: Host, incoming: int) -> None:
 
 
 def record_refusal(host: Host, run_id: str, refused: ShipError, now: dt.datetime) -> None:
-    """A refused push, kept where a person looks: on the host (refused since when, and why), and
-    on the run when the server ships it already. A rate limit is the host's alone: the run is not
-    at fault."""
+    """A refused push, kept where a person looks: on the host, refused since when (until a push
+    is taken) and why. What it means for the run its shipper says at the end of its pass (a
+    ``problem`` in its report): the shipper holds the run back, or goes on from the mirror's end."""
     said = f"{run_id or '?'}: {refused.message}"[:2000]
     Host.objects.filter(pk=host.pk, push_refused_since__isnull=True).update(push_refused_since=now)
     Host.objects.filter(pk=host.pk).update(push_refusal=said)
-    if run_id and refused.status not in (410, 429):
-        rows = ShippedRun.objects.filter(host=host, run_id=run_id)
-        rows.filter(problem_since__isnull=True).update(problem_since=now)
-        rows.update(problem=refused.message[:2000], reported_at=now)
 
 
 # --- what the shipper says of its runs -------------------------------------------------
