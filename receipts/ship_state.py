@@ -119,7 +119,9 @@ class ShipState:
         seen, or another run under its id (a new generation), starts from nothing; a run of an
         earlier state file takes the generation it holds now."""
         known = self.run(run_id)
-        if known is not None and known.generation == generation:
+        # A steer.json that cannot be read now ("") says nothing of which run is there: what the
+        # state knows stands until one can be read.
+        if known is not None and (known.generation == generation or (generation == "" and known.generation)):
             return known
         with self.saving():
             if known is not None and known.generation is None:

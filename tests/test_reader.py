@@ -429,3 +429,21 @@ def test_a_receipt_that_vanishes_while_listed_is_not_a_finding(good_run, monkeyp
     files, _ = read_run(good_run)
     assert not [f for f in files.findings if ghost in f.subject]
     assert_good_records_kept(good_run)
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo", "symlink"])
+def test_a_steer_json_that_is_not_a_regular_file_has_no_birth_digest_and_raises_nothing(good_run, kind):
+    """Which run a directory holds (``birth_digest``): nothing, never an exception, for a
+    steer.json that is a folder (``os.fdopen`` refuses one), a FIFO or a symlink."""
+    from receipts.reader import birth_digest
+
+    assert len(birth_digest(good_run)) == 64
+    steer = good_run / "steer.json"
+    steer.unlink()
+    if kind == "folder":
+        steer.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(steer)
+    else:
+        steer.symlink_to("/etc/passwd")
+    assert birth_digest(good_run) == ""

@@ -398,3 +398,36 @@ def test_an_earlier_shippers_json_state_is_taken_over_and_nothing_is_sent_again(
     durable.append_event(demo_root / "clean-run", "note", {"text": "after the upgrade"})
     assert ship(demo_root, live_server.url, key, tmp_path).returncode == 0
     assert converged(demo_root, mirror / "agent-a") == {}
+
+
+def test_a_steer_json_that_cannot_be_read_for_a_while_does_not_make_the_run_start_again(
+    demo_root, tmp_path, live_server, mirror
+):
+    """Which run a directory holds is its steer.json's digest; one that cannot be read now says
+    nothing of it: what the shipper knows of the run stands, and it goes on from there."""
+    import sqlite3
+
+    key = shipping.new_key("agent-a")
+    assert ship(demo_root, live_server.url, key, tmp_path).returncode == 0
+    state = Path(ship_command(demo_root, live_server.url, key, tmp_path)[-1])
+
+    def known(run_id: str) -> tuple[int, int]:
+        with sqlite3.connect(state) as db:
+            files = db.execute("SELECT count(*) FROM files WHERE run_id = ?", (run_id,)).fetchone()[0]
+            [ledger] = db.execute("SELECT ledger FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return files, ledger
+
+    files_before, _ = known("clean-run")
+    durable.append_event(demo_root / "clean-run", "note", {"text": "written meanwhile"})
+    steer = demo_root / "clean-run" / "steer.json"
+    steer.rename(tmp_path / "steer.json")
+    steer.mkdir()  # a folder where steer.json was: no digest
+    shipped = ship(demo_root, live_server.url, key, tmp_path)
+    assert shipped.returncode == 0 and "clean-run: steer.json" in shipped.stderr, shipped.stderr
+    files_now, ledger = known("clean-run")
+    assert files_now == files_before, "not started again from nothing"
+    assert ledger == (demo_root / "clean-run" / "events.jsonl").stat().st_size
+    steer.rmdir()
+    (tmp_path / "steer.json").rename(steer)
+    assert ship(demo_root, live_server.url, key, tmp_path).returncode == 0
+    assert converged(demo_root, mirror / "agent-a") == {}

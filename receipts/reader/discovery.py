@@ -50,10 +50,15 @@ def birth_digest(run_dir: Path) -> str:
         fd = os.open(Path(run_dir) / "steer.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return ""
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        regular = False
+    if not regular:  # a folder, a FIFO: os.fdopen would raise on a folder, and no run is there
+        os.close(fd)
+        return ""
     with os.fdopen(fd, "rb") as stream:
         try:
-            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
-                return ""
             return hashlib.file_digest(stream, "sha256").hexdigest()
         except OSError:
             return ""
