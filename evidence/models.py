@@ -657,6 +657,10 @@ class ShippedRun(models.Model):
     # mirror's, a push the server refused), and since when; "" once it can.
     problem = models.TextField(default="", blank=True)
     problem_since = models.DateTimeField(null=True)
+    # The SHA-256 of the mirror's ledger, and the state of the file it is of (size, time, inode):
+    # a 409 says it, hashed once for each state however many pushes are refused.
+    ledger_digest = models.CharField(max_length=64, blank=True, default="")
+    ledger_digest_of = models.CharField(max_length=100, blank=True, default="")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["host", "run_id"], name="shipped_run_unique_per_host")]

@@ -200,3 +200,22 @@ def test_a_run_gone_from_its_hosts_root_is_no_longer_behind(client, mirror, demo
     gone = ShippedRun.objects.get(run_id="clean-run")
     assert gone.behind_since is None and gone.host_ledger_bytes == gone.mirror_ledger_bytes
     assert Host.objects.get(name="agent-a").last_pass_seconds is not None, "the shipper's pass, timed"
+
+
+def test_refused_pushes_count_against_the_rate_and_the_mirror_is_hashed_once_for_them(client, mirror, settings):
+    """A host that sends pushes the server must refuse (each a 409 that says the SHA-256 of what
+    the mirror holds) spends its bucket as any other, and the server hashes its mirror's ledger
+    once for each state of the file, not once a refusal."""
+    key = shipping.new_key("agent-a")
+    lines = b'{"seq": 1}\n' * 1000
+    assert push(client, key, {"run_id": "r1", "items": [ledger_item(0, lines)]}).status_code == 200
+    settings.EVIDENCE_SHIP_PUSHES_PER_MINUTE = 4
+    Host.objects.filter(name="agent-a").update(push_tokens_at=None)
+    past_the_end = {"run_id": "r1", "items": [ledger_item(len(lines) + 5, b"{}\n")]}
+    answers = [push(client, key, past_the_end) for _ in range(5)]
+    assert [answer.status_code for answer in answers] == [409, 409, 409, 409, 429]
+    assert {answer.json()["ledger_sha256"] for answer in answers[:4]} == {hashlib.sha256(lines).hexdigest()}
+    shipped = ShippedRun.objects.get(run_id="r1")
+    facts = (mirror / "agent-a" / "r1" / "events.jsonl").lstat()
+    assert shipped.ledger_digest_of == f"{facts.st_size}:{facts.st_mtime_ns}:{facts.st_ino}"
+    assert shipped.ledger_digest == hashlib.sha256(lines).hexdigest()

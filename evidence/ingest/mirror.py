@@ -233,10 +233,32 @@ class _Plan:
 
 
 def _diverged(ledger: Path, index: int, why: str) -> ShipError:
+    """The 409 that says what the mirror holds; its digest is added outside the push's
+    transaction (``_with_digest``), from a cache: a host that sends such pushes again and again
+    does not have the server hash a long ledger each time."""
     size = _size(ledger)
     return ShipError(409, f"{why}: the mirror holds {size} bytes of this run's ledger; go on from there when "
                           "this host's ledger starts with them (ledger_sha256)",
-                     {"item": index, "ledger_size": size, "ledger_sha256": prefix_digest(ledger)})  # fmt: skip
+                     {"item": index, "ledger_size": size})  # fmt: skip
+
+
+def _with_digest(host: Host, run_id: str, refused: ShipError) -> None:
+    """Add to a 409 the SHA-256 of the mirror's ledger, hashed once for each state of the file
+    (its size, time and inode) and kept with the run."""
+    ledger = mirror_root(host) / run_id / LEDGER_NAME
+    try:
+        facts = os.lstat(ledger)
+        state = f"{facts.st_size}:{facts.st_mtime_ns}:{facts.st_ino}"
+    except FileNotFoundError:
+        refused.extra["ledger_sha256"] = protocol.EMPTY_SHA256
+        return
+    kept = ShippedRun.objects.filter(host=host, run_id=run_id).values_list("ledger_digest_of", "ledger_digest").first()
+    if kept is not None and kept[0] == state:
+        refused.extra["ledger_sha256"] = kept[1]
+        return
+    digest = prefix_digest(ledger)
+    ShippedRun.objects.filter(host=host, run_id=run_id).update(ledger_digest_of=state, ledger_digest=digest)
+    refused.extra["ledger_sha256"] = digest
 
 
 def _plan(host: Host, run_id: str, run_dir: Path, pieces: list[Piece]) -> _Plan:
@@ -350,8 +372,11 @@ def push(host: Host, document: Any, *, now: dt.datetime | None = None) -> dict[s
     now = now or protocol.utc_now()
     run_id = document.get("run_id") if isinstance(document, dict) else None
     try:
+        _take_a_push(host, now)  # committed whatever becomes of the push: a refused one counts too
         return _push(host, parse_push(document), now)
     except ShipError as refused:
+        if "ledger_size" in refused.extra and isinstance(run_id, str):
+            _with_digest(host, run_id, refused)
         record_refusal(host, run_id if isinstance(run_id, str) else "", refused, now)
         raise
 
@@ -359,8 +384,7 @@ def push(host: Host, document: Any, *, now: dt.datetime | None = None) -> dict[s
 def _push(host: Host, shipped: Push, now: dt.datetime) -> dict[str, Any]:
     run_dir = mirror_root(host) / shipped.run_id
     with transaction.atomic():
-        held = Host.objects.select_for_update().get(pk=host.pk)  # one push of a host at a time
-        _take_a_push(held, now)
+        Host.objects.select_for_update().get(pk=host.pk)  # one push of a host at a time
         owner = Run.objects.filter(run_id=shipped.run_id).exclude(host=host).values_list("host__name", flat=True)
         if (owned_by := owner.first()) is not None:
             raise ShipError(409, f"run_id {shipped.run_id} is already host {owned_by}'s run: this copy is not imported",
@@ -408,17 +432,20 @@ def _judge_behind(record: ShippedRun, now: dt.datetime, *, progressed: bool) -> 
 
 def _take_a_push(host: Host, now: dt.datetime) -> None:
     """One push of the host's bucket (``EVIDENCE_SHIP_PUSHES_PER_MINUTE``; 429 and when to try
-    again when it is empty). ``host`` is its row, locked."""
+    again when it is empty), under its row's lock, in a transaction of its own."""
     rate = settings.EVIDENCE_SHIP_PUSHES_PER_MINUTE
     if not rate:
         return
-    elapsed = (now - host.push_tokens_at).total_seconds() if host.push_tokens_at else 60.0
-    tokens = min(float(rate), host.push_tokens + max(0.0, elapsed) * rate / 60.0)
-    if tokens < 1:
-        wait = (1 - tokens) * 60.0 / rate
-        raise ShipError(429, f"host {host.name} pushed more than EVIDENCE_SHIP_PUSHES_PER_MINUTE ({rate}) "
-                             f"allows: try again in {wait:.1f} s", {"retry_after": round(wait, 3)})  # fmt: skip
-    Host.objects.filter(pk=host.pk).update(push_tokens=tokens - 1, push_tokens_at=now)
+    with transaction.atomic():
+        held = Host.objects.select_for_update().get(pk=host.pk)
+        elapsed = (now - held.push_tokens_at).total_seconds() if held.push_tokens_at else 60.0
+        tokens = min(float(rate), held.push_tokens + max(0.0, elapsed) * rate / 60.0)
+        if tokens >= 1:
+            Host.objects.filter(pk=host.pk).update(push_tokens=tokens - 1, push_tokens_at=now)
+            return
+    wait = (1 - tokens) * 60.0 / rate
+    raise ShipError(429, f"host {host.name} pushed more than EVIDENCE_SHIP_PUSHES_PER_MINUTE ({rate}) allows: "
+                         f"try again in {wait:.1f} s", {"retry_after": round(wait, 3)})  # fmt: skip
 
 
 def _may_start_a_run(host: Host, now: dt.datetime) -> None:
