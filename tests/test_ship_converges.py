@@ -136,6 +136,7 @@ def test_answers_a_proxy_loses_are_healed_and_every_run_converges(demo_root, tmp
     assert shipped.behind_since is None and shipped.problem == ""
 
 
+@pytest.mark.slow  # real processes in numbers: eight shippers killed
 def test_a_shipper_killed_at_random_moments_converges(demo_root, tmp_path, live_server, mirror):
     key = shipping.new_key("agent-a")
     big = big_run(demo_root, events=30_000, receipts=1_500)
