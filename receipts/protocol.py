@@ -152,9 +152,27 @@ def record_value_problem(value: Any, max_bytes: int) -> str | None:
     return None
 
 
+# A run's own files: a run directory under one of these names would make its runs root look
+# like a run (``reader.looks_like_run``), and every run in it vanish from a listing.
+RUN_FILE_NAMES = ("steer.json", "state.json", LEDGER_NAME)
+
+
 def valid_run_id(name: str) -> bool:
-    """1-128 characters of ``[A-Za-z0-9._-]``, not starting with a dot."""
-    return bool(RUN_ID_RE.fullmatch(name)) and not name.startswith(".")
+    """1-128 characters of ``[A-Za-z0-9._-]``, not starting with a dot, and not the name of one
+    of a run's own files."""
+    return bool(RUN_ID_RE.fullmatch(name)) and not name.startswith(".") and name not in RUN_FILE_NAMES
+
+
+def valid_record_name(name: Any) -> bool:
+    """Whether ``name`` can be one record file of a run folder as a shipper sends it and the
+    dashboard's mirror keeps it: text that is UTF-8 (a name that is not arrives as surrogates),
+    1-255 bytes of it, no ``/``, no NUL, not starting with a dot (the writer's temp and lock files)."""
+    if not isinstance(name, str) or not name or "/" in name or "\x00" in name or name.startswith("."):
+        return False
+    try:
+        return len(name.encode("utf-8")) <= 255
+    except UnicodeEncodeError:
+        return False
 
 
 def valid_call_name(call_id: Any) -> bool:

@@ -72,6 +72,11 @@ SETTLE_SECONDS = 2.0
 # A run the dashboard refused for a reason that does not heal by itself (another host's run_id,
 # another run under its id, a push it cannot read) is sent again this long after, not every pass.
 REFUSED_RETRY_SECONDS = 60.0
+# What of the ledger the dashboard holds already goes again before its new bytes, for the
+# dashboard to compare with its own: a ledger whose tail was rewritten on the host is refused.
+LEDGER_OVERLAP = 4096
+# The files of a run that cannot be sent, said one by one at most: the rest are counted.
+PROBLEMS_SAID = 20
 
 
 class ShipRefusedError(Exception):
@@ -207,7 +212,7 @@ class Shipper:
                 said = json.loads(error.read() or b"null")
             except (ValueError, OSError, http.client.HTTPException):
                 said = None
-            if error.code in (401, 403) or (error.code == 409 and "shipping" in str(said)):
+            if error.code in (401, 403) or (error.code == 409 and isinstance(said, dict) and said.get("lease")):
                 raise ShipRefusedError(f"{error.code}: {(said or {}).get('error', error.reason)}") from None
             if error.code in (502, 503, 504) or not isinstance(said, dict):
                 # A proxy's answer that the server is away, or no answer of the dashboard's at all.
@@ -253,7 +258,8 @@ class Shipper:
         self.deliver(report)
         gone: list[str] = []
         listed = hashlib.sha256("/".join(discovery.names).encode()).digest()
-        if discovery.names and listed != self._listed:  # the runs under the root changed: forget the gone
+        # The runs under the root changed: forget the gone (not when the root itself is one run).
+        if discovery.names and discovery.base == self.root and listed != self._listed:
             gone, self._listed = self.state.forget_all_but(discovery.names), listed
         self._say_problems(gone, pass_seconds=time.monotonic() - started)
         return report
@@ -296,10 +302,12 @@ class Shipper:
     def _send_run(self, run_dir: Path, run: RunState) -> int:
         run_id = run_dir.name
         self._shipping = run_id
-        problems: list[str] = []
+        problems = _Problems()
         try:
+            identity = _identity(run_dir)
             with _open_ledger(run_dir) as ledger:
-                size = os.fstat(ledger).st_size if ledger is not None else 0
+                facts = os.fstat(ledger) if ledger is not None else None
+                size = facts.st_size if facts is not None else 0
                 if size < run.ledger:
                     self.state.hold(run_id, held_for=_diverged_mark(run_dir))
                     raise _RunRefusedError(
@@ -307,25 +315,36 @@ class Shipper:
                         "The dashboard keeps what was shipped; this run is not sent until its ledger changes"
                     )
                 end = _whole_lines_end(ledger, run.ledger, size) if ledger is not None else 0
-                sender = _Sender(self, run_id, run.generation or "", host_ledger=end)
+                # The ledger goes again from a little before what the dashboard holds (so that it
+                # compares those bytes with its own: a tail rewritten on the host is refused, not
+                # spliced), or from its start when the file is another than the one it took.
+                replaced = facts is not None and run.ledger_ino not in (0, facts.st_ino)
+                start = 0 if replaced else max(0, run.ledger - LEDGER_OVERLAP)
+                sender = _Sender(self, run_id, run.generation or "", host_ledger=end, ledger_held=run.ledger,
+                                 ledger_ino=facts.st_ino if facts is not None else 0)  # fmt: skip
                 listed: list[tuple[str, str, float]] = []
                 for item in self._file_items(run_dir, run_id, listed, problems):  # files first: the
                     sender.add(item)  # ledger's new lines name them
-                if ledger is not None:
-                    for item in _ledger_items(ledger, run.ledger, end):
+                if _identity(run_dir) != identity:
+                    # Moved away or replaced while its files were read: its ledger would name files
+                    # the mirror does not hold. The next pass sends what is there then.
+                    raise _RunRefusedError("the run directory changed while it was sent (moved or replaced): sent "
+                                           "again at the next pass")  # fmt: skip
+                if ledger is not None and (end > run.ledger or replaced):
+                    for item in _ledger_items(ledger, start, end):
                         sender.add(item)
                 sender.finish()
             with self.state.saving():
                 for folder, mark, listed_at in listed:
                     self.state.folder_listed(run_id, folder, mark, listed_at)
-            self.state.set_problem(run_id, "; ".join(problems[:5]))
-            self._report.problems += [f"{run_id}: {problem}" for problem in problems]
+            self.state.set_problem(run_id, problems.said())
+            self._report.problems += [f"{run_id}: {problem}" for problem in problems.examples]
             return sender.sent
         finally:
             self._shipping = ""
 
     def _file_items(
-        self, run_dir: Path, run_id: str, listed: list[tuple[str, str, float]], problems: list[str]
+        self, run_dir: Path, run_id: str, listed: list[tuple[str, str, float]], problems: _Problems
     ) -> Iterator[_Item]:
         """The run's record files that changed since the dashboard took them, chunk by chunk; a
         folder whose time and inode did not move since every file of it was taken is not listed
@@ -353,6 +372,11 @@ class Shipper:
                         self.between_pushes()  # a listing of a million names: decisions do not wait for it
                     if entry.name.startswith("."):
                         continue  # the writer's temp files and locks
+                    if not protocol.valid_record_name(entry.name):
+                        problems.append(f"{folder}/{_said_name(entry.name)}: a name the dashboard does not take "
+                                        "(not UTF-8, or over 255 bytes): not sent")  # fmt: skip
+                        whole = False
+                        continue
                     if not entry.is_file(follow_symlinks=False):
                         problems.append(f"{folder}/{entry.name} is a symlink or not a file: not sent")
                         whole = False
@@ -363,7 +387,7 @@ class Shipper:
                 listed.append((folder, mark, now))
 
     def _file_if_changed(
-        self, run_dir: Path, run_id: str, relative: str, entry: os.DirEntry | None, problems: list[str]
+        self, run_dir: Path, run_id: str, relative: str, entry: os.DirEntry | None, problems: _Problems
     ) -> Generator[_Item, None, bool]:
         """The file's chunks when it changed since the dashboard took it (a file gone since it
         was listed: nothing); False when it cannot be sent (said in ``problems``)."""
@@ -466,10 +490,14 @@ class Shipper:
         if status == 410:
             self.state.hold(run_id, held_for=ARCHIVED)  # its removal comes as an instruction
             raise _RunRefusedError("")
+        wait = said.get("retry_after")
+        wait = float(wait) if isinstance(wait, int | float) and 0 < wait <= 3600 else REFUSED_RETRY_SECONDS
+        if status == 429 and said.get("bound") == "new_runs":
+            # This run waits to start; the runs already shipping go on.
+            self.state.hold(run_id, until=time.time() + wait)
+            raise _RunRefusedError(f"waits ({status}): {error}")
         if status in (429, 507):
-            wait = said.get("retry_after")
-            raise _PassPausedError(f"the dashboard asks this host to wait ({status}): {error}"
-                                   + (f" (again in {wait} s)" if wait else ""))  # fmt: skip
+            raise _PassPausedError(f"the dashboard asks this host to wait ({status}): {error} (again in {wait:g} s)")
         self.state.hold(run_id, until=time.time() + max(REFUSED_RETRY_SECONDS, self.interval))
         raise _RunRefusedError(f"the dashboard refused it ({status}): {error}")
 
@@ -516,7 +544,8 @@ class Shipper:
             setattr(report, outcome, getattr(report, outcome) + 1)
         if acks:
             durable.failpoint("ship_before_acks_sent")  # written into the runs, not yet acknowledged
-            status, said = self.request("POST", "acks", acks)
+        for start in range(0, len(acks), MAX_ITEMS):  # the dashboard takes so many at a time
+            status, said = self.request("POST", "acks", acks[start : start + MAX_ITEMS])
             if status != 200:
                 report.problems.append(f"acknowledgements not taken ({status}): {said}")
 
@@ -562,6 +591,9 @@ class Shipper:
             hidden = run_dir.with_name(f".{run_dir.name}.removing-{os.getpid()}")
             os.replace(run_dir, hidden)  # a dot name first: no reader lists a half-removed run
             durable.fsync_directory(run_dir.parent, None)
+            if birth_digest(hidden) != steer_sha256:  # swapped between the look and the rename
+                _put_back(hidden, run_dir)
+                return "refused", f"{run_dir} holds another run than the one archived (its steer.json differs): kept"
             durable.failpoint("ship_after_run_dir_renamed")
         try:
             status, said = self.request("POST", "removal", {"id": instruction.get("id"), "steer_sha256": steer_sha256})
@@ -590,7 +622,7 @@ class Shipper:
             return
         for name in names:
             found = _INTERRUPTED.fullmatch(name)
-            if found is None:
+            if found is None or not protocol.valid_run_id(found["run_id"]):
                 continue
             path, original = self.root / name, self.root / found["run_id"]
             if found["step"] == "removed":
@@ -603,8 +635,43 @@ class Shipper:
                 durable.fsync_directory(self.root, None)
 
 
+class _Problems:
+    """Why files of a run cannot be sent: the first ``PROBLEMS_SAID`` as they are, the rest
+    counted (a run of a million symlinks holds no million sentences in memory)."""
+
+    def __init__(self) -> None:
+        self.examples: list[str] = []
+        self.more = 0
+
+    def append(self, problem: str) -> None:
+        if len(self.examples) < PROBLEMS_SAID:
+            self.examples.append(problem)
+        else:
+            self.more += 1
+
+    def said(self) -> str:
+        """What the dashboard is told: the first few, and how many more."""
+        text = "; ".join(self.examples[:5])
+        hidden = len(self.examples) - 5 + self.more if len(self.examples) > 5 else self.more
+        return f"{text}; and {hidden} more" if hidden > 0 else text
+
+
+def _said_name(name: str) -> str:
+    """A file name as text a message can carry: bytes that are not UTF-8 as escapes."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def _identity(run_dir: Path) -> tuple[int, int, str]:
+    """Which directory ``run_dir`` is (device, inode) and which run it holds (steer.json's digest)."""
+    try:
+        facts = os.lstat(run_dir)
+    except OSError:
+        return (0, 0, "")
+    return (facts.st_dev, facts.st_ino, birth_digest(run_dir))
+
+
 # What a removal cut short leaves: renamed, not yet confirmed; or confirmed, not yet removed.
-_INTERRUPTED = re.compile(r"\.(?P<run_id>[A-Za-z0-9_][A-Za-z0-9._-]*)\.(?P<step>removing|removed)-[0-9]+")
+_INTERRUPTED = re.compile(r"\.(?P<run_id>.+)\.(?P<step>removing|removed)-[0-9]+")
 
 
 def _put_back(hidden: Path | None, run_dir: Path) -> None:
@@ -617,8 +684,11 @@ class _Sender:
     """A run's items, in pushes: a push goes when the next item would not fit in it; the last
     one says no more follow (``more``: the importer leaves a run until its last push of a pass)."""
 
-    def __init__(self, shipper: Shipper, run_id: str, generation: str, *, host_ledger: int) -> None:
+    def __init__(
+        self, shipper: Shipper, run_id: str, generation: str, *, host_ledger: int, ledger_held: int, ledger_ino: int
+    ) -> None:
         self.shipper, self.run_id, self.generation, self.host_ledger = shipper, run_id, generation, host_ledger
+        self.ledger_held, self.ledger_ino = ledger_held, ledger_ino
         self.batch: list[_Item] = []
         self.encoded = 0
         self.sent = 0
@@ -635,15 +705,20 @@ class _Sender:
             self._push(more=False)
 
     def _push(self, *, more: bool) -> None:
+        # ``ledger_held``: what the dashboard took of the ledger, as this host knows it (a mirror
+        # that lost some of the run says so, and the run goes again whole).
         body = {"run_id": self.run_id, "generation": self.generation, "ledger_size": self.host_ledger, "more": more,
-                "items": [item.wire for item in self.batch]}  # fmt: skip
+                "ledger_held": self.ledger_held, "items": [item.wire for item in self.batch]}  # fmt: skip
         status, said = self.shipper.request("POST", "push", body)
         if status != 200:
             self.shipper.refused(self.run_id, status, said)
         durable.failpoint("ship_before_push_saved")  # the dashboard took it; this host does not know yet
         ends = [item.ledger_end for item in self.batch if item.ledger_end is not None]
+        if ends:
+            self.ledger_held = max(self.ledger_held, *ends)
         files = [(item.path, item.mark) for item in self.batch if item.mark is not None]
-        self.shipper.state.acknowledged(self.run_id, ledger=max(ends) if ends else None, files=files)
+        self.shipper.state.acknowledged(self.run_id, ledger=max(ends) if ends else None, files=files,
+                                        ledger_ino=self.ledger_ino)  # fmt: skip
         durable.failpoint("ship_after_push_acknowledged")
         self.sent += sum(item.raw for item in self.batch)
         self.batch, self.encoded = [], 0

@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS runs (
     problem TEXT NOT NULL DEFAULT '',
     problem_said TEXT NOT NULL DEFAULT '',
     held_until REAL NOT NULL DEFAULT 0,
-    held_for TEXT NOT NULL DEFAULT ''
+    held_for TEXT NOT NULL DEFAULT '',
+    ledger_ino INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS files (
     run_id TEXT NOT NULL, path TEXT NOT NULL, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
@@ -60,6 +61,7 @@ class RunState:
     problem_said: str  # what the dashboard was last told of that
     held_until: float  # a refused run is not sent again before this (time.time())
     held_for: str  # what holds it back until its directory changes ("" when nothing)
+    ledger_ino: int  # the ledger file's inode when the dashboard took its bytes (0: not known)
 
 
 Mark = tuple[int, int, int]  # a file's size, mtime_ns and inode
@@ -133,11 +135,16 @@ class ShipState:
         assert found is not None
         return found
 
-    def acknowledged(self, run_id: str, *, ledger: int | None, files: Iterable[tuple[str, Mark]]) -> None:
-        """What the dashboard took of one push: the ledger up to ``ledger``, these files as marked."""
+    def acknowledged(
+        self, run_id: str, *, ledger: int | None, files: Iterable[tuple[str, Mark]], ledger_ino: int = 0
+    ) -> None:
+        """What the dashboard took of one push: the ledger up to ``ledger`` (of the file whose inode
+        is ``ledger_ino``), these files as marked."""
         with self.saving():
             if ledger is not None:
-                self.db.execute("UPDATE runs SET ledger = ? WHERE run_id = ?", (ledger, run_id))
+                self.db.execute(
+                    "UPDATE runs SET ledger = ?, ledger_ino = ? WHERE run_id = ?", (ledger, ledger_ino, run_id)
+                )
             self.db.executemany(
                 "INSERT INTO files (run_id, path, size, mtime_ns, ino) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (run_id, path) DO UPDATE SET size = excluded.size, mtime_ns = excluded.mtime_ns, "
@@ -146,14 +153,24 @@ class ShipState:
             )
 
     def resume_ledger_at(self, run_id: str, offset: int) -> None:
-        """The dashboard holds the ledger's first ``offset`` bytes, as this host has them."""
-        self.db.execute("UPDATE runs SET ledger = ? WHERE run_id = ?", (offset, run_id))
+        """The dashboard holds the ledger's first ``offset`` bytes, as this host has them. When
+        that is less than the state said, the dashboard lost some of the run (its mirror restored
+        from an older copy): every file of it goes again, not only the ledger."""
+        with self.saving():
+            known = self.run(run_id)
+            if known is not None and offset < known.ledger:
+                self.db.execute("DELETE FROM files WHERE run_id = ?", (run_id,))
+                self.db.execute("DELETE FROM folders WHERE run_id = ?", (run_id,))
+            self.db.execute("UPDATE runs SET ledger = ? WHERE run_id = ?", (offset, run_id))
 
     def reported(self, run_id: str, size: int) -> None:
         self.db.execute("UPDATE runs SET reported = ? WHERE run_id = ?", (size, run_id))
 
     def set_problem(self, run_id: str, problem: str) -> None:
-        self.db.execute("UPDATE runs SET problem = ? WHERE run_id = ?", (problem[:2000], run_id))
+        # A path in an error that is not UTF-8 (surrogates) is kept as escapes: SQLite and the
+        # dashboard take text.
+        said = problem[:2000].encode("utf-8", "backslashreplace").decode("utf-8")
+        self.db.execute("UPDATE runs SET problem = ? WHERE run_id = ?", (said, run_id))
 
     def problem_said(self, run_id: str, problem: str) -> None:
         self.db.execute("UPDATE runs SET problem_said = ? WHERE run_id = ?", (problem, run_id))

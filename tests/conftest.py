@@ -14,7 +14,7 @@ from receipts import runtime
 from receipts.demo import write_demo_runs
 from tests.helpers import CONTRACT, data_path, import_as_seen_later, join
 from tests.served import shared_tmp, users  # noqa: F401 - fixtures for the writer daemon's tests
-from tests.shipping import mirror  # noqa: F401 - the shipper's tests' mirror
+from tests.shipping import mirror, shipping_host  # noqa: F401 - the shipper's tests' fixtures
 
 # Where each test runs (once, or on both databases) and the record each pass writes.
 pytest_plugins = ["tests.suite_plugin"]

@@ -1,6 +1,6 @@
 """A real shipper in a test (``python -m receipts ship`` in an environment with no database and
-no Django settings), the mirror it ships to, what "converged" means, and a proxy that loses
-answers on the way back."""
+no Django settings), the mirror it ships to, what "converged" means, a proxy that loses
+answers on the way back, and a host whose shipper keeps shipping (``shipping_host``)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,17 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 
+from evidence.ingest import shipping
+from evidence.review import inbox
 from receipts import protocol
 from tests.helpers import PROJECT
+from tests.serving import stop
 
 
 @pytest.fixture
@@ -146,3 +150,34 @@ class LossyProxy:
 
     def close(self) -> None:
         self.listener.close()
+
+
+@pytest.fixture
+def shipping_host(demo_root, tmp_path, live_server, mirror, settings) -> Iterator[dict]:
+    """Host agent-a, its runs shipped and imported once, then a shipper that keeps shipping (a
+    pass every 0.2 s), so that the host reports and is never silent; a path stuck for a second
+    is stuck."""
+    settings.EVIDENCE_SHIP_STUCK_AFTER_SECONDS = 1
+    key = shipping.new_key("agent-a")
+    assert ship(demo_root, live_server.url, key, tmp_path).returncode == 0
+    call_command("import_mirrors")
+    world = {"key": key, "root": demo_root, "url": live_server.url, "tmp": tmp_path, "shipper": None, "mirror": mirror}
+    try:
+        yield world
+    finally:
+        if world["shipper"] is not None:
+            stop(world["shipper"])
+
+
+def start_shipper(world: dict, **env: str) -> subprocess.Popen:
+    if world["shipper"] is not None:
+        stop(world["shipper"])
+    command = ship_command(world["root"], world["url"], world["key"], world["tmp"], "--interval", "0.2")
+    with open(world["tmp"] / "shipper.log", "a") as log:  # the child holds its own copy of the file
+        world["shipper"] = subprocess.Popen(command, env=ship_env(world["tmp"], **env), stdout=subprocess.DEVNULL,
+                                            stderr=log, cwd=world["tmp"])  # fmt: skip
+    return world["shipper"]
+
+
+def stalled_item(host: str = "agent-a") -> inbox.InboxItem | None:
+    return next((item for item in inbox.inbox_items(kind=inbox.STALLED) if item.subject == host), None)

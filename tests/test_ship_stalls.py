@@ -10,55 +10,20 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import subprocess
-from collections.abc import Iterator
 
 import pytest
 from django.core.management import call_command
 from prometheus_client.parser import text_string_to_metric_families
 
-from evidence.ingest import shipping
 from evidence.models import Finding, HumanDecision, Run
 from evidence.review import inbox
 from receipts import durable, protocol
 from tests.helpers import until
-from tests.serving import stop
-from tests.shipping import ship, ship_command, ship_env
+from tests.shipping import stalled_item, start_shipper
 from tests.test_prometheus_rules import rule_expressions
 from tests.test_ship_converges import settled
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def shipping_host(demo_root, tmp_path, live_server, mirror, settings) -> Iterator[dict]:
-    """Host agent-a, its runs shipped and imported once, then a shipper that keeps shipping (a
-    pass every 0.2 s), so that the host reports and is never silent; a path stuck for a second
-    is stuck."""
-    settings.EVIDENCE_SHIP_STUCK_AFTER_SECONDS = 1
-    key = shipping.new_key("agent-a")
-    assert ship(demo_root, live_server.url, key, tmp_path).returncode == 0
-    call_command("import_mirrors")
-    world = {"key": key, "root": demo_root, "url": live_server.url, "tmp": tmp_path, "shipper": None, "mirror": mirror}
-    try:
-        yield world
-    finally:
-        if world["shipper"] is not None:
-            stop(world["shipper"])
-
-
-def start_shipper(world: dict, **env: str) -> subprocess.Popen:
-    if world["shipper"] is not None:
-        stop(world["shipper"])
-    command = ship_command(world["root"], world["url"], world["key"], world["tmp"], "--interval", "0.2")
-    with open(world["tmp"] / "shipper.log", "a") as log:  # the child holds its own copy of the file
-        world["shipper"] = subprocess.Popen(command, env=ship_env(world["tmp"], **env), stdout=subprocess.DEVNULL,
-                                            stderr=log, cwd=world["tmp"])  # fmt: skip
-    return world["shipper"]
-
-
-def stalled_item(host: str = "agent-a") -> inbox.InboxItem | None:
-    return next((item for item in inbox.inbox_items(kind=inbox.STALLED) if item.subject == host), None)
 
 
 def scraped(client) -> dict[tuple[str, str], float]:

@@ -47,10 +47,11 @@ class DeliveryReport:
     failed: int = 0
 
 
-def pending_for(host: Host) -> list[HumanDecision]:
-    """The decisions about this host's runs not yet written (on their partial index)."""
+def pending_for(host: Host, limit: int | None = None) -> list[HumanDecision]:
+    """The decisions about this host's runs not yet written (on their partial index), oldest
+    first; the ``limit`` oldest."""
     rows = HumanDecision.objects.filter(run__host=host, delivered_at__isnull=True, undeliverable="")
-    return list(rows.select_related("run", "run__host").order_by("decided_at", "id"))
+    return list(rows.select_related("run", "run__host").order_by("decided_at", "id")[:limit])
 
 
 def deliver_pending(*, host: Host, now: dt.datetime | None = None) -> DeliveryReport:

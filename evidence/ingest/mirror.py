@@ -29,7 +29,6 @@ import datetime as dt
 import hashlib
 import itertools
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Sum
+from django.db.models.functions import Greatest
 
 from evidence.models import Host, Run, ShippedRun
 from receipts import confined, durable, protocol
@@ -47,12 +47,9 @@ LEDGER, FILE = "ledger", "file"
 # What one push may carry: items, and bytes an item (the shipper sends chunks of 384 KiB).
 MAX_ITEMS = 200
 MAX_CHUNK_BYTES = 512 * 1024
-# A file of a run: steer.json and state.json, or one file directly in one of the run's folders.
-# 200 characters at most: the temp name a durable write makes beside it adds some 30, and a name
-# is at most 255 bytes on the file systems a mirror lives on.
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
-# How far a shipper's numbers go: a ledger of an exabyte is not a run, it is an attack.
-MAX_OFFSET = 2**60
+# How far a shipper's numbers go: a ledger of a petabyte is not a run, it is an attack (and sums
+# of sizes past 2**63 are an error on SQLite).
+MAX_OFFSET = 2**50
 
 
 @dataclasses.dataclass
@@ -63,6 +60,7 @@ class ShipError(Exception):
     status: int
     message: str
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    freed: int = 0  # bytes of a part removed with the refusal: they no longer count against the quota
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +83,7 @@ class Push:
     host_ledger_bytes: int | None  # the host's ledger when the shipper read it
     more: bool  # more pushes of this run follow in this pass
     pieces: list[Piece]
+    ledger_held: int | None = None  # what the shipper was told the mirror holds of the ledger
 
 
 def mirror_root(host: Host) -> Path:
@@ -126,6 +125,9 @@ def parse_push(document: Any) -> Push:
     more = document.get("more", False)
     if not isinstance(more, bool):
         raise ShipError(400, "more is true or false")
+    ledger_held = document.get("ledger_held")
+    if ledger_held is not None:
+        ledger_held = _whole_number(ledger_held, "ledger_held")
     items = document["items"]
     if len(items) > MAX_ITEMS:
         raise ShipError(400, f"at most {MAX_ITEMS} items a push")
@@ -137,7 +139,7 @@ def parse_push(document: Any) -> Push:
     for before, after in itertools.pairwise(ledger):
         if after.offset != before.offset + len(before.data):
             raise ShipError(400, "the ledger's chunks of a push follow each other: each starts where the last ended")
-    return Push(run_id, generation, host_ledger, more, pieces)
+    return Push(run_id, generation, host_ledger, more, pieces, ledger_held)
 
 
 def _piece(item: Any) -> Piece:
@@ -170,15 +172,17 @@ def _piece(item: Any) -> Piece:
 
 
 def safe_path(relative: Any) -> str:
-    """A run file's path as the shipper names it: steer.json, state.json, or FOLDER/NAME."""
+    """A run file's path as the shipper names it: steer.json, state.json, or FOLDER/NAME, the
+    name one the writer can make (``protocol.valid_record_name``: the shipper skips, and says,
+    any other)."""
     if relative in ("steer.json", "state.json"):
         return relative
     if isinstance(relative, str) and relative.count("/") == 1:
         folder, name = relative.split("/")
-        if folder in protocol.RUN_FOLDERS and _NAME.fullmatch(name) and ".." not in name:
+        if folder in protocol.RUN_FOLDERS and protocol.valid_record_name(name) and name != "..":
             return relative
-    raise ShipError(400, "path is steer.json, state.json or FOLDER/NAME in one of the run's folders, "
-                         "the name 1-200 of A-Z a-z 0-9 . _ -")  # fmt: skip
+    raise ShipError(400, "path is steer.json, state.json or FOLDER/NAME in one of the run's folders, the name "
+                         "1-255 bytes of UTF-8, no / and no NUL, not starting with a dot")  # fmt: skip
 
 
 # --- what the mirror holds --------------------------------------------------------------
@@ -223,8 +227,8 @@ class _Plan:
     ledger_append: bytes = b""
     ledger_from: int = 0
     files: list[Piece] = dataclasses.field(default_factory=list)
-    # part, bytes to add at its end, whether it starts afresh, the file it completes (or None)
-    parts: list[tuple[Path, bytes, bool, Piece | None]] = dataclasses.field(default_factory=list)
+    # part, bytes to add at its end, whether it starts afresh, the file it completes (or None), its item
+    parts: list[tuple[Path, bytes, bool, Piece | None, int]] = dataclasses.field(default_factory=list)
     held: int = 0  # items the mirror held already
 
     @property
@@ -261,12 +265,18 @@ def _with_digest(host: Host, run_id: str, refused: ShipError) -> None:
     refused.extra["ledger_sha256"] = digest
 
 
-def _plan(host: Host, run_id: str, run_dir: Path, pieces: list[Piece]) -> _Plan:
+def _plan(host: Host, run_id: str, run_dir: Path, pieces: list[Piece], ledger_held: int | None = None) -> _Plan:
     """Every item held against what the mirror holds now, nothing written: 409 for one that does
-    not follow on from it, with what the shipper needs to go on."""
+    not follow on from it, with what the shipper needs to go on. A mirror that holds less of the
+    ledger than the shipper was told (``ledger_held``: it lost some of the run, a restore from an
+    older copy) is a 409 too, whatever the push: the shipper then sends the run again whole. (A
+    file that its last chunk completes is checked against its SHA-256 when written, ``_apply``.)"""
     plan = _Plan()
     ledger = run_dir / LEDGER_NAME
     size = _size(ledger)
+    if ledger_held is not None and size < ledger_held:
+        raise _diverged(ledger, 0, f"the mirror holds less of this run's ledger than the {ledger_held} bytes it "
+                                   "took: it lost some of the run")  # fmt: skip
     end = size
     part_ends: dict[Path, int] = {}
     for index, piece in enumerate(pieces):
@@ -299,67 +309,154 @@ def _plan(host: Host, run_id: str, run_dir: Path, pieces: list[Piece]) -> _Plan:
         part_ends[part] = max(part_size if not fresh else 0, piece.offset + len(piece.data))
         new = piece.data[held:]
         completes = piece if piece.offset + len(piece.data) == piece.size else None
-        if completes is not None and _whole_digest(part, 0 if fresh else piece.offset + held, new) != piece.sha256:
-            raise ShipError(409, f"{piece.path}: its chunks do not make the file of its sha256; send it again",
-                            {"item": index, "part_size": 0})  # fmt: skip
         if not new and completes is None:
             plan.held += 1
-        plan.parts.append((part, new, fresh, completes))
+        plan.parts.append((part, new, fresh, completes, index))
     return plan
 
 
-def _whole_digest(part: Path, keep: int, tail: bytes) -> str:
-    """The SHA-256 of a part's first ``keep`` bytes followed by ``tail``: the file it completes."""
-    digest = hashlib.sha256()
-    if keep:
-        fd = os.open(part, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as stream:
-            while keep > 0 and (block := stream.read(min(keep, 1 << 20))):
-                digest.update(block)
-                keep -= len(block)
-    digest.update(tail)
-    return digest.hexdigest()
+def _digest_of_file(path: Path) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as stream:
+        return hashlib.file_digest(stream, "sha256").hexdigest()
 
 
-def _apply(run_dir: Path, plan: _Plan) -> int:
-    """Write what ``_plan`` found to write: the bytes the mirror's copy grew (or shrank) by."""
+def _room_for(run_dir: Path, incoming: int) -> None:
+    """507 before a byte is written when the mirror's file system has not room for the push
+    (with a margin: a full disk is nobody's mirror)."""
+    folder = run_dir if run_dir.exists() else Path(settings.EVIDENCE_MIRROR_ROOT)
+    folder.mkdir(parents=True, exist_ok=True)
+    facts = os.statvfs(folder)
+    free = facts.f_bavail * facts.f_frsize
+    if free < incoming + DISK_MARGIN:
+        raise ShipError(507, f"the server's disk for the mirror has {free} bytes free: this push of {incoming} "
+                             "bytes waits until an operator makes room", {"retry_after": 60})  # fmt: skip
+
+
+# A push is refused when its bytes would leave less than this free on the mirror's file system.
+DISK_MARGIN = 64 * 1024 * 1024
+
+
+def _apply(host: Host, run_id: str, run_dir: Path, plan: _Plan) -> int:
+    """Write what ``_plan`` found to write: the bytes the mirror's copy grew (or shrank) by.
+
+    The parts first, beside the mirror: a file its last chunk completes is checked against its
+    SHA-256 (hashed once, as it is written: a host cannot have the server hash a part again
+    and again for one upload), and a push whose file does not match is refused (409) with its
+    parts put back as they were; only then are files put in place and the ledger appended. A
+    write the disk refuses is a 507, and undoes what it can: the parts and the ledger's append
+    put back as they were, the files this push made removed (one it replaced stays: the host's
+    newer bytes, whole, as a file is put in place)."""
     grown = 0
-    run_dir.mkdir(parents=True, exist_ok=True)
-    for piece in plan.files:
-        target = run_dir / piece.path
-        grown += len(piece.data) - _size(target)
-        durable.write_durable(target, piece.data, root=run_dir)
-    for part, new, fresh, completes in plan.parts:
-        # A part's bytes count as they arrive; put in place, they are the file's, less the one it replaces.
-        part.parent.mkdir(parents=True, exist_ok=True)
-        grown -= _size(part) if fresh else 0
-        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_TRUNC if fresh else os.O_APPEND)
-        fd = os.open(part, flags, 0o644)
-        try:
-            durable.write_all(fd, new)
+    undo: list[tuple[Path, int]] = []  # each part written, and its size before (-1: it was not there)
+    created: list[Path] = []  # each file this push made (one it replaced stays: the host's newer bytes)
+    ledger_from = -1
+    try:
+        done: list[tuple[Path, Piece]] = []
+        for part, new, fresh, completes, index in plan.parts:
+            part.parent.mkdir(parents=True, exist_ok=True)
+            before = _size(part) if part.exists() else -1
+            undo.append((part, before))
+            flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_TRUNC if fresh else os.O_APPEND)
+            fd = os.open(part, flags, 0o644)
+            try:
+                durable.write_all(fd, new)
+                if completes is not None:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            # A part's bytes count as they arrive; put in place, they are the file's, less the one it replaces.
+            grown += len(new) - (max(0, before) if fresh else 0)
             if completes is not None:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        grown += len(new)
-        if completes is not None:
+                if _size(part) != completes.size or _digest_of_file(part) != completes.sha256:
+                    # Not put back: the file comes again from its first chunk, so that a part is
+                    # hashed once for each time it is sent whole, never again and again.
+                    freed = max(0, before)
+                    part.unlink()
+                    undo.pop()
+                    raise ShipError(409, f"{completes.path}: its chunks do not make the file of its sha256; send it "
+                                         "again from its first chunk", {"item": index, "part_size": 0},
+                                    freed=freed)  # fmt: skip
+                done.append((part, completes))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for piece in plan.files:
+            target = run_dir / piece.path
+            if not os.path.lexists(target):
+                created.append(target)
+            grown += len(piece.data) - _size(target)
+            _put_in_place(host, run_id, piece.path, piece.data, run_dir)
+        for part, completes in done:
             target = run_dir / completes.path
+            if not os.path.lexists(target):
+                created.append(target)
             grown -= _size(target)
             with confined.folder_of(target, run_dir) as (dir_fd, name):
                 os.replace(part, name, dst_dir_fd=dir_fd)
                 os.fsync(dir_fd)
-    if plan.ledger_append:
-        ledger = run_dir / LEDGER_NAME
-        fd = os.open(ledger, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        try:
-            if os.fstat(fd).st_size != plan.ledger_from:  # only this host's pushes write here, one at a time
-                raise ShipError(409, "the mirror's ledger changed while the push was checked: send it again")
-            durable.write_all(fd, plan.ledger_append)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        grown += len(plan.ledger_append)
+            undo = [(path, size) for path, size in undo if path != part]
+        if plan.ledger_append:
+            ledger = run_dir / LEDGER_NAME
+            fd = os.open(ledger, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            try:
+                if os.fstat(fd).st_size != plan.ledger_from:  # only this host's pushes write here, one at a time
+                    raise ShipError(409, "the mirror's ledger changed while the push was checked: send it again")
+                ledger_from = plan.ledger_from
+                durable.write_all(fd, plan.ledger_append)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            grown += len(plan.ledger_append)
+    except (ShipError, OSError) as error:
+        _undo(undo, run_dir / LEDGER_NAME, ledger_from)
+        for target in created:
+            with contextlib.suppress(OSError):
+                target.unlink()
+        if isinstance(error, ShipError):
+            raise
+        raise ShipError(507, f"the server could not write the push ({error.strerror or error}): it waits until an "
+                             "operator makes room", {"retry_after": 60}) from None  # fmt: skip
     return grown
+
+
+def _undo(parts: list[tuple[Path, int]], ledger: Path, ledger_from: int) -> None:
+    """Put the parts back as they were before a refused push, and cut the ledger's append."""
+    for part, before in parts:
+        with contextlib.suppress(OSError):
+            if before < 0:
+                part.unlink()
+            else:
+                os.truncate(part, before)
+    if ledger_from >= 0:
+        with contextlib.suppress(OSError):
+            fd = os.open(ledger, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                os.ftruncate(fd, ledger_from)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def _put_in_place(host: Host, run_id: str, relative: str, data: bytes, run_dir: Path) -> None:
+    """A whole file put in place as a durable write does it (a temp file, fsync, a rename, the
+    folder's fsync), its temp file beside the mirror: a name of 255 bytes leaves no room for
+    a temp name beside it."""
+    scratch = _parts_dir(host, run_id)
+    scratch.mkdir(parents=True, exist_ok=True)
+    temp = scratch / f"{hashlib.sha256(relative.encode()).hexdigest()[:32]}.{os.getpid()}.whole"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        durable.write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        with confined.folder_of(run_dir / relative, run_dir) as (dir_fd, name):
+            os.replace(temp, name, dst_dir_fd=dir_fd)
+            os.fsync(dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        raise
 
 
 # --- a push ----------------------------------------------------------------------------
@@ -377,6 +474,10 @@ def push(host: Host, document: Any, *, now: dt.datetime | None = None) -> dict[s
     except ShipError as refused:
         if "ledger_size" in refused.extra and isinstance(run_id, str):
             _with_digest(host, run_id, refused)
+        if refused.freed and isinstance(run_id, str):
+            ShippedRun.objects.filter(host=host, run_id=run_id).update(
+                mirror_bytes=Greatest(F("mirror_bytes") - refused.freed, 0)
+            )
         record_refusal(host, run_id if isinstance(run_id, str) else "", refused, now)
         raise
 
@@ -402,9 +503,12 @@ def _push(host: Host, shipped: Push, now: dt.datetime) -> dict[str, Any]:
                                      "differs) and the mirror still holds the old one: rename the new run, or "
                                      "archive the old one first", {"generation": record.generation})  # fmt: skip
             record.generation, record.mirror_ledger_bytes, record.mirror_bytes = shipped.generation, 0, 0
-        plan = _plan(host, shipped.run_id, run_dir, shipped.pieces)
+        plan = _plan(host, shipped.run_id, run_dir, shipped.pieces, shipped.ledger_held)
         _within_quota(host, plan.incoming)
-        grown = _apply(run_dir, plan) if plan.incoming or plan.parts else 0
+        writes = bool(plan.files or plan.parts or plan.ledger_append)  # an empty file is a write too
+        if writes:
+            _room_for(run_dir, plan.incoming)
+        grown = _apply(host, shipped.run_id, run_dir, plan) if writes else 0
         if record is None:
             record = ShippedRun(host=host, run_id=shipped.run_id, created_at=now, reported_at=now)
         record.generation = record.generation or shipped.generation
@@ -430,29 +534,31 @@ def _judge_behind(record: ShippedRun, now: dt.datetime, *, progressed: bool) -> 
         record.behind_since = now
 
 
-def _take_a_push(host: Host, now: dt.datetime) -> None:
-    """One push of the host's bucket (``EVIDENCE_SHIP_PUSHES_PER_MINUTE``; 429 and when to try
-    again when it is empty), under its row's lock, in a transaction of its own."""
+def _take_a_push(host: Host, now: dt.datetime, *, cost: int = 1) -> None:
+    """``cost`` pushes of the host's bucket (``EVIDENCE_SHIP_PUSHES_PER_MINUTE``; 429 and when to
+    try again when it has not that many), under its row's lock, in a transaction of its own."""
     rate = settings.EVIDENCE_SHIP_PUSHES_PER_MINUTE
     if not rate:
         return
+    cost = min(cost, rate)  # a bucket holds a minute's worth: a cost past it would never be met
     with transaction.atomic():
         held = Host.objects.select_for_update().get(pk=host.pk)
         elapsed = (now - held.push_tokens_at).total_seconds() if held.push_tokens_at else 60.0
         tokens = min(float(rate), held.push_tokens + max(0.0, elapsed) * rate / 60.0)
-        if tokens >= 1:
-            Host.objects.filter(pk=host.pk).update(push_tokens=tokens - 1, push_tokens_at=now)
+        if tokens >= cost:
+            Host.objects.filter(pk=host.pk).update(push_tokens=tokens - cost, push_tokens_at=now)
             return
-    wait = (1 - tokens) * 60.0 / rate
+    wait = (cost - tokens) * 60.0 / rate
     raise ShipError(429, f"host {host.name} pushed more than EVIDENCE_SHIP_PUSHES_PER_MINUTE ({rate}) allows: "
-                         f"try again in {wait:.1f} s", {"retry_after": round(wait, 3)})  # fmt: skip
+                         f"try again in {wait:.1f} s", {"retry_after": round(wait, 3), "bound": "pushes"})  # fmt: skip
 
 
 def _may_start_a_run(host: Host, now: dt.datetime) -> None:
     limit = settings.EVIDENCE_SHIP_NEW_RUNS_PER_HOUR
     if limit and ShippedRun.objects.filter(host=host, created_at__gt=now - dt.timedelta(hours=1)).count() >= limit:
         raise ShipError(429, f"host {host.name} started shipping {limit} runs in the last hour, what "
-                             "EVIDENCE_SHIP_NEW_RUNS_PER_HOUR allows: this one waits", {"retry_after": 60})  # fmt: skip
+                             "EVIDENCE_SHIP_NEW_RUNS_PER_HOUR allows: this one waits",
+                        {"retry_after": 60, "bound": "new_runs"})  # fmt: skip
 
 
 def host_bytes(host: Host) -> int:
@@ -503,42 +609,62 @@ def report(host: Host, document: Any, *, now: dt.datetime | None = None) -> dict
                                      or not 0 <= pass_seconds <= 86400):  # fmt: skip
         raise ShipError(400, "pass_seconds is a number of seconds from 0 to 86400")
     said = [_reported(entry) for entry in runs]
+    _take_a_push(host, now, cost=1 + len(said) // 50)  # a report of many runs weighs as pushes do
     taken = 0
-    for run_id, generation, ledger_size, problem, gone in said:
-        if gone:  # no longer under the host's root: nothing of it is behind, nothing is wrong with it
-            ShippedRun.objects.filter(host=host, run_id=run_id).update(
-                host_ledger_bytes=F("mirror_ledger_bytes"), behind_since=None, arriving=False, problem="",
-                problem_since=None, reported_at=now,
-            )  # fmt: skip
-            continue
-        with transaction.atomic():
-            record = ShippedRun.objects.select_for_update().filter(host=host, run_id=run_id).first()
-            if record is None:
-                try:
-                    _may_start_a_run(host, now)
-                except ShipError:
-                    continue
-                record = ShippedRun(host=host, run_id=run_id, generation=generation, created_at=now, reported_at=now)
-            elif generation and record.generation and generation != record.generation:
-                if os.path.lexists(mirror_root(host) / run_id):
-                    continue  # another run under the old one's id: its push says why it is refused
-                record.generation, record.mirror_ledger_bytes, record.mirror_bytes = generation, 0, 0
-            record.generation = record.generation or generation
-            record.reported_at = now
-            if ledger_size is not None:
-                record.host_ledger_bytes = ledger_size
-                if ledger_size <= record.mirror_ledger_bytes:
-                    record.arriving = False
-            _judge_behind(record, now, progressed=False)
-            if problem is not None:
-                if problem and not record.problem:
-                    record.problem_since = now
-                record.problem, record.problem_since = problem, record.problem_since if problem else None
-            record.save()
-            taken += 1
+    with transaction.atomic():
+        # The host's row first, as a push locks it: a push and a report of one new run at once
+        # would otherwise each wait for the other's row.
+        Host.objects.select_for_update().get(pk=host.pk)
+        for run_id, generation, ledger_size, problem, gone in said:
+            taken += _take_report(host, run_id, generation, ledger_size, problem, gone, now)
     if pass_seconds is not None:  # the shipper's pass ended: how long it took, as a watch's does
         Host.objects.filter(pk=host.pk).update(last_pass_seconds=pass_seconds)
     return {"taken": taken}
+
+
+def _take_report(host: Host, run_id: str, generation: str, ledger_size: int | None, problem: str | None, gone: bool,
+                 now: dt.datetime) -> int:  # fmt: skip
+    """One run of a report, kept on its ``ShippedRun``: 1 when taken."""
+    if gone:  # no longer under the host's root: nothing of it is behind, nothing is wrong with it
+        return ShippedRun.objects.filter(host=host, run_id=run_id).update(
+            host_ledger_bytes=F("mirror_ledger_bytes"), behind_since=None, arriving=False, problem="",
+            problem_since=None, reported_at=now,
+        )  # fmt: skip
+    record = ShippedRun.objects.select_for_update().filter(host=host, run_id=run_id).first()
+    if record is None:
+        try:
+            _may_start_a_run(host, now)
+        except ShipError:
+            return 0
+        record = ShippedRun(host=host, run_id=run_id, generation=generation, created_at=now, reported_at=now)
+    elif generation and record.generation and generation != record.generation:
+        if os.path.lexists(mirror_root(host) / run_id):
+            # Another run under the id of one the mirror holds: its sizes are not the mirror's
+            # run's, but why it cannot be sent is (a run refused on every pass is stuck).
+            _said_problem(record, problem, now)
+            record.reported_at = now
+            record.save()
+            return 1
+        record.generation, record.mirror_ledger_bytes, record.mirror_bytes = generation, 0, 0
+    record.generation = record.generation or generation
+    record.reported_at = now
+    if ledger_size is not None:
+        record.host_ledger_bytes = ledger_size
+        if ledger_size <= record.mirror_ledger_bytes:
+            record.arriving = False
+    _judge_behind(record, now, progressed=False)
+    _said_problem(record, problem, now)
+    record.save()
+    return 1
+
+
+def _said_problem(record: ShippedRun, problem: str | None, now: dt.datetime) -> None:
+    """Why the run cannot be sent, as its shipper says it (None: it said nothing of it)."""
+    if problem is None:
+        return
+    if problem and not record.problem:
+        record.problem_since = now
+    record.problem, record.problem_since = problem, record.problem_since if problem else None
 
 
 def _reported(entry: Any) -> tuple[str, str, int | None, str | None, bool]:

@@ -103,7 +103,8 @@ def check_in(host: Host, *, instance: str, root: str, version: str, clock: str =
             Host.objects.filter(pk=host.pk).update(refused_at=Now(), refused_from=root)
             said = f"another shipper with host {host.name}'s key is shipping (runs root {held.runs_root})"
             said += ": two must not share a key"
-            refused: ShipError | None = ShipError(409, said)
+            # "lease": what the shipper reads to stop (not the words, which a run_id can hold too).
+            refused: ShipError | None = ShipError(409, said, {"lease": "taken"})
         else:
             refused = None
             Host.objects.filter(pk=host.pk).update(
@@ -138,10 +139,13 @@ def stopped(host: Host, *, instance: str) -> None:
 
 
 def instructions(host: Host) -> list[dict[str, Any]]:
-    """What this host has still to do in its runs: the people's decisions to write, oldest first,
-    then the runs archived from the mirror whose own copy it may remove (never one under a
-    legal hold: the host asks again, just before it removes it, ``confirm_removal``)."""
-    return _decisions(host) + _removals(host)
+    """What this host has still to do in its runs, at most ``MAX_ITEMS`` at a time (what one
+    acknowledgement takes): the people's decisions to write, oldest first, then the runs
+    archived from the mirror whose own copy it may remove (never one under a legal hold: the
+    host asks again, just before it removes it, ``confirm_removal``). The rest come once these
+    are acknowledged."""
+    decisions = _decisions(host)
+    return decisions + (_removals(host)[: MAX_ITEMS - len(decisions)] if len(decisions) < MAX_ITEMS else [])
 
 
 def _removals(host: Host) -> list[dict[str, Any]]:
@@ -236,7 +240,7 @@ def _decisions(host: Host) -> list[dict[str, Any]]:
             "receipt_sha256": decision.receipt_sha256,
             "confirmed_at": protocol.format_time(decision.decided_at),
         }
-        for decision in delivery.pending_for(host)
+        for decision in delivery.pending_for(host, MAX_ITEMS)
     ]
 
 

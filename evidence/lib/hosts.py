@@ -19,8 +19,20 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, DateTimeField, Exists, ExpressionWrapper, F, Min, OuterRef, Q, QuerySet, Sum
-from django.db.models.functions import Coalesce, Now
+from django.db.models import (
+    Count,
+    DateTimeField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    Min,
+    OuterRef,
+    Q,
+    QuerySet,
+    Sum,
+)
+from django.db.models.functions import Cast, Coalesce, Now
 
 from evidence.models import Host, HumanDecision, Run, ShippedRun
 from receipts import __version__, protocol
@@ -274,7 +286,10 @@ def stalls(rows: list[Host], now: dt.datetime | None = None) -> dict[int, Stall]
     now = now or protocol.utc_now()
     since = stuck_since(now)
     stuck = runs_not_arriving(now).filter(host__in=rows)
-    behind = Coalesce(Sum(F("host_ledger_bytes") - F("mirror_ledger_bytes"), filter=Q(behind_since__isnull=False)), 0)
+    # Summed as floats: what shippers say of their ledgers is bounded, but a sum of many could pass
+    # SQLite's 64-bit integers (an error there, not an overflow).
+    lacking_bytes = Cast(F("host_ledger_bytes") - F("mirror_ledger_bytes"), FloatField())
+    behind = Coalesce(Sum(lacking_bytes, filter=Q(behind_since__isnull=False)), 0.0)
     counted = {
         host_pk: (count, lacking, oldest)
         for host_pk, count, lacking, oldest in stuck.values_list("host")
@@ -301,7 +316,7 @@ def stalls(rows: list[Host], now: dt.datetime | None = None) -> dict[int, Stall]
         refused = host.push_refused_since if host.push_refused_since and host.push_refused_since <= since else None
         decisions, waiting_since = waiting.get(host.pk, (0, None))
         offset = host.clock_offset_seconds if clock_is_off(host.clock_offset_seconds) else None
-        found[host.pk] = Stall(count, max(0, lacking or 0), a_run, its_problem, oldest, refused,
+        found[host.pk] = Stall(count, max(0, int(lacking or 0)), a_run, its_problem, oldest, refused,
                                host.push_refusal if refused else "", decisions, waiting_since, offset)  # fmt: skip
     return found
 
@@ -429,15 +444,19 @@ def _move_the_mirror(source: Host, target: Host) -> None:
     ``target``'s shipper goes on from what the server holds, and the mirror is imported as
     ``target``'s. A run ``target`` already ships stays where it is."""
     mirror = Path(settings.EVIDENCE_MIRROR_ROOT)
-    old_folder, new_folder = mirror / source.name, mirror / target.name
-    if not old_folder.is_dir():
-        return
-    new_folder.mkdir(parents=True, exist_ok=True)
-    for entry in sorted(os.listdir(old_folder)):
-        if os.path.lexists(new_folder / entry):
+    # Its runs, and the files it was sending in chunks (mirror.parts_root(): its own folder there).
+    for old_folder, new_folder in ((mirror / source.name, mirror / target.name),
+                                   (mirror / ".parts" / source.name, mirror / ".parts" / target.name)):  # fmt: skip
+        if not old_folder.is_dir():
             continue
-        os.replace(old_folder / entry, new_folder / entry)
-        Run.objects.filter(host=target, run_id=entry, path=str(old_folder / entry)).update(path=str(new_folder / entry))
+        new_folder.mkdir(parents=True, exist_ok=True)
+        for entry in sorted(os.listdir(old_folder)):
+            if os.path.lexists(new_folder / entry):
+                continue
+            os.replace(old_folder / entry, new_folder / entry)
+            Run.objects.filter(host=target, run_id=entry, path=str(old_folder / entry)).update(
+                path=str(new_folder / entry)
+            )
 
 
 def clock_is_off(offset: float | None) -> bool:

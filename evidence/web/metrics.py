@@ -14,7 +14,8 @@ import ipaddress
 from collections.abc import Iterator
 
 from django.conf import settings
-from django.db.models import Count, F, Max, Min, Sum
+from django.db.models import Count, F, FloatField, Max, Min, Sum
+from django.db.models.functions import Cast
 from django.http import HttpRequest
 from django_tasks import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
@@ -190,7 +191,7 @@ class DashboardCollector(Collector):
         lacking = dict(
             ShippedRun.objects.filter(behind_since__isnull=False)
             .values_list("host")
-            .annotate(n=Sum(F("host_ledger_bytes") - F("mirror_ledger_bytes")))
+            .annotate(n=Sum(Cast(F("host_ledger_bytes") - F("mirror_ledger_bytes"), FloatField())))
             .order_by()
         )
         for facts in hosts.with_facts(list(Host.objects.filter(watching=True))):

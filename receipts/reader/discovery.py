@@ -40,7 +40,15 @@ class Discovery:
 
 
 def looks_like_run(path: Path) -> bool:
-    return any(os.path.lexists(path / name) for name in ("steer.json", LEDGER, "state.json"))
+    """Whether ``path`` holds a run's own files (a folder under one of their names does not
+    count: it is a run whose id is that name, in a runs root)."""
+    for name in ("steer.json", LEDGER, "state.json"):
+        try:
+            if not stat.S_ISDIR(os.lstat(path / name).st_mode):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def birth_digest(run_dir: Path) -> str:

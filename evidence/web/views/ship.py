@@ -47,6 +47,14 @@ def _shipper_view(method: str) -> Callable:
     return wrap
 
 
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 # What a shipper sends is a few levels deep; JSON nested deeper is no shipper's, and Python's
 # parser would run out of stack on it (a RecursionError, a 500) long before it ran out of bytes.
 MAX_DEPTH = 8
@@ -61,13 +69,16 @@ def _json(request: HttpRequest) -> Any:
         raise shipping.ShipError(400, f"the body nests deeper than {MAX_DEPTH} levels") from None
     if _too_deep_or_nul(document, MAX_DEPTH):
         # RefuseNulMiddleware reads only the address: a body's "\u0000" would reach PostgreSQL's text.
-        raise shipping.ShipError(400, f"the body nests deeper than {MAX_DEPTH} levels, or holds a U+0000 (NUL)")
+        raise shipping.ShipError(
+            400, f"the body nests deeper than {MAX_DEPTH} levels, or holds a U+0000 (NUL) or a lone surrogate"
+        )
     return document
 
 
 def _too_deep_or_nul(value: Any, depth: int) -> bool:
     if isinstance(value, str):
-        return "\x00" in value
+        # A lone surrogate ("\ud800" in JSON) is no text a database can store.
+        return "\x00" in value or (not value.isascii() and not _encodes(value))
     if isinstance(value, dict | list) and depth <= 0:
         return True
     if isinstance(value, dict):
