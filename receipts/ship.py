@@ -661,13 +661,18 @@ def _said_name(name: str) -> str:
     return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
-def _identity(run_dir: Path) -> tuple[int, int, str]:
-    """Which directory ``run_dir`` is (device, inode) and which run it holds (steer.json's digest)."""
-    try:
-        facts = os.lstat(run_dir)
-    except OSError:
-        return (0, 0, "")
-    return (facts.st_dev, facts.st_ino, birth_digest(run_dir))
+def _identity(run_dir: Path) -> tuple[int, ...]:
+    """Which directory ``run_dir`` is (its device and inode), and which steer.json it holds (its
+    inode, size and time: ``init`` writes it once): two ``lstat`` calls, no read."""
+    found: tuple[int, ...] = ()
+    for path in (run_dir, run_dir / "steer.json"):
+        try:
+            facts = os.lstat(path)
+        except OSError:
+            found += (0, 0, 0, 0)
+            continue
+        found += (facts.st_dev, facts.st_ino, facts.st_size, facts.st_mtime_ns)
+    return found
 
 
 # What a removal cut short leaves: renamed, not yet confirmed; or confirmed, not yet removed.
