@@ -10,6 +10,9 @@ be made again under another id.
 
 from __future__ import annotations
 
+import contextvars
+import os
+import pwd
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -116,8 +119,22 @@ def _write_state(run_dir: Path, state: str, attempts: int, reached: int) -> None
     append_event(run_dir, "state", {"state": state, "attempts": attempts})
 
 
+# Who passes over calls in doubt (``require_override``): the writer's own user, or, under
+# ``callproof serve``, the settler the daemon serves (the kernel's word for it, SO_PEERCRED).
+OVERRIDER: contextvars.ContextVar[tuple[int, str] | None] = contextvars.ContextVar("overrider", default=None)
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return ""
+
+
 def require_override(run_dir: Path, call_ids: list[str], reason: str | None, action: str, what: str) -> None:
-    """Refuse ``action`` over the unsettled ``call_ids``, or record the person's reason for going on."""
+    """Refuse ``action`` over the unsettled ``call_ids``, or record the person's reason for going on,
+    with who gave it (a uid, and its user's name): the writer's own user, or the settler the
+    daemon serves (``OVERRIDER``)."""
     if reason is None:
         names = ", ".join(call_ids[:10]) + (f" and {len(call_ids) - 10} more" if len(call_ids) > 10 else "")
         raise UnsettledCalls(
@@ -127,7 +144,9 @@ def require_override(run_dir: Path, call_ids: list[str], reason: str | None, act
         )
     if not reason.strip():
         raise ValueError("an override of calls in doubt needs a reason")
-    append_event(run_dir, "unsettled_override", {"action": action, "call_ids": call_ids, "reason": reason.strip()})
+    uid, user = OVERRIDER.get() or (os.geteuid(), _user_name(os.geteuid()))
+    append_event(run_dir, "unsettled_override", {"action": action, "call_ids": call_ids, "reason": reason.strip(),
+                                                 "uid": uid, "user": user})  # fmt: skip
 
 
 def attempt_of(state: str, attempts: int) -> int | None:

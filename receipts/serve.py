@@ -18,8 +18,10 @@ daemon finds it in doubt exactly as the writer does.
 Who may do what: anyone who can connect may call tools, create task files,
 make runs and change a run's state (what an agent's runtime does); only the
 daemon's own user, root and the ``--settler`` users may write a person's
-decision (an agent never settles its own call in doubt). The kernel says who
-is connecting (``SO_PEERCRED``), not the client.
+decision or pass over a call in doubt (``override_unsettled``, on a call or a
+state change): an agent never settles its own call in doubt, nor goes past it.
+The kernel says who is connecting (``SO_PEERCRED``), not the client, and the
+ledger's ``unsettled_override`` event records that uid.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from receipts import client, protocol, runtime
+from receipts import client, protocol, runs, runtime
 from receipts.tools import NOT_DONE, Evidence, OutcomeUnknown, Rejected
 
 # Below a served run, what only the daemon may write: the records and the folders that hold them.
@@ -348,6 +350,13 @@ class WriterDaemon(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         return run_dir
 
 
+def _name_of(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return ""
+
+
 def _uid_of(name: str) -> int:
     return int(name) if name.isdigit() else pwd.getpwnam(name).pw_uid
 
@@ -394,6 +403,20 @@ class _Handler(socketserver.BaseRequestHandler):
         if op == "init":
             return {"result": self._init(run_dir, message)}
         run_dir = self.server.admit(run_dir)
+        if message.get("override_unsettled") is not None and peer.uid not in self.server.settler_uids:
+            # Passing over a call in doubt is a person's decision, as settling one is: the agent's
+            # own user could otherwise make an effect again that may already have happened.
+            raise Refused(f"uid {peer.uid} may call tools but not pass over a call in doubt: only a settler "
+                          "overrides (the daemon's user, root, or a --settler)")  # fmt: skip
+        overrider = runs.OVERRIDER.set((peer.uid, _name_of(peer.uid)))
+        try:
+            return self._do_admitted(op, run_dir, message, peer, conversation)
+        finally:
+            runs.OVERRIDER.reset(overrider)
+
+    def _do_admitted(
+        self, op: Any, run_dir: Path, message: dict[str, Any], peer: Peer, conversation: _Conversation
+    ) -> dict[str, Any]:
         if op == "call":
             adapter = _RemoteAdapter(conversation, message.get("adapter") or {})
             executor = _ServedExecutor(run_dir, {adapter.name: adapter}, peer)

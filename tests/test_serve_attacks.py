@@ -132,3 +132,33 @@ def test_a_root_whose_parent_others_can_write_is_not_served(shared_tmp):
         assert runtime.Executor(run, writer_socket=str(served.socket)).call("write_file", FILE_ARGS).status == (
             "committed"
         )
+
+
+def test_an_agent_cannot_pass_over_its_own_call_in_doubt_only_a_settler_can(users, shared_tmp):
+    """Issue 55, case 1: the daemon took ``override_unsettled`` from any user on a call and on a
+    state change, so the agent's own user sent a message in doubt again (two outbox lines for
+    one intent, no person involved). Only a settler passes over a call in doubt now, and the
+    ledger says which uid did."""
+    from tests.test_serve import agents_run
+    from tests.writer import MESSAGE, outbox_lines
+
+    _, agent = users
+    override = ("--override-unsettled", "the agent says so")
+    with agents_run(users, shared_tmp) as (run, sock):
+        killed = as_user(agent, "call", str(run), "--tool", "send_message", "--args", json.dumps(MESSAGE),
+                         socket=sock, RECEIPTS_FAILPOINT="after_effect")  # fmt: skip
+        assert killed.returncode == 137 and len(outbox_lines(run)) == 1
+        for request in (("call", str(run), "--tool", "send_message", "--args", json.dumps(MESSAGE), "--attempt", "2",
+                         *override), ("state", str(run), "retrying", "--attempts", "2", *override)):  # fmt: skip
+            refused = as_user(agent, *request, socket=sock)
+            assert refused.returncode == 1 and b"not pass over a call in doubt" in refused.stderr, refused.stderr
+        assert len(outbox_lines(run)) == 1, "the message was not sent again"
+        assert b"unsettled_override" not in (run / "events.jsonl").read_bytes()
+
+        # A settler (root here, as the daemon's user and --settler users are) may, and is named.
+        runtime.run_set_state(run, state="retrying", attempts=2, override_unsettled="the mail log shows nothing",
+                              writer_socket=str(sock))  # fmt: skip
+        [override] = [json.loads(line) for line in (run / "events.jsonl").read_bytes().splitlines()
+                      if json.loads(line)["type"] == "unsettled_override"]  # fmt: skip
+        assert (override["uid"], override["user"]) == (0, "root")
+        assert override["reason"] == "the mail log shows nothing"

@@ -193,6 +193,7 @@ def test_an_override_needs_a_reason_and_is_on_the_ledger(run_dir):
     [override] = events_of(run_dir, "unsettled_override")
     assert override["call_ids"] == [call_id] and override["reason"] == "the customer asked twice"
     assert override["action"] == "state retrying, attempts 1"
+    assert override["uid"] == os.geteuid(), "whose word it is: the writer's own user, in process"
     # The call at the new attempt must be overridden too, naming the same call.
     assert cli_call(run_dir, "send_message", MESSAGE, None).returncode == 4
     sent = cli_call(run_dir, "send_message", MESSAGE, None, "--override-unsettled", "sent again on purpose")
