@@ -27,7 +27,7 @@ from typing import Any
 
 from receipts import protocol
 from receipts.confined import UnsafePath
-from receipts.durable import RecordingIncomplete
+from receipts.durable import LockBusy, RecordingIncomplete
 from receipts.outcomes import CallOutcome, ConfirmationRefused
 from receipts.runs import UnsettledCalls
 
@@ -178,6 +178,8 @@ def _rebuilt(error: Mapping[str, Any]) -> BaseException:
     if kind in ("FileExistsError", "FileNotFoundError", "PermissionError"):
         return {"FileExistsError": FileExistsError, "FileNotFoundError": FileNotFoundError,
                 "PermissionError": PermissionError}[kind](message)  # fmt: skip
+    if kind == "LockBusy":
+        return LockBusy(message)
     if kind == "OSError":
         return OSError(message)
     if kind == "RuntimeError":

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from receipts.findings import Sentence
-from receipts.protocol import load_json_strict
+from receipts.protocol import WRITER_DIR, load_json_strict
 
 
 class Mode(enum.Enum):
@@ -63,7 +63,9 @@ def open_folder(name: str | Path, dir_fd: int | None = None, mode: Mode = READ) 
     never through a symlink; in ``WRITE`` mode made first when missing."""
     if mode is WRITE:
         with contextlib.suppress(FileExistsError):
-            os.mkdir(name, 0o755, dir_fd=dir_fd)
+            # The writer's own folder (its locks) is its user's alone: a lock another user can open
+            # is a lock another user can hold (flock works on a read-only handle).
+            os.mkdir(name, 0o700 if Path(name).name == WRITER_DIR else 0o755, dir_fd=dir_fd)
     try:
         return os.open(name, _FOLDER_FLAGS, dir_fd=dir_fd)
     except OSError as error:

@@ -66,6 +66,8 @@ def recording(outcome: Any) -> Iterator[None]:
         raise RecordingIncomplete(outcome, error) from error
 
 
+# The lock every append of the ledger takes, in the writer's own folder.
+LEDGER_LOCK = "ledger.lock"
 _failpoint_hits: dict[str, int] = {}  # how often each failpoint was reached (``NAME@N``)
 
 
@@ -301,6 +303,38 @@ def sweep_locks(run_dir: Path) -> list[Path]:
     return [writer / name for name in names if remove_lock_if_free(writer / name, root=Path(run_dir))]
 
 
+class LockBusy(OSError):  # noqa: N818 - a state of the world, said to whoever asked
+    """A lock held by another process past the wait this writer allows: nothing was done."""
+
+
+def lock_wait_seconds() -> float:
+    """How long a writer waits for a lock another process holds (``RECEIPTS_LOCK_WAIT_SECONDS``,
+    600 by default): a call whose lock is held longer is busy, and says so, never waits for ever."""
+    try:
+        seconds = float(os.environ.get("RECEIPTS_LOCK_WAIT_SECONDS", "600"))
+    except ValueError:
+        return 600.0
+    return seconds if 0 < seconds <= 86400 else 600.0
+
+
+def flock_within(fd: int, lock_path: Path, seconds: float) -> None:
+    """``flock(LOCK_EX)`` on ``fd``, waiting ``seconds`` at most (``LockBusy`` then)."""
+    deadline = time.monotonic() + seconds
+    pause = 0.005
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise LockBusy(
+                    f"{lock_path.name}: another process has held this lock for {seconds:g} s "
+                    "(RECEIPTS_LOCK_WAIT_SECONDS): nothing was done; try again later"
+                ) from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
+
+
 @contextlib.contextmanager
 def exclusive_lock(lock_path: Path, *, root: Path | None) -> Iterator[int]:
     """An exclusive ``flock`` on ``lock_path``, held for the block; yields the lock file's fd.
@@ -309,12 +343,14 @@ def exclusive_lock(lock_path: Path, *, root: Path | None) -> Iterator[int]:
     process waits on the old one: it would then hold a lock nobody else can
     see. So after the ``flock`` the lock must still be the file at the path
     (same inode); if not, it is taken again on the file that is there now.
+    The wait is bounded (``lock_wait_seconds``, ``LockBusy`` past it).
     """
+    wait = lock_wait_seconds()
     with folder_of(lock_path, root) as (dir_fd, name):
         while True:
             fd = open_in(dir_fd, name, os.O_RDWR | os.O_CREAT)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                flock_within(fd, Path(lock_path), wait)
                 if _still_the_file(fd, dir_fd, name):
                     break
             except BaseException:
@@ -439,9 +475,15 @@ def append_event(run_dir: Path, event_type: str, fields: Mapping[str, Any]) -> d
     bytes), signs it in a signed run, writes one ``\\n``-terminated line and fsyncs it.
     """
     key = key_for_run(Path(run_dir))  # a signed run's every line is signed
+    # The ledger's own lock is a file of the writer's alone: a ledger every reader may open could
+    # be locked for ever by any of them (flock works on a read-only handle).
+    with exclusive_lock(Path(run_dir) / WRITER_DIR / LEDGER_LOCK, root=Path(run_dir)):
+        return _append_locked(run_dir, event_type, fields, key)
+
+
+def _append_locked(run_dir: Path, event_type: str, fields: Mapping[str, Any], key: Any) -> dict[str, Any]:
     fd = open_file(Path(run_dir) / LEDGER_NAME, Path(run_dir), os.O_RDWR | os.O_CREAT | os.O_APPEND)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size
         end = _complete_end(fd, size)
         if end != size:

@@ -106,6 +106,11 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 RUN_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
 HEX64_RE = re.compile(r"[0-9a-f]{64}")
 MAX_JSON_DEPTH = 256
+# A call's arguments and result are read back inside envelopes: a receipt, the daemon's
+# messages, an export's evidence.json (document, calls, call: three levels). What the writer
+# accepts must read back in every one of them, so a value may nest this much less.
+VALUE_ENVELOPE_DEPTH = 8
+MAX_VALUE_DEPTH = MAX_JSON_DEPTH - VALUE_ENVELOPE_DEPTH
 # A receipt holds its arguments and its result, and the reader reads a record file of up to
 # 16 MiB (reader.safe_open.MAX_JSON_BYTES): each has a share of it, as canonical JSON.
 MAX_ARGS_BYTES = 4 * 1024 * 1024
@@ -133,7 +138,8 @@ def canonical_json(value: Any) -> bytes:
 def record_value_problem(value: Any, max_bytes: int) -> str | None:
     """Why ``value`` cannot be a call's arguments or result, or ``None``: it must be a JSON object
     whose canonical form is at most ``max_bytes`` and reads back under ``load_json_strict``'s rules
-    (no NaN or infinity, no lone surrogate, no set or datetime, at most 256 deep). A value the
+    (no NaN or infinity, no lone surrogate, no set or datetime), nested at most
+    ``MAX_VALUE_DEPTH`` deep so that it reads back inside every envelope it travels in. A value the
     writer recorded and could not read back would stop every later call of the run."""
     if not isinstance(value, dict):
         return f"not a JSON object but {type(value).__name__}"
@@ -145,11 +151,29 @@ def record_value_problem(value: Any, max_bytes: int) -> str | None:
         return f"not JSON: {str(error)[:200]}"
     if len(data) > max_bytes:
         return f"larger than {max_bytes // (1024 * 1024)} MiB as JSON ({len(data):,} bytes)"
+    # Nesting deeper than the limit needs more brackets than the limit: most values skip the walk.
+    if data.count(b"[") + data.count(b"{") > MAX_VALUE_DEPTH and json_depth(value) > MAX_VALUE_DEPTH:
+        return f"nesting deeper than {MAX_VALUE_DEPTH}"
     try:
         load_json_strict(data)
     except ValueError as error:
         return str(error)
     return None
+
+
+def json_depth(value: Any) -> int:
+    """How deep ``value`` nests, as ``load_json_strict`` counts (a scalar at the top is 0, each
+    object or array around a value adds one). Iterative: bounded by the value, not the C stack."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+    return deepest
 
 
 # A run's own files: a run directory under one of these names would make its runs root look

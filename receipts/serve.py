@@ -347,7 +347,24 @@ class WriterDaemon(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         problems = write_problems(run_dir, self.root, self.uid)
         if problems:
             raise Refused(f"the run's records are not the writer's alone, so it is not served: {'; '.join(problems)}")
+        _close_the_writers_folder(run_dir, self.uid)
         return run_dir
+
+
+def _close_the_writers_folder(run_dir: Path, uid: int) -> None:
+    """The writer's own folder (its locks) opened to nobody else: a run made before it was, or
+    by a writer in process, may have it readable by all, and any user who can open a lock file
+    can hold the lock (flock works on a read-only handle)."""
+    try:
+        fd = os.open(run_dir / protocol.WRITER_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return  # none yet (the writer makes it so), or a symlink the writer refuses to enter
+    try:
+        facts = os.fstat(fd)
+        if facts.st_uid == uid and stat.S_IMODE(facts.st_mode) & 0o077:
+            os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
 
 
 def _name_of(uid: int) -> str:

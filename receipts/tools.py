@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
@@ -22,7 +21,16 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from receipts.confined import UnsafePath, open_file, read_file
-from receipts.durable import ShortWriteError, is_temp_name, remove_old_temp_files, write_all, write_durable
+from receipts.durable import (
+    LockBusy,
+    ShortWriteError,
+    flock_within,
+    is_temp_name,
+    lock_wait_seconds,
+    remove_old_temp_files,
+    write_all,
+    write_durable,
+)
 from receipts.findings import Sentence
 from receipts.protocol import canonical_json, format_time, human_time, sha256_hex, utc_now
 
@@ -272,7 +280,8 @@ class SendMessage:
         except UnsafePath as unsafe:
             raise Rejected(f"the outbox is not written: {unsafe}") from None
         # The outbox itself is the lock: a writer daemon's agent may write the outbox, never .writer/.
-        with _flocked(fd):
+        # So the agent may hold it too: the wait is bounded, and a busy outbox took nothing.
+        with _flocked(fd, Path(run_dir) / "outbox.jsonl"):
             # A write that stopped short left a torn last line: it stays (it is evidence for
             # the call it belongs to), and this message starts a line of its own.
             size = os.fstat(fd).st_size
@@ -295,10 +304,14 @@ class SendMessage:
 
 
 @contextlib.contextmanager
-def _flocked(fd: int) -> Iterator[None]:
-    """An exclusive ``flock`` on an open file for the block; the file is closed after it."""
+def _flocked(fd: int, path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on an open file for the block (``Rejected``, retryable, when another
+    process holds it past ``lock_wait_seconds``); the file is closed after it."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            flock_within(fd, path, lock_wait_seconds())
+        except LockBusy as busy:
+            raise Rejected(f"the outbox is not written: {busy}", kind="retryable") from None
         yield
     finally:
         os.close(fd)

@@ -830,3 +830,19 @@ def test_issue_36_secrets_a_stripped_run_keeps_in_clear_are_in_no_export_of_it(s
     card_forms = {"card as an int": "4111111111111111", "card as a float": json.dumps(CARD_NUMBERS[1])}
     assert_nowhere({kind: SECRET_SHAPES[kind], **card_forms}, exported_texts(out))
     assert verify_export(out) == []
+
+
+def test_a_call_nested_at_the_writers_limit_exports_and_verifies(run_dir, tmp_path):
+    """Issue 55, case 7: what the writer accepts reads back in every envelope, an export's
+    evidence.json (three levels around a call's arguments) and its page included."""
+    from tests.test_executor import EchoingAdapter, deep
+
+    args = deep(protocol.MAX_VALUE_DEPTH - 2)
+    outcome = runtime.Executor(run_dir, {"counting": EchoingAdapter()}).call("counting", args, attempt=1)
+    assert outcome.status == "committed"
+    importer.run_import(path=run_dir)
+    out = tmp_path / "export"
+    call_command("export_evidence", run_dir.name, "--out", str(out))
+    [call] = protocol.load_json_strict((out / "evidence.json").read_bytes())["calls"]
+    assert call["call_id"] == outcome.call_id
+    assert verify_export(out, run_dir) == []

@@ -520,12 +520,13 @@ def test_a_result_the_writer_cannot_record_leaves_the_call_unknown_never_committ
 @pytest.mark.parametrize(
     ("args", "problem"),
     [
-        (deep(300), "nesting deeper than 256"),
+        (deep(300), f"nesting deeper than {protocol.MAX_VALUE_DEPTH}"),
+        (deep(protocol.MAX_VALUE_DEPTH), f"nesting deeper than {protocol.MAX_VALUE_DEPTH}"),
         ({"text": "\udfff"}, "lone surrogate"),
         ({"amount": float("inf")}, "not JSON"),
         ({"blob": "x" * (protocol.MAX_ARGS_BYTES + 1)}, "larger than"),
     ],
-    ids=["nested-300-deep", "a-lone-surrogate", "infinity", "over-the-size"],
+    ids=["nested-300-deep", "one-past-the-limit", "a-lone-surrogate", "infinity", "over-the-size"],
 )
 def test_arguments_the_writer_could_not_read_back_are_refused_before_anything_is_written(run_dir, args, problem):
     """Nested 300 deep, a call was committed once, and then every call of the run raised ValueError
@@ -562,3 +563,35 @@ def test_an_adapter_whose_evidence_raises_leaves_its_commit_to_a_person_and_reus
     again = executor.call("counting", {"x": 1}, attempt=1)
     assert again.needs == "confirmation" and "RuntimeError: the tracker's API changed" in (again.error or {})["message"]
     assert adapter.executions == 1
+
+
+class EchoingAdapter(CountingAdapter):
+    """Makes its effect (counted) and returns its arguments as its result."""
+
+    def execute(self, run_dir: Path, args: Any, call_id: str) -> Any:
+        super().execute(run_dir, args, call_id)
+        return {"echo": args}
+
+
+def test_what_the_writer_accepts_at_the_depth_limit_it_reads_back_everywhere(run_dir):
+    """Issue 55, case 7: arguments nested 255 deep passed the check (256 levels), the effect ran,
+    and the receipt (two levels more) could not be read back: the same call raised, replay said
+    invalid_json. At the limit now, the receipt, the call again, replay and the reader all read
+    it; the result nests one level deeper than the arguments and is accepted too."""
+    from receipts.reader import read_run
+    from receipts.replay import replay_run
+
+    args = deep(protocol.MAX_VALUE_DEPTH - 2)  # its result, {"echo": args}, is at the limit
+    assert protocol.json_depth({"echo": args}) == protocol.MAX_VALUE_DEPTH
+    adapter = EchoingAdapter()
+    executor = runtime.Executor(run_dir, {"counting": adapter})
+    first = executor.call("counting", args, attempt=1)
+    assert first.status == "committed"
+    again = runtime.Executor(run_dir, {"counting": adapter}).call("counting", args, attempt=1)
+    assert (again.status, again.reused, adapter.executions) == ("committed", True, 1)
+    assert receipt_of(run_dir, first.call_id)["result"] == {"echo": args}
+    replayed = replay_run(run_dir)
+    assert "invalid_json" not in json.dumps(replayed), replayed
+    files, events = read_run(run_dir)
+    assert [call.call_id for call in files.calls] == [first.call_id] and len(events) == 4
+    assert files.findings == [], files.findings

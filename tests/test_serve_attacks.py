@@ -7,17 +7,21 @@ promises are in docs/RUN_DIRECTORY.md, "The writer as a daemon"; tests/test_serv
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import stat
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from receipts import runtime
 from tests.helpers import CONTRACT
-from tests.served import AGENTS_GROUP, Daemon, as_user
-from tests.test_serve import committed, raw_request, records_digest, served_dirs
+from tests.served import AGENTS_GROUP, Daemon, as_user, python_for, script_as
+from tests.test_serve import agents_run, committed, raw_request, records_digest, served_dirs
 from tests.writer import FILE_ARGS
 
 # A liar's adapter: its effect runs in the attacking client, which answers the daemon by hand.
@@ -37,8 +41,8 @@ def test_an_agent_cannot_make_a_run_inside_another_run(users, shared_tmp):
             made = as_user(agent, "init", str(run / inside), "--contract-sha256", CONTRACT, socket=sock)
             assert made.returncode == 1 and b"is not a run of" in made.stderr, (inside, made.stderr)
         assert records_digest(run) == before
-        made_by_init = {"confirmations", "events.jsonl", "outbox.jsonl", "receipts", "state.json", "steer.json",
-                        "submissions", "tasks", "workspace"}  # fmt: skip
+        made_by_init = {".writer", "confirmations", "events.jsonl", "outbox.jsonl", "receipts", "state.json",
+                        "steer.json", "submissions", "tasks", "workspace"}  # fmt: skip
         assert {path.name for path in run.iterdir()} == made_by_init
         # The run itself is served as before.
         committed(as_user(agent, "call", str(run), "--tool", "write_file", "--args", json.dumps(FILE_ARGS),
@@ -139,7 +143,6 @@ def test_an_agent_cannot_pass_over_its_own_call_in_doubt_only_a_settler_can(user
     state change, so the agent's own user sent a message in doubt again (two outbox lines for
     one intent, no person involved). Only a settler passes over a call in doubt now, and the
     ledger says which uid did."""
-    from tests.test_serve import agents_run
     from tests.writer import MESSAGE, outbox_lines
 
     _, agent = users
@@ -162,3 +165,79 @@ def test_an_agent_cannot_pass_over_its_own_call_in_doubt_only_a_settler_can(user
                       if json.loads(line)["type"] == "unsettled_override"]  # fmt: skip
         assert (override["uid"], override["user"]) == (0, "root")
         assert override["reason"] == "the mail log shows nothing"
+
+
+# Holds an exclusive flock on a file it may only read, until its stdin closes.
+HOLD_LOCK = r"""
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@contextlib.contextmanager
+def lock_held_by(account, path: Path) -> Iterator[None]:
+    """``path`` flocked (through a read-only handle) by a process of ``account`` for the block."""
+    holder = subprocess.Popen([python_for(account), "-c", HOLD_LOCK, str(path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, **account.popen_kwargs())  # fmt: skip
+    assert holder.stdout is not None and holder.stderr is not None
+    try:
+        assert holder.stdout.readline() == b"held\n", holder.stderr.read()
+        yield
+    finally:
+        holder.communicate(timeout=60)  # closes its stdin, which lets it go
+
+
+def test_an_agent_that_locks_what_it_may_read_stops_no_call(users, shared_tmp):
+    """Issue 55, case 2: ``flock`` works on a read-only handle, and the writer locked the ledger
+    itself, which every reader may open: an agent that held it stopped every call of the run,
+    for ever (the daemon's threads waited on it without a bound). The writer's locks are in a
+    folder of its user's alone now, and a lock it cannot have in time makes a clear refusal."""
+    from tests.writer import MESSAGE, outbox_lines
+
+    _, agent = users
+    with agents_run(users, shared_tmp, RECEIPTS_LOCK_WAIT_SECONDS="1") as (run, sock):
+        first = committed(as_user(agent, "call", str(run), "--tool", "write_file", "--args", json.dumps(FILE_ARGS),
+                                  socket=sock))  # fmt: skip
+        writers = run / ".writer"
+        assert stat.S_IMODE(writers.stat().st_mode) == 0o700
+        # A run made by an older writer has the folder open to all: the daemon closes it.
+        writers.chmod(0o755)
+        committed(as_user(agent, "call", str(run), "--tool", "write_file", "--args", json.dumps(FILE_ARGS),
+                          socket=sock))  # fmt: skip
+        assert stat.S_IMODE(writers.stat().st_mode) == 0o700
+        lock = writers / f"call-{first['call_id']}.lock"
+        tried = script_as(agent, f"open({str(lock)!r}, 'rb')")
+        assert "PermissionError" in tried.stderr, tried.stderr
+
+        # The ledger and the outbox are the agent's to read: holding them stops nothing for ever.
+        with lock_held_by(agent, run / "events.jsonl"):
+            committed(as_user(agent, "call", str(run), "--tool", "send_message", "--args", json.dumps(MESSAGE),
+                              socket=sock))  # fmt: skip
+        other = MESSAGE | {"body": "a second message"}
+        with lock_held_by(agent, run / "outbox.jsonl"):  # the effect runs in the agent's process: its own wait
+            busy = as_user(agent, "call", str(run), "--tool", "send_message", "--args", json.dumps(other), socket=sock,
+                           RECEIPTS_LOCK_WAIT_SECONDS="1")  # fmt: skip
+        outcome = json.loads(busy.stdout)
+        assert (
+            busy.returncode == 3
+            and outcome["status"] == "rejected"
+            and "RECEIPTS_LOCK_WAIT_SECONDS" in outcome["error"]["message"]
+        ), busy
+        assert len(outbox_lines(run)) == 1, "the busy outbox took nothing"
+
+        # A call's own lock held past the wait (a writer stuck in it): busy, said, nothing written;
+        # the call is committed, so the exit says done (5), never "nothing was done" (1).
+        before = records_digest(run)
+        with lock_held_by(users[0], lock):
+            busy = as_user(agent, "call", str(run), "--tool", "write_file", "--args", json.dumps(FILE_ARGS),
+                           socket=sock)  # fmt: skip
+        assert busy.returncode == 5 and b"RECEIPTS_LOCK_WAIT_SECONDS" in busy.stderr, busy.stderr
+        assert json.loads(busy.stdout)["status"] == "committed"
+        assert records_digest(run) == before
+        assert as_user(agent, "state", str(run), "retrying", "--attempts", "2", socket=sock).returncode == 0
+        sent = committed(as_user(agent, "call", str(run), "--tool", "send_message", "--args", json.dumps(other),
+                                 "--attempt", "2", socket=sock))  # fmt: skip
+        assert sent["status"] == "committed" and len(outbox_lines(run)) == 2

@@ -592,3 +592,62 @@ def test_a_result_that_is_not_an_object_is_a_person_s_to_settle_not_a_traceback(
         "--actor", "alice", "--receipt-sha256", digest,
     )  # fmt: skip
     assert confirmed.returncode == 0, confirmed.stderr
+
+
+# --- issue 55, case 8: an exit code never says "nothing was done" after an effect ---------------
+
+
+def test_a_committed_call_whose_event_cannot_be_written_again_exits_5_not_1(run_dir, tmp_path):
+    """The committed receipt is in place and its ledger line hit a full disk (exit 5). The same
+    call again, the disk still full, tried to append the lost line, failed, and exited 1:
+    "nothing was done, fix the input", for a call whose effect happened."""
+    import shutil
+
+    pad_ledger_to(run_dir, 20_000)  # the ledger is the largest file: the limit is its
+    probe = tmp_path / "probe"
+    shutil.copytree(run_dir, probe)
+    assert cli_call(probe, "write_file", FILE_ARGS).returncode == 0
+    added = (probe / protocol.LEDGER_NAME).read_bytes()[20_000:].splitlines(keepends=True)
+    assert [json.loads(line)["status"] for line in added] == ["prepared", "committed"]
+    limit = 20_000 + len(added[0]) + len(added[1]) // 2  # the prepared line fits, the committed one not
+
+    def call_on_a_full_disk() -> subprocess.CompletedProcess[bytes]:
+        return with_file_size_limit(limit, "call", str(run_dir), "--tool", "write_file", "--args",
+                                    json.dumps(FILE_ARGS), "--attempt", "1")  # fmt: skip
+
+    first = call_on_a_full_disk()
+    assert first.returncode == 5, first.stderr
+    call_id = output(first)["call_id"]
+    assert receipt_of(run_dir, call_id)["status"] == "committed"
+    again = call_on_a_full_disk()
+    assert again.returncode == 5, again.stderr
+    assert (output(again)["call_id"], output(again)["status"]) == (call_id, "committed")
+    assert b"do not retry" in again.stderr
+    healed = cli_call(run_dir, "write_file", FILE_ARGS)
+    assert healed.returncode == 0 and output(healed)["reused"] is True
+    assert [event["status"] for event in events_of(run_dir, "receipt")] == ["prepared", "committed"]
+    read_ledger(run_dir)
+
+
+def test_a_call_in_doubt_on_a_run_its_user_cannot_write_exits_4_not_1(shared_tmp, users):
+    """A call in doubt (killed after its prepared receipt), asked again by a user who may read the
+    run but not write it: the writer could not take the call's lock and exited 1, "nothing was
+    done", though the message may have gone out. Now: 4, the call named, a person decides."""
+    from tests.served import as_user
+
+    _, agent = users
+    run = shared_tmp / "run"
+    runtime.run_init(run, contract_sha256=CONTRACT)
+    assert cli_call(run, "send_message", MESSAGE, RECEIPTS_FAILPOINT="after_prepared").returncode == 137
+    call_id = only_receipt(run)
+    completed = as_user(agent, "call", str(run), "--tool", "send_message", "--args", json.dumps(MESSAGE),
+                        "--attempt", "1")  # fmt: skip
+    assert completed.returncode == 4, completed.stderr
+    document = output(completed)
+    assert (document["call_id"], document["status"], document["needs"]) == (call_id, "prepared", "confirmation")
+    assert "Permission" in document["error"]["message"]
+    # A new call on that run did nothing, and says so: 1 is right there.
+    other = as_user(agent, "call", str(run), "--tool", "send_message", "--args",
+                    json.dumps(MESSAGE | {"body": "another"}), "--attempt", "1")  # fmt: skip
+    assert other.returncode == 1, other.stderr
+    assert outbox_lines(run) == []

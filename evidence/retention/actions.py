@@ -77,8 +77,9 @@ def sweep_writer_locks(run: Run) -> int:
     try:
         temps = durable.sweep_temp_files(run_dir)  # first: it takes (and leaves) the sweep's own lock
         return len(durable.sweep_locks(run_dir)) + len(temps)
-    except confined.UnsafePath as unsafe:
-        # A symlinked .writer/ is never entered: what it points at is not the run's to sweep.
+    except (confined.UnsafePath, PermissionError) as unsafe:
+        # A symlinked .writer/ is never entered: what it points at is not the run's to sweep. One
+        # the writer daemon's user keeps to itself (callproof serve) is that user's to sweep.
         log.warning("writer files not swept", extra={"event": "sweep_refused", "run_id": run.run_id,
                                                      "reason": str(unsafe)})  # fmt: skip
         return 0

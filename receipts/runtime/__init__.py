@@ -24,7 +24,7 @@ The package's rooms, each importing only those above it:
 from __future__ import annotations
 
 from receipts.builtin_tools import BUILTIN_ADAPTERS
-from receipts.durable import RecordingIncomplete, sweep_locks, sweep_temp_files
+from receipts.durable import LockBusy, RecordingIncomplete, sweep_locks, sweep_temp_files
 from receipts.outcomes import CallOutcome, ConfirmationRefused
 from receipts.runs import (
     UnsettledCalls,
@@ -49,6 +49,7 @@ __all__ = [
     "CallOutcome",
     "ConfirmationRefused",
     "Executor",
+    "LockBusy",
     "OutcomeUnknown",
     "RecordingIncomplete",
     "Rejected",

@@ -155,37 +155,66 @@ class Executor:
         # The id is fixed from a private copy before the adapter sees the args,
         # so an adapter that mutates its input cannot move the identity.
         receipt = _new_receipt(adapter, contract, attempt, copy.deepcopy(normalised), formula)
-        if recorded is None and identity is None:
-            # No formula recorded: new calls are the seed's (call-id-v1), and a receipt this
-            # project wrote before it recorded one is call-id-v2: the intent's receipt under
-            # that formula, when there is one, is this call's.
-            earlier = _new_receipt(adapter, contract, attempt, copy.deepcopy(normalised), protocol.IDENTITY_V2)
-            if self._receipt_or_mark(earlier["call_id"]) and not self._receipt_or_mark(receipt["call_id"]):
-                receipt = earlier
-        with self._lock(receipt["call_id"], key) as held:
-            existing = read_receipt(held.path, self.run_dir)
-            if existing is not None:
-                recovered = self._finish_crashed_commit(adapter, existing, held, contract)
-                if recovered is not None:
-                    return recovered
-            if held.interrupted:
-                remove_temp_files(held.path, self.run_dir)
-            if existing is not None:
-                return self._resume(adapter, existing, held, contract)
-            if read_note(held.lock_fd).get("installed"):
-                # The writer put a receipt here before: it was removed since, and whether the
-                # effect happened is nobody's guess but a person's. Running it again could repeat it.
-                message = "this call's receipt is gone, but the writer had put one in place: a person decides"
-                return CallOutcome(receipt["call_id"], None, False, None, {"kind": "unknown", "message": message},
-                                   "confirmation")  # fmt: skip
-            try:
-                check_other_attempts(
-                    self.run_dir, adapter, receipt, contract, current_attempt, override_unsettled, key, recorded
-                )
-            except UnsettledCalls as unsettled:
-                error = {"kind": "unsettled", "message": str(unsettled), "call_ids": unsettled.call_ids}
-                return CallOutcome(receipt["call_id"], None, False, None, error, "confirmation")
-            return self._execute(adapter, receipt, held)
+        try:
+            if recorded is None and identity is None:
+                # No formula recorded: new calls are the seed's (call-id-v1), and a receipt this
+                # project wrote before it recorded one is call-id-v2: the intent's receipt under
+                # that formula, when there is one, is this call's.
+                earlier = _new_receipt(adapter, contract, attempt, copy.deepcopy(normalised), protocol.IDENTITY_V2)
+                if self._receipt_or_mark(earlier["call_id"]) and not self._receipt_or_mark(receipt["call_id"]):
+                    receipt = earlier
+            with self._lock(receipt["call_id"], key) as held:
+                existing = read_receipt(held.path, self.run_dir)
+                if existing is not None:
+                    recovered = self._finish_crashed_commit(adapter, existing, held, contract)
+                    if recovered is not None:
+                        return recovered
+                if held.interrupted:
+                    remove_temp_files(held.path, self.run_dir)
+                if existing is not None:
+                    return self._resume(adapter, existing, held, contract)
+                if read_note(held.lock_fd).get("installed"):
+                    # The writer put a receipt here before: it was removed since, and whether the
+                    # effect happened is nobody's guess but a person's. Running it again could repeat it.
+                    message = "this call's receipt is gone, but the writer had put one in place: a person decides"
+                    return CallOutcome(receipt["call_id"], None, False, None, {"kind": "unknown", "message": message},
+                                       "confirmation")  # fmt: skip
+                try:
+                    check_other_attempts(
+                        self.run_dir, adapter, receipt, contract, current_attempt, override_unsettled, key, recorded
+                    )
+                except UnsettledCalls as unsettled:
+                    error = {"kind": "unsettled", "message": str(unsettled), "call_ids": unsettled.call_ids}
+                    return CallOutcome(receipt["call_id"], None, False, None, error, "confirmation")
+                return self._execute(adapter, receipt, held)
+        except OSError as error:
+            # An I/O error says nothing was done only when nothing of this call was: a receipt in
+            # place says otherwise, read without the lock the error kept the writer from.
+            in_doubt = self._outcome_despite(receipt["call_id"], error)
+            if in_doubt is None:
+                raise
+            return in_doubt
+
+    def _outcome_despite(self, call_id: str, error: OSError) -> CallOutcome | None:
+        """``error`` stopped the call; when its receipt shows the effect happened or may have, that
+        is said instead of the error (which reads as "nothing was done", exit 1): a committed call
+        raises ``RecordingIncomplete`` (exit 5: never again as a new request), a call in doubt is
+        an outcome that needs a person (exit 4). ``None``: no receipt says so. Nothing is written."""
+        try:
+            receipt = read_receipt(self.run_dir / "receipts" / f"{call_id}.json", self.run_dir)
+        except (OSError, ValueError):
+            return None
+        if receipt is None or receipt.get("call_id") != call_id:
+            return None
+        status = receipt["status"]
+        if status == "committed":
+            raise RecordingIncomplete(CallOutcome(call_id, "committed", True, receipt.get("result")), error) from error
+        if status in protocol.OPEN_STATUSES:
+            message = (
+                f"this call is {status}, in doubt, and the writer cannot act on it here ({error}): a person decides"
+            )
+            return CallOutcome(call_id, status, False, None, {"kind": "unknown", "message": message}, "confirmation")
+        return None
 
     def _receipt_or_mark(self, call_id: str) -> bool:
         """Whether the writer made a receipt for ``call_id``: one is there, or its lock says so."""
