@@ -5,7 +5,9 @@ charge. With an ``Idempotency-Key`` header: the first request's response is
 saved; the same key with the same body is answered from it, with
 ``Idempotent-Replayed: true``, and creates nothing; the same key with another
 body is a 400 ``idempotency_error``; the same key while its first request is
-still running is a 409; a key is kept for 24 hours. A body that fails
+still running is a 409; a key is kept for 24 hours. Every answer carries a
+``Date`` from the service's own clock (``clock``, which a test moves; ``dated``
+off: no ``Date`` at all). A body that fails
 validation saves nothing (the key can be used again). Lookups:
 ``GET /v1/charges/<id>`` and ``GET /v1/charges?idempotency_key=<key>`` (a key it keeps, so
 for 24 hours: then a 404, as for a key never seen). ``GET /test/count?idempotency_key=<key>``
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import email.utils
 import hashlib
 import itertools
 import json
@@ -47,7 +50,8 @@ class Service:
     """The service's state and the switches a test turns."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        self.clock = clock
+        self.clock = clock  # the service's own: its keys' ages and every answer's Date
+        self.dated = True  # False: answers carry no Date header
         self.lock = threading.Lock()
         self.keys: dict[str, Saved] = {}
         self.charges: list[dict[str, Any]] = []  # the effects, one per charge made
@@ -90,6 +94,14 @@ def _handler(service: Service) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:
             pass
+
+        def date_time_string(self, timestamp: float | None = None) -> str:
+            # The Date header: the service's own clock, the one that dates its keys.
+            return email.utils.formatdate(service.clock() if timestamp is None else timestamp, usegmt=True)
+
+        def send_header(self, keyword: str, value: str) -> None:
+            if keyword.lower() != "date" or service.dated:
+                super().send_header(keyword, value)
 
         def answer(self, status: int, document: Any, *, replayed: bool = False, raw: bytes | None = None) -> None:
             data = raw if raw is not None else json.dumps(document).encode()

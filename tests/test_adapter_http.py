@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import socket
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 
@@ -90,33 +91,136 @@ def test_a_response_lost_past_the_retries_is_in_doubt_and_the_lookup_settles_it(
 
 def test_once_the_service_may_have_forgotten_the_key_not_found_is_in_doubt_not_done(run_dir, service):
     """A charge whose answer was lost, looked up a day later: the service keeps a key 24 hours, so
-    its 404 no longer says "never charged", and a resume that took it so charged the card twice."""
+    its 404 no longer says "never charged", and a resume that took it so charged the card twice.
+    The day is the service's (its Date): this host's clock says a minute has passed."""
     service.script = ["drop"]
     adapter = by_key(service, retries=0)
     executor = runtime.Executor(run_dir, {adapter.name: adapter})
     lost = executor.call(adapter.name, CHARGE)
     assert lost.status == "unknown" and len(service.charges) == 1
     [saved] = service.keys.values()
-    service.clock = lambda: saved.created + KEY_LIFETIME + 60  # the service forgets the key
-    day_later = dt.timedelta(seconds=KEY_LIFETIME + 60)
-    later = by_key(service, retries=0, clock=lambda: protocol.utc_now() + day_later)
+    service.clock = lambda: saved.created + KEY_LIFETIME + 60  # a day on, by the service: it forgets the key
+    later = by_key(service, retries=0)
     resumed = runtime.Executor(run_dir, {later.name: later}).call(later.name, CHARGE)
+    assert len(service.charges) == 1, "charged twice"
     assert resumed.needs == "confirmation" and "keeps an idempotency key for 24 h" in (resumed.error or {})["message"]
     evidence = later.evidence(run_dir, CHARGE, lost.call_id)
     assert evidence.verdict == UNCLEAR and any("may have forgotten" in fact for fact in evidence.facts)
-    assert len(service.charges) == 1
 
 
-def test_a_receipt_written_in_the_future_of_the_clock_proves_nothing_by_not_found(run_dir, service):
-    """A clock set back (or a receipt from a host whose clock ran ahead): its age is unknown."""
+def test_a_host_fast_at_the_send_and_set_right_later_never_charges_twice(run_dir, service, monkeypatch):
+    """Issue 55, case 6: this host 2 h fast at the send, its clock set right later, the call resumed
+    24.5 h after the send. Dated by its receipt it looked 22.5 h old, younger than the service's 24 h:
+    the lookup's 404 (the key forgotten) read as "never done", and the card was charged twice, marked
+    committed. Now the receipt's date is held to the service's clock before anything is sent."""
+    real = protocol.utc_now()
+    monkeypatch.setenv("RECEIPTS_CLOCK", protocol.format_time(real + dt.timedelta(hours=2)))  # the writer's clock
+    service.script = ["drop"]
+    adapter = by_key(service, retries=0)
+    sent = runtime.Executor(run_dir, {adapter.name: adapter}).call(adapter.name, CHARGE)
+    service.clock = lambda: time.time() + 24.5 * 3600  # 24.5 h on, by the service: it forgets the key
+    monkeypatch.setenv("RECEIPTS_CLOCK", protocol.format_time(real + dt.timedelta(hours=24.5)))  # set right
+    later = by_key(service, retries=0)
+    resumed = runtime.Executor(run_dir, {later.name: later}).call(later.name, CHARGE)
+    assert len(service.charges) < 2, f"charged twice, the resume {resumed.status}"
+    assert sent.status == "rejected" and (sent.error or {})["kind"] == "retryable", sent
+    assert "2 h ahead of the service's clock" in (sent.error or {})["message"]
+    assert [request for request, _ in service.requests if request.startswith("POST")] == [], "nothing was sent"
+    assert resumed.status == "rejected" and service.charges == []
+    monkeypatch.delenv("RECEIPTS_CLOCK")
+    service.clock, service.script = time.time, []
+    runtime.run_set_state(run_dir, state="retrying", attempts=1)  # the next attempt may start
+    again = runtime.Executor(run_dir, {later.name: later}).call(later.name, CHARGE)
+    assert again.status == "committed" and len(service.charges) == 1, "the call made once, at its next attempt"
+
+
+def test_a_host_clock_set_back_at_the_resume_never_charges_twice(run_dir, service, monkeypatch):
+    """Right at the send, 2 h slow at the resume 24.5 h later: by this host the call is 22.5 h old, by
+    the service 24.5 h, and the service's clock is the one that forgets keys."""
+    service.script = ["drop"]
+    adapter = by_key(service, retries=0)
+    lost = runtime.Executor(run_dir, {adapter.name: adapter}).call(adapter.name, CHARGE)
+    assert lost.status == "unknown" and len(service.charges) == 1
+    service.clock = lambda: time.time() + 24.5 * 3600  # 24.5 h on, by the service: it forgets the key
+    monkeypatch.setenv("RECEIPTS_CLOCK", protocol.format_time(protocol.utc_now() + dt.timedelta(hours=22.5)))
+    resumed = runtime.Executor(run_dir, {adapter.name: adapter}).call(adapter.name, CHARGE)
+    assert len(service.charges) == 1, f"charged twice, the resume {resumed.status}"
+    assert resumed.needs == "confirmation" and "may have forgotten" in (resumed.error or {})["message"]
+
+
+def test_a_receipt_dated_in_the_future_of_the_services_clock_proves_nothing_by_not_found(run_dir, service):
+    """The service's clock set back since the send: the call's age by it is unknown."""
     service.script = ["drop"]
     adapter = by_key(service, retries=0)
     lost = runtime.Executor(run_dir, {adapter.name: adapter}).call(adapter.name, CHARGE)
     service.charges.clear()  # as if the charge never happened: only the clock can still stop the resume
-    earlier = by_key(service, retries=0, clock=lambda: protocol.utc_now() - dt.timedelta(hours=2))
-    resumed = runtime.Executor(run_dir, {earlier.name: earlier}).call(earlier.name, CHARGE)
-    assert resumed.needs == "confirmation" and "in the future of this clock" in (resumed.error or {})["message"]
+    service.clock = lambda: time.time() - 2 * 3600
+    resumed = runtime.Executor(run_dir, {adapter.name: adapter}).call(adapter.name, CHARGE)
+    assert (
+        resumed.needs == "confirmation" and "in the future of the service's clock" in (resumed.error or {})["message"]
+    )
     assert service.charges == [] and lost.status == "unknown"
+
+
+def test_a_lookup_without_a_date_proves_nothing_by_not_found(run_dir, service):
+    service.script = ["drop"]
+    adapter = by_key(service, retries=0)
+    lost = runtime.Executor(run_dir, {adapter.name: adapter}).call(adapter.name, CHARGE)
+    service.charges.clear()
+    service.dated = False
+    resumed = runtime.Executor(run_dir, {adapter.name: adapter}).call(adapter.name, CHARGE)
+    assert resumed.needs == "confirmation" and "no Date" in (resumed.error or {})["message"]
+    assert service.charges == [] and lost.status == "unknown"
+
+
+def test_the_service_clock_is_read_before_the_send_and_kept_a_while(run_dir, service, monkeypatch):
+    """A receipt dated a minute ahead of the service is sent; one read of the service's clock serves the
+    calls that follow it closely (its age measured on this process's monotonic clock); a service that
+    gives no Date cannot date its keys, and nothing is sent to it."""
+    ahead = protocol.utc_now() + dt.timedelta(minutes=1)
+    monkeypatch.setenv("RECEIPTS_CLOCK", protocol.format_time(ahead))
+    adapter = by_key(service)
+    executor = runtime.Executor(run_dir, {adapter.name: adapter})
+    first = executor.call(adapter.name, CHARGE)
+    second = executor.call(adapter.name, {**CHARGE, "amount": 1300})
+    assert first.status == second.status == "committed" and len(service.charges) == 2
+    assert [request for request, _ in service.requests] == ["GET /v1/charges", "POST /v1/charges", "POST /v1/charges"]
+    undated = by_key(service)
+    service.dated = False
+    refused = runtime.Executor(run_dir, {undated.name: undated}).call(undated.name, {**CHARGE, "amount": 1400})
+    assert refused.status == "rejected" and "no Date" in (refused.error or {})["message"]
+    assert len(service.charges) == 2
+
+
+def test_a_commit_past_its_keys_retention_stays_committed_when_receipt_and_ledger_agree(run_dir, service):
+    """The service forgot the key of a charge made a day ago: its 404 is no sign against the commit,
+    which the receipt (its result's digest) and the ledger record. It went to a person before."""
+    adapter = by_key(service)
+    executor = runtime.Executor(run_dir, {adapter.name: adapter})
+    first = executor.call(adapter.name, CHARGE)
+    [saved] = service.keys.values()
+    service.clock = lambda: saved.created + KEY_LIFETIME + 60
+    again = executor.call(adapter.name, CHARGE)
+    assert again.status == "committed" and again.reused and again.needs is None, again.error
+    assert again.result == first.result and len(service.charges) == 1
+    evidence = adapter.evidence(run_dir, CHARGE, first.call_id, result=first.result)
+    assert evidence.verdict == PRESENT and any("the receipt and the ledger" in fact for fact in evidence.facts)
+    ledger = run_dir / "events.jsonl"
+    kept = [line for line in ledger.read_bytes().splitlines(keepends=True) if b'"committed"' not in line]
+    ledger.write_bytes(b"".join(kept))  # the ledger no longer records the commit
+    disputed = adapter.evidence(run_dir, CHARGE, first.call_id, result=first.result)
+    assert disputed.verdict == UNCLEAR, disputed
+    assert adapter.evidence(run_dir, CHARGE, first.call_id).verdict == UNCLEAR, "no result: nothing to agree with"
+    assert executor.call(adapter.name, CHARGE).needs == "confirmation"
+
+
+def test_a_commit_the_service_should_still_know_is_disputed_by_its_not_found(run_dir, service):
+    adapter = by_key(service)
+    executor = runtime.Executor(run_dir, {adapter.name: adapter})
+    executor.call(adapter.name, CHARGE)
+    service.charges.clear()  # the service lost the charge while it keeps the key
+    again = executor.call(adapter.name, CHARGE)
+    assert again.needs == "confirmation" and "404" in (again.error or {})["message"]
 
 
 def test_without_a_lookup_a_lost_response_waits_for_a_person(run_dir, service):

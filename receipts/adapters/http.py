@@ -18,13 +18,23 @@ happened": it is ``OutcomeUnknown`` unless a 2xx says done.
 
 A lookup's 404 says "never done" only while the service still keeps the key
 (``key_retention``, 24 hours by default, as Stripe; ``None`` for a service that
-keeps keys for ever): past it, or when the call's receipt is dated in the
-future of this clock, a 404 may be a key forgotten, and a person decides.
+keeps keys for ever), and the key's age is judged by the service's own clock
+(the ``Date`` of its answers), never this host's: a host whose clock is wrong
+at the send or at the resume cannot make a forgotten key look kept. Before the
+first send the service's clock is read (a GET of the lookup), and a call whose
+receipt is dated more than ``CLOCK_SLACK`` ahead of it is not sent
+(``Rejected``, retryable): the receipt's ``created_at``, less ``CLOCK_SLACK``,
+is then no later than the key was made, by the service's clock. Past the
+retention by it, with no ``Date`` to judge by, or when the receipt is dated in
+the future of the service's clock, a 404 may be a key forgotten: a call in
+doubt goes to a person, and a commit stays a commit when its receipt and the
+run's ledger both record it (never sent again).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import email.utils
 import http.client
 import json
 import os
@@ -33,12 +43,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from receipts import protocol
 from receipts.confined import read_json_file
+from receipts.durable import read_events
 from receipts.tools import ABSENT, NOT_DONE, PRESENT, UNCLEAR, Evidence, OutcomeUnknown, Rejected, short_text
 
 __all__ = ["HttpRequest", "http_factory"]
@@ -48,9 +59,13 @@ REPLAYED = "Idempotent-Replayed"  # the header with which a Stripe-like service 
 _LOOKUP_FIELDS = ("call_id", "resource_id")
 # How long a Stripe-like service keeps an idempotency key.
 KEY_RETENTION = 24 * 3600.0
-# A receipt dated this far in the future of the clock comes from a clock that ran ahead, or this
-# one was set back: the call's age is unknown.
+# How far ahead of the service's clock a call's receipt may be dated when it is sent (a receipt
+# dated further is not sent); and, at a lookup, a receipt dated that far in the future of the
+# service's clock means a clock set back (or a receipt sent without that check): its age is unknown.
 CLOCK_SLACK = dt.timedelta(minutes=5)
+# How long a reading of the service's clock (an answer's Date) serves the sends that follow it,
+# aged on this process's monotonic clock, before the service is asked again.
+CLOCK_READING_SECONDS = 60.0
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -112,7 +127,6 @@ class HttpRequest:
         retries: int = 2,
         retry_wait: float = 0.5,
         key_retention: float | None = KEY_RETENTION,
-        clock: Callable[[], dt.datetime] = protocol.utc_now,
     ) -> None:
         for address in (url, lookup_url or url):
             if urllib.parse.urlsplit(address).scheme not in ("http", "https"):
@@ -129,7 +143,9 @@ class HttpRequest:
         self.timeout, self.retries, self.retry_wait = timeout, retries, retry_wait
         if key_retention is not None and not key_retention > 0:
             raise ValueError("key_retention must be a positive number of seconds, or None for keys kept for ever")
-        self.key_retention, self.clock = key_retention, clock
+        self.key_retention = key_retention
+        # The service's clock as last read: (its Date, time.monotonic() when the answer came).
+        self._clock_reading: tuple[dt.datetime, float] | None = None
         if self.lookup_by != "call_id":
             # Queryable only when the service can find a request by its key (``adapter_can_query``).
             self.query = None  # type: ignore[assignment]
@@ -189,6 +205,7 @@ class HttpRequest:
         # The same bytes on every try: the service compares a retry's body with the first one's.
         body = json.dumps(args, sort_keys=True, separators=(",", ":")).encode()
         headers = {IDEMPOTENCY_KEY: call_id, "Content-Type": "application/json", "Accept": "application/json"}
+        self._check_receipt_date(run_dir, call_id)
         maybe_sent, last = False, ""
         for attempt in range(self.retries + 1):
             if attempt:
@@ -201,6 +218,7 @@ class HttpRequest:
                 continue
             maybe_sent = True
             if 200 <= status < 300:
+                self._read_date(answer_headers)
                 result = {"status": status, "resource_id": _resource_id(document, self.resource_pointer),
                           "idempotency_key": call_id}  # fmt: skip
                 if str(answer_headers.get(REPLAYED, "")).lower() == "true":
@@ -218,20 +236,91 @@ class HttpRequest:
             raise Rejected(f"the service could not be reached ({last})", kind="retryable")
         raise OutcomeUnknown(f"{self.method} {self._where(self.url)} with {IDEMPOTENCY_KEY} {call_id}: {last}")
 
-    def _lookup(self, value: str) -> tuple[int, Any]:
+    def _lookup(self, value: str) -> tuple[int, dt.datetime | None, Any]:
+        """(status, the service's Date when it answered 200 or 404, parsed JSON body or None), or ``_Lost``."""
         assert self.lookup_url is not None and self.lookup_by is not None
         url = self.lookup_url.format(**{self.lookup_by: urllib.parse.quote(value, safe="")})
-        status, _, document = self._send("GET", url, None, {"Accept": "application/json"})
-        return status, document
+        status, headers, document = self._send("GET", url, None, {"Accept": "application/json"})
+        # Only the lookup's own answers: another status may come from a proxy, with its own clock.
+        return status, self._read_date(headers) if status in (200, 404) else None, document
+
+    # --- the service's clock ---------------------------------------------------------
+
+    def _read_date(self, headers: Any) -> dt.datetime | None:
+        """The service's clock from an answer's ``Date`` (kept as the latest reading), or ``None``."""
+        value = headers.get("Date") if headers is not None else None
+        try:
+            moment = email.utils.parsedate_to_datetime(value) if isinstance(value, str) else None
+        except (TypeError, ValueError):
+            moment = None
+        if moment is None:
+            return None
+        moment = moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
+        self._clock_reading = (moment, time.monotonic())
+        return moment
+
+    def _service_now(self, call_id: str) -> dt.datetime:
+        """No later than the service's clock now: a recent reading aged on the monotonic clock, or a
+        lookup's Date. ``Rejected`` when the service gives none: nothing was sent."""
+        reading = self._clock_reading
+        if reading is not None and 0 <= time.monotonic() - reading[1] <= CLOCK_READING_SECONDS:
+            # The Date is truncated to the second and was written before the answer came: the
+            # service's clock is at least this now (unless it was set back since, as any clock may be).
+            return reading[0] + dt.timedelta(seconds=time.monotonic() - reading[1])
+        why = "it gave no Date"
+        try:
+            status, moment, _ = self._lookup(call_id)
+        except _Lost as lost:
+            raise Rejected(f"the service's clock could not be read before the send ({lost}): nothing was sent",
+                           kind="retryable") from None  # fmt: skip
+        if moment is not None:
+            return moment
+        if status not in (200, 404):
+            why = f"the lookup answered HTTP {status}"
+        raise Rejected(
+            f"the service's clock could not be read before the send ({why}): a key it forgets could not be told "
+            "from a call never made, so nothing was sent",
+            kind="retryable",
+        )
+
+    def _check_receipt_date(self, run_dir: Path, call_id: str) -> None:
+        """Before a send that a lookup may later judge by the key's age: the call's receipt may be
+        dated no more than ``CLOCK_SLACK`` ahead of the service's clock, so that its ``created_at``,
+        less ``CLOCK_SLACK``, is no later than the key is made, by the service's clock."""
+        if self.lookup_by != "call_id" or self.key_retention is None:
+            return  # a 404 is never read as "not done": the key's age is never judged
+        try:
+            first_written = self._first_written(run_dir, call_id)
+        except ValueError:
+            return  # a lookup's 404 for it is never "not done" (``_may_have_forgotten``)
+        if first_written is None:
+            return  # no receipt (the adapter called outside the writer): a 404 is read as the writer would
+        ahead = first_written - self._service_now(call_id)
+        if ahead > CLOCK_SLACK:
+            raise Rejected(
+                f"this call's receipt is dated {_hours(ahead.total_seconds())} ahead of the service's clock "
+                f"(its Date): this host's clock runs ahead, and a key the service forgets could later pass for a "
+                f"call never made. Nothing was sent: set the clock right and make the call again",
+                kind="retryable",
+            )
+
+    def _first_written(self, run_dir: Path, call_id: str) -> dt.datetime | None:
+        """The call's receipt's ``created_at``; ``None`` with no receipt, ``ValueError`` when it gives none."""
+        receipt = read_json_file(Path(run_dir) / "receipts" / f"{call_id}.json", Path(run_dir))
+        if receipt is None:
+            return None
+        return protocol.parse_time(receipt.get("created_at") if isinstance(receipt, dict) else None)
+
+    # --- looking ----------------------------------------------------------------------
 
     def query(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> dict[str, Any] | object:
         """By the key: the result when the service shows the key's resource, ``NOT_DONE`` on its 404."""
         try:
-            status, document = self._lookup(call_id)
+            status, service_now, document = self._lookup(call_id)
         except _Lost as lost:
             raise OutcomeUnknown(f"the lookup got no answer: {lost}") from None
         if status == 404:
-            forgotten = self._may_have_forgotten(run_dir, call_id)
+            forgotten = self._may_have_forgotten(run_dir, call_id, service_now)
             if forgotten is not None:
                 raise OutcomeUnknown(f"the lookup found nothing, and {forgotten}")
             return NOT_DONE
@@ -253,14 +342,18 @@ class HttpRequest:
         else:
             return Evidence(UNCLEAR, (f"this service offers no lookup here: {look}",))
         try:
-            status, document = self._lookup(value)
+            status, service_now, document = self._lookup(value)
         except _Lost as lost:
             return Evidence(UNCLEAR, (f"the lookup got no answer: {lost}", look))
         where = self._where(self.lookup_url or "")
         if status == 404:
             not_found = f"GET {where} ({self.lookup_by} {short_text(value, 80)}): 404, not found"
-            forgotten = self._may_have_forgotten(run_dir, call_id) if self.lookup_by == "call_id" else None
+            forgotten = self._may_have_forgotten(run_dir, call_id, service_now) if self.lookup_by == "call_id" else None
             if forgotten is not None:
+                on_record = self._commit_on_record(run_dir, call_id, result) if result is not None else None
+                if on_record is not None:
+                    # A commit its key outlived: not found is no sign against it, and it is never sent again.
+                    return Evidence(PRESENT, (not_found, f"{forgotten}: not found is no sign against it", on_record))
                 return Evidence(UNCLEAR, (not_found, f"{forgotten}: not found may mean forgotten", look))
             verdict = ABSENT if self.lookup_by == "call_id" else UNCLEAR
             return Evidence(verdict, (not_found, look))
@@ -272,31 +365,61 @@ class HttpRequest:
             return Evidence(UNCLEAR, (fact, f"the receipt records resource id {short_text(recorded, 80)}"))
         return Evidence(PRESENT, (fact,))
 
-    def _may_have_forgotten(self, run_dir: Path, call_id: str) -> str | None:
+    def _may_have_forgotten(self, run_dir: Path, call_id: str, service_now: dt.datetime | None) -> str | None:
         """Why the service's "not found" for this key may be a key it forgot, or ``None`` while it
-        keeps it. The call was sent after its receipt was first written (``created_at``): a key
-        is as old as that at most."""
+        keeps it, judged by the service's clock (``service_now``: the lookup's Date). The key was
+        made no earlier than the receipt's ``created_at`` less ``CLOCK_SLACK`` by that clock (a
+        receipt dated further ahead of it is never sent)."""
         if self.key_retention is None:
             return None
         kept = _hours(self.key_retention)
         try:
-            receipt = read_json_file(Path(run_dir) / "receipts" / f"{call_id}.json", Path(run_dir))
-            if receipt is None:
-                return None  # no receipt: the writer never sent this call (it writes one first)
-            first_written = protocol.parse_time(receipt.get("created_at") if isinstance(receipt, dict) else None)
+            first_written = self._first_written(run_dir, call_id)
         except ValueError:
             return f"the call's receipt gives no time it was first written, and the service keeps a key for {kept}"
-        age = self.clock() - first_written
+        if first_written is None:
+            return None  # no receipt: the writer never sent this call (it writes one first)
+        if service_now is None:
+            return f"the service's answer gives no Date to judge the key's age by, and it keeps a key for {kept}"
+        age = service_now - first_written
         if age < -CLOCK_SLACK:
-            return f"the call's receipt is dated {_hours(-age.total_seconds())} in the future of this clock"
-        # A tenth of the retention, an hour at most, for the service's own clock.
+            return f"the call's receipt is dated {_hours(-age.total_seconds())} in the future of the service's clock"
+        # At most: the slack the send allowed, and the second the Date leaves out.
+        oldest = (age + CLOCK_SLACK).total_seconds() + 1
+        # A tenth of the retention, an hour at most, for the service's clock set back or forward since.
         margin = min(self.key_retention / 10, 3600.0)
-        if age.total_seconds() > self.key_retention - margin:
+        if oldest > self.key_retention - margin:
             return (
-                f"the service keeps an idempotency key for {kept}, and this call was first sent "
-                f"{_hours(age.total_seconds())} ago: it may have forgotten it"
+                f"the service keeps an idempotency key for {kept}, and this call was first sent at most "
+                f"{_hours(oldest)} ago by its clock: it may have forgotten it"
             )
         return None
+
+    def _commit_on_record(self, run_dir: Path, call_id: str, result: Any) -> str | None:
+        """What records this committed result, when the call's receipt (the result and its digest)
+        and the run's ledger (the receipt's committed event) both do; ``None`` otherwise."""
+        try:
+            receipt = read_json_file(Path(run_dir) / "receipts" / f"{call_id}.json", Path(run_dir))
+            if not (
+                isinstance(receipt, dict)
+                and receipt.get("call_id") == call_id
+                and receipt.get("status") == "committed"
+                and receipt.get("result") == result
+                and receipt.get("output_sha256") == protocol.input_sha256(result)
+            ):
+                return None
+            in_ledger = any(
+                event.get("type") == "receipt"
+                and event.get("call_id") == call_id
+                and event.get("status") == "committed"
+                for event in read_events(Path(run_dir))
+            )
+        except (OSError, ValueError):
+            return None
+        if not in_ledger:
+            return None
+        found = result.get("resource_id") if isinstance(result, Mapping) else None
+        return f"the receipt and the ledger record the commit (resource id {short_text(found, 80)})"
 
     def describe(self, args: Any) -> str:
         return (
