@@ -506,6 +506,10 @@ class Confirmation(models.Model):
     confirmation_id = models.TextField(blank=True)
     valid = models.BooleanField(default=False)
     problem = models.TextField(blank=True)
+    # Where the decision was made (``evidence.ingest.provenance``): "" when a decision made on the
+    # dashboard matches it (same call, resolution and receipt), else the name of the run's host when
+    # the import first found it valid: the host's word, by a name in a file that is no account.
+    made_on_host = models.CharField(max_length=128, blank=True, default="", db_default="")
 
     class Meta:
         ordering = ["run", "call_id"]
@@ -588,6 +592,9 @@ class AuditEntry(models.Model):
     # "I'm on it" (evidence/review/claims.py): a person claims an inbox item, lets it go (by hand, or by
     # settling or triaging it), or their claim runs out; the subject names the item.
     CLAIMED, CLAIM_RELEASED, CLAIM_EXPIRED = "claimed", "claim_released", "claim_expired"
+    # An import found a valid confirmation that no decision made on the dashboard matches
+    # (evidence/ingest/provenance.py): once per confirmation; the subject is the call_id.
+    DECISION_MADE_ON_HOST = "decision_made_on_host"
 
     # None for an act on a person (a rename, a removal), which is about no run.
     run = models.ForeignKey(Run, on_delete=models.PROTECT, null=True, related_name="audit_entries")

@@ -61,6 +61,10 @@ CODES: dict[str, tuple[str, str]] = {
         ERROR,
         "a person's decision its host could not write into the run: the receipt changed since, or another is there",
     ),
+    "decision_made_on_host": (
+        WARNING,
+        "a valid confirmation no decision made on the dashboard matches: its host's word, by a name that is no account",
+    ),
     "run_abandoned": (
         WARNING,
         "not finished, and no event for EVIDENCE_ABANDONED_AFTER_SECONDS: no longer checked every pass",
@@ -215,6 +219,10 @@ SENTENCES: dict[str, str] = {
         "or end it with {command}"
     ),
     "decision_undeliverable.why": "{actor}'s decision ({resolution}, {reason}) was not written: {why}",
+    "decision_made_on_host.by_name": (
+        "settled {resolution} on host {host} by the name {actor} (not a dashboard account): no decision made on the "
+        "dashboard matches it"
+    ),
     "host_clock_off.offset": (
         "the clock of host {host} is {offset} s off the server's (ahead when positive, more than {skew} s): its "
         "runs' times are checked against when the server received them"

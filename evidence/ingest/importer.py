@@ -32,6 +32,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from evidence.ingest import provenance
 from evidence.ingest.crosschecks import (
     claimed_elsewhere,
     known_receipts,
@@ -68,6 +69,7 @@ from receipts.reader import (
     discover_runs,
     read_run_files,
 )
+from receipts.reader.files import run_signing_key
 from receipts.replay import apply_decisions
 
 log = logging.getLogger("callproof.importer")
@@ -331,6 +333,8 @@ def _store_run(
     closed, of those ``rechecked``), and the run's row."""
     with transaction.atomic():
         files, seen = store()
+        # Which confirmations no decision made here matches: the host's word, said once each.
+        provenance.judge(run, now, lambda: run_signing_key(path, signing_keys()) is not None)
         seen |= store_findings(run, ledger_file_findings + files.findings, now)
         # Ledger findings were stored batch by batch; re-check only what this pass re-checked.
         close_findings_not_seen(run.findings.filter(scope=FILES), seen, now, rechecked)

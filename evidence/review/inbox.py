@@ -1,10 +1,11 @@
 """The inbox: everything that needs a person's decision, across runs, one list.
 
-Eight kinds, each an index-backed query: silent hosts, calls in doubt
+Each kind an index-backed query: silent hosts, calls in doubt
 (``Call.in_doubt``), receipts among them that fail their identity check,
-decisions the run's host refused to write, submission conflicts, stale
-reservations, rewritten ledgers or broken chains, and abandoned runs (not
-finished, silent: ``models.is_abandoned``). Each item says its severity, its
+decisions the run's host refused to write, calls settled on a host by a
+confirmation no decision made here matches (``evidence.ingest.provenance``),
+submission conflicts, stale reservations, rewritten ledgers or broken chains,
+and abandoned runs (not finished, silent: ``models.is_abandoned``). Each item says its severity, its
 age, its run and the next action. The list is keyset-paged like every other
 (``inbox_segments``). A settled call leaves the inbox: it is no
 longer in doubt. A finding a person acknowledged or snoozed (``evidence.review.triage``)
@@ -35,6 +36,7 @@ from evidence.review.kinds import (  # noqa: F401 - the inbox's kinds, read as i
     DISPUTED,
     FINDING_KINDS,
     HOST,
+    HOST_DECISION,
     IN_DOUBT,
     KIND_LABELS,
     KINDS,

@@ -21,8 +21,11 @@ ABANDONED = "abandoned run"
 # A person's decision the run directory refused (another decision stood there, the receipt had
 # changed): the person who made it learns it here, not only on the call's page.
 REFUSED = "refused decision"
+# A call settled by a file its host wrote that no decision made on the dashboard matches, in a run not
+# signed with a key the server trusts (evidence/ingest/provenance.py): a person acknowledges it.
+HOST_DECISION = "host decision"
 # The order of the filter, most serious first.
-KINDS = (HOST, STALLED, TAMPERED, LEDGER, DISPUTED, IN_DOUBT, REFUSED, CONFLICT, STALE, ABANDONED)
+KINDS = (HOST, STALLED, TAMPERED, LEDGER, DISPUTED, IN_DOUBT, REFUSED, HOST_DECISION, CONFLICT, STALE, ABANDONED)
 # The kinds that are states (``receipts.states``): the inbox shows them as every page does.
 STATE_OF_KIND = {TAMPERED: states.TAMPERED, DISPUTED: states.DISPUTED, IN_DOUBT: states.IN_DOUBT,
                  CONFLICT: states.CONFLICT, STALE: states.STALE}  # fmt: skip
@@ -33,6 +36,7 @@ FINDING_KINDS = {
     STALE: ("stale_reservation",),
     ABANDONED: ("run_abandoned",),
     REFUSED: ("decision_undeliverable",),
+    HOST_DECISION: ("decision_made_on_host",),
 }
 # What a page calls each kind (the kind itself is what downloads, the API and ?kind= hold).
 # In doubt, tampered and conflict are the protocol's words (evidence/i18n.WORDS).
@@ -47,6 +51,7 @@ KIND_LABELS: dict[str, Promise] = {
     STALE: i18n.WORDS["stale reservation"],
     ABANDONED: pgettext_lazy("inbox kind", "abandoned run"),
     REFUSED: pgettext_lazy("inbox kind", "refused decision"),
+    HOST_DECISION: pgettext_lazy("inbox kind", "decision made on a host"),
 }
 
 

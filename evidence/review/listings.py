@@ -98,7 +98,7 @@ def runs(*, state: str = "", attention: bool = False) -> Listing:
 EVENT_FIELDS = ("seq", "ts", "type", "call_id", "client_submission_id", "disposition", "payload")
 CALL_FIELDS = (
     "call_id", "status", "written_status", "tool", "tool_version", "attempt", "verification", "decision",
-    "decision_reason", "created_at", "updated_at", "settled_by",
+    "decision_reason", "created_at", "updated_at", "settled_by", "settled_on_host",
 )  # fmt: skip
 SUBMISSION_FIELDS = ("client_submission_id", "state", "task_id", "request_digest", "task_present", "updated_at")
 DECISION_FIELDS = ("call_id", "status", "tool", "decision", "decision_reason")
@@ -124,10 +124,12 @@ def newest_first(ledger: Listing) -> list[Segment]:
 
 def _call_values(call: Call) -> Sequence[Any]:
     # "status" as a page shows it (``recovery.shown_status``): a receipt that fails its identity
-    # check is never "committed", a call a person settled is "settled: ...", by ``settled_by``.
+    # check is never "committed", a call a person settled is "settled: ...", by ``settled_by``;
+    # ``settled_on_host`` names the host when that name is the host's word, not a dashboard account.
     return (call.call_id, call.shown_status, call.status, call.tool, call.tool_version, call.attempt,
             call.verification, call.decision, call.decision_reason, call.created_at, call.updated_at,
-            getattr(call, "settled_by", "") if call.settled else "")  # fmt: skip
+            getattr(call, "settled_by", "") if call.settled else "",
+            getattr(call, "settled_on_host", "") if call.settled else "")  # fmt: skip
 
 
 def calls(*, run: Run) -> Listing:

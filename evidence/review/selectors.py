@@ -17,7 +17,20 @@ from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlencode
 
-from django.db.models import Case, Count, DateTimeField, Max, OuterRef, Q, QuerySet, Subquery, TextField, Value, When
+from django.db.models import (
+    Case,
+    Count,
+    DateTimeField,
+    Exists,
+    Max,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    TextField,
+    Value,
+    When,
+)
 from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -25,6 +38,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext, ngettext_lazy, pgettext
 
+from evidence.ingest import provenance
 from evidence.lib import hosts, stats
 from evidence.lib.stats import RunSummary
 from evidence.models import (
@@ -236,8 +250,10 @@ def call_identity(*, call: Call, run: Run) -> protocol.IdentityCheck:
 
 def run_calls(*, run: Run) -> QuerySet[Call]:
     """The run's calls by call_id, each with ``settled_by``: who settled it, on the dashboard or
-    with the writer's command line (two look-ups a row, on their (run, call_id) keys)."""
-    return Call.objects.filter(run=run).annotate(settled_by=settled_by()).order_by("call_id")
+    with the writer's command line, and ``settled_on_host``: the host it was settled on when no
+    decision made on the dashboard did (four look-ups a row, on their (run, call_id) keys)."""
+    calls = Call.objects.filter(run=run).annotate(settled_by=settled_by(), settled_on_host=settled_on_host())
+    return calls.order_by("call_id")
 
 
 def settled_by() -> Coalesce:
@@ -247,6 +263,19 @@ def settled_by() -> Coalesce:
     decided = HumanDecision.objects.filter(**same_call, undeliverable="").values("actor")[:1]
     confirmed = Confirmation.objects.filter(**same_call, valid=True).values("actor")[:1]
     return Coalesce(Subquery(decided), Subquery(confirmed), Value(""), output_field=TextField())
+
+
+def settled_on_host() -> Case:
+    """Where a call's settlement was made when it was not on the dashboard: the host whose file
+    settled it (``Confirmation.made_on_host``), "" when a person's decision here did."""
+    same_call = {"run": OuterRef("run"), "call_id": OuterRef("call_id")}
+    decided = HumanDecision.objects.filter(**same_call, undeliverable="")
+    confirmed = Confirmation.objects.filter(**same_call, valid=True).values("made_on_host")[:1]
+    return Case(
+        When(Exists(decided), then=Value("")),
+        default=Coalesce(Subquery(confirmed), Value("")),
+        output_field=TextField(),
+    )
 
 
 def run_submissions(*, run: Run, client_submission_id: str = "") -> QuerySet[Submission]:
@@ -274,6 +303,36 @@ class CallDetail:
         if self.decision is not None and not self.decision.undeliverable:
             return self.decision.actor
         return self.confirmation.actor if self.confirmation is not None and self.confirmation.valid else ""
+
+    @property
+    def settled_on_host(self) -> str:
+        """The host whose file settled the call, when no decision made on the dashboard did
+        (``settled_on_host``): its name is the host's word, not a dashboard account's."""
+        if self.decision is not None and not self.decision.undeliverable:
+            return ""
+        return self.confirmation.made_on_host if self.confirmation is not None and self.confirmation.valid else ""
+
+
+@dataclasses.dataclass(frozen=True)
+class HostDecision:
+    """A call settled by a file no decision made on the dashboard matches (``evidence.ingest.provenance``)."""
+
+    host: str  # where it was made, as the import found it
+    name: str  # the name its file gives: the host's word, not a dashboard account
+    audit: AuditEntry | None  # the entry the import wrote of it
+    item: Finding | None  # its inbox item, acknowledged or not; None in a run signed with a trusted key
+
+
+def host_decision(*, run: Run, detail: CallDetail) -> HostDecision | None:
+    """Where a call's settlement was made, when not on the dashboard: one query, for such a call only."""
+    confirmation = detail.confirmation
+    if not detail.settled_on_host or confirmation is None:
+        return None
+    entries = AuditEntry.objects.filter(run=run, action=AuditEntry.DECISION_MADE_ON_HOST, subject=confirmation.call_id)
+    audit = entries.filter(reason__endswith=confirmation.confirmation_id).order_by("-at", "-id").first()
+    subject = provenance.finding_subject(confirmation.call_id, confirmation.confirmation_id)
+    item = next((f for f in detail.findings if f.code == provenance.CODE and f.subject == subject), None)
+    return HostDecision(detail.settled_on_host, confirmation.actor, audit, item)
 
 
 def call_detail(*, run: Run, call: Call, event_limit: int = 200) -> CallDetail:

@@ -110,22 +110,32 @@ def state_to_do(name: str) -> str:
 
 
 @register.simple_tag
-def call_status(call: object, settled_by: str = "") -> SafeString:
+def call_status(call: object, settled_by: str = "", settled_on_host: str = "") -> SafeString:
     """A call's status as pages show it (``Call.shown_status``); a settled call says what its
-    receipt says, what a person settled it as, and who: "prepared → settled: committed by carol"."""
+    receipt says, what a person settled it as, and who: "prepared → settled: committed by carol".
+    Settled by a file no decision made on the dashboard matches (``settled_on_host``), it says where,
+    and that the name is the file's, not an account: "... on host web-1 by ops (the name its file
+    gives, not a dashboard account)"."""
     shown = getattr(call, "shown_status", "")
     if not getattr(call, "settled", False):
         return badge(shown)
     by = settled_by or getattr(call, "settled_by", "")
+    on_host = settled_on_host or getattr(call, "settled_on_host", "")
+    name = format_html('<span translate="no">{}</span>', by)
+    said: SafeString | str = ""
+    if on_host:
+        said = format_html(
+            _("on host {host} by {name} (the name its file gives, not a dashboard account)"),
+            host=format_html('<code translate="no">{}</code>', on_host),
+            name=name,
+        )
+    elif by:
+        said = format_html(_("by {}"), name)
     return format_html(
         '<span class="muted">{} →</span> {}{}',
         i18n.word(getattr(call, "status", "")),
         badge(shown),
-        format_html(
-            ' <span class="muted">{}</span>', format_html(_("by {}"), format_html('<span translate="no">{}</span>', by))
-        )
-        if by
-        else "",
+        format_html(' <span class="muted">{}</span>', said) if said else "",
     )
 
 

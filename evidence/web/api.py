@@ -174,6 +174,9 @@ class CallOut(Schema):
     created_at: Moment | None
     updated_at: Moment | None
     settled_by: str
+    # The host whose file settled it when no decision made on the dashboard did: then
+    # ``settled_by`` is the name that file gives, the host's word, not a dashboard account.
+    settled_on_host: str
 
 
 class SubmissionOut(Schema):

@@ -42,6 +42,7 @@ ACTIONS: dict[str, str] = {
     AuditEntry.CLAIMED: _("a person said they are on an inbox item"),
     AuditEntry.CLAIM_RELEASED: _("a person is no longer on an inbox item"),
     AuditEntry.CLAIM_EXPIRED: _("a claim on an inbox item ran out"),
+    AuditEntry.DECISION_MADE_ON_HOST: _("a call settled on its host, not on the dashboard"),
 }
 
 
@@ -73,6 +74,15 @@ REASONS: list[tuple[str, re.Pattern[str], str]] = [
             r"(?P<triage>acknowledged|snoozed) no longer: it changed \((?P<fields>[^)]*)\): (?P<detail>.*)",
             _("{triage} no longer: it changed ({fields}): {detail}"),
         ),
+        (
+            AuditEntry.DECISION_MADE_ON_HOST,
+            r"(?P<resolution>committed|rejected) on host (?P<host>.*?) by the name (?P<name>.*), not a dashboard "
+            r"account: no decision made on the dashboard matches confirmation (?P<confirmation>[0-9a-f]*)",
+            _(
+                "{resolution} on host {host} by the name {name}, not a dashboard account: no decision made on the "
+                "dashboard matches confirmation {confirmation}"
+            ),
+        ),
     ]
 ]
 
@@ -93,5 +103,10 @@ def reason(entry: object) -> SafeString:
             shown["triage"] = format_html("{}", i18n.word(values["triage"]))
         if "fields" in values:
             shown["fields"] = format_html("<code>{}</code>", values["fields"])
+        if "resolution" in values:  # a decision made on a host: where, by what name, which file
+            shown["resolution"] = format_html("{}", i18n.word(values["resolution"]))
+            shown["host"] = format_html('<code translate="no">{}</code>', values["host"])
+            shown["name"] = data(values["name"])
+            shown["confirmation"] = format_html('<code class="digest">{}</code>', values["confirmation"][:16])
         return format_html(gettext(msgid), **shown)
     return data(text)

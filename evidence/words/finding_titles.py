@@ -48,6 +48,7 @@ TITLES: dict[str, Promise] = {
     "unstorable_value": _("Value stored with replacement characters"),
     "import_failed": _("Import failed"),
     "decision_undeliverable": _("Decision could not be written into the run"),
+    "decision_made_on_host": _("Decision made on a host, not on the dashboard"),
     "run_abandoned": _("Run abandoned"),
     "host_clock_off": _("Host clock off"),
 }

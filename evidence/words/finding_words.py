@@ -147,6 +147,10 @@ WORDS: dict[str, str] = {
         "run, or end it with {command}"
     ),
     "decision_undeliverable.why": _("{actor}'s decision ({resolution}, {reason}) was not written: {why}"),
+    "decision_made_on_host.by_name": _(
+        "settled {resolution} on host {host} by the name {actor} (not a dashboard account): no decision made on the "
+        "dashboard matches it"
+    ),
     "host_clock_off.offset": _(
         "the clock of host {host} is {offset} s off the server's (ahead when positive, more than {skew} s): its "
         "runs' times are checked against when the server received them"

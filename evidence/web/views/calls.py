@@ -85,6 +85,9 @@ def call_page(
         # A receipt altered since it was written gets a panel of its own, settled or not.
         "altered": selectors.altered_fields(call=call) if call.verification == protocol.MISMATCH else None,
         "settled_by": detail.settled_by,
+        "settled_on_host": detail.settled_on_host,
+        # Settled by a file no decision made here matches: where, by what name, its audit entry and inbox item.
+        "host_decision": selectors.host_decision(run=run, detail=detail),
         # Its receipt fails its check: its events say what the receipt said, which proves nothing.
         "unproven": call.receipt_present and call.verification in protocol.SHOWN_FOR_VERDICT,
         "form": form if can_settle else None,
