@@ -4,7 +4,8 @@ The tracker is a file in the run directory, ``tickets.jsonl``, one ticket a line
 (``{"ticket", "key", "call_id", "title", "filed"}``: ``key`` is what the tracker
 deduplicates on, ``call_id`` the request that filed it); ``count_tickets`` counts
 a call's tickets, the kit's ``--counter``. It refuses a title that starts with
-``FAIL`` (``failing_args``). Each broken tracker breaks one promise a runtime's
+``FAIL`` (``failing_args``), and is down in a process once the kit calls the
+adapter's ``break_target()``. Each broken tracker breaks one promise a runtime's
 retries rely on, and tests/test_conformance.py checks that the kit names it.
 """
 
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+from receipts import protocol
 from receipts.tools import ABSENT, NOT_DONE, PRESENT, Evidence, Rejected
 
 TICKETS = "tickets.jsonl"
@@ -40,7 +42,12 @@ class Tickets:
     name = "file_ticket"
     version = "1.0.0"
     example_args: ClassVar[dict[str, str]] = {"title": "Fix login"}
-    failing_args: ClassVar[dict[str, str]] = {"title": "FAIL: the tracker refuses this title"}
+    failing_args: ClassVar[dict[str, str] | None] = {"title": "FAIL: the tracker refuses this title"}
+    down = False  # the tracker is down (in this process): every request to it fails
+
+    def break_target(self) -> None:
+        """The conformance kit's hook: from now on, in this process, the tracker is down."""
+        self.down = True
 
     def normalise(self, args: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(args.get("title"), str) or set(args) != {"title"}:
@@ -66,10 +73,14 @@ class Tickets:
         return existing if existing is not None else NOT_DONE
 
     def _by_key(self, run_dir: Path, key: str) -> dict[str, Any] | None:
+        if self.down:
+            raise TrackerDown("the tracker is down: connection refused", kind="retryable")
         found = [ticket for ticket in _tickets(Path(run_dir)) if ticket["key"] == key]
         return {"ticket": found[0]["ticket"]} if found else None
 
     def _file(self, run_dir: Path, args: Mapping[str, Any], key: str | None, call_id: str) -> dict[str, Any]:
+        if self.down:
+            raise TrackerDown("the tracker is down: connection refused", kind="retryable")
         if args["title"].startswith("FAIL"):
             raise TrackerDown(f"the tracker refuses the title {args['title']!r}")
         ticket = f"T-{os.urandom(4).hex()}"
@@ -215,6 +226,90 @@ class NormalisesTwiceDifferently(Tickets):
 
     def normalise(self, args: Mapping[str, Any]) -> dict[str, Any]:
         return {"title": super().normalise(args)["title"].replace("  ", " ")}
+
+
+class FindsByTitlePrefix(Tickets):
+    """Broken: its query asks the tracker's search for the title, and the search matches the
+    titles that begin with the words it is given (as a search box does); the first hit is taken
+    for this call's ticket. Its execute dedupes by the key, and in a run of one call the first
+    hit is the call's own: only a call whose title begins another's finds that other's ticket."""
+
+    def query(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> Any:
+        hits = [ticket for ticket in _tickets(Path(run_dir)) if ticket["title"].startswith(args["title"])]
+        return {"ticket": hits[0]["ticket"]} if hits else NOT_DONE
+
+
+class KeyedByTheHour(Tickets):
+    """Broken: the key it gives the tracker is the call_id stamped with the hour it is sent
+    (read from the writer's clock, ``protocol.utc_now``), "so that a key is never reused
+    another day". The same call_id an hour later is another key: a retry then, or a resume's
+    query, finds nothing and files a second ticket. Within the hour every check passes."""
+
+    def _key(self, call_id: str) -> str:
+        return f"{call_id}@{protocol.utc_now():%Y-%m-%dT%H}"
+
+    def execute(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> dict[str, Any]:
+        existing = self._by_key(run_dir, self._key(call_id))
+        return existing if existing is not None else self._file(run_dir, args, self._key(call_id), call_id)
+
+    def query(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> Any:
+        existing = self._by_key(run_dir, self._key(call_id))
+        return existing if existing is not None else NOT_DONE
+
+    def evidence(
+        self, run_dir: Path, args: Mapping[str, Any], call_id: str, result: Mapping[str, Any] | None = None
+    ) -> Evidence:
+        return super().evidence(run_dir, args, self._key(call_id), result)
+
+
+DEDUPE_INDEX = "dedupe.jsonl"
+DEDUPE_LAG = 0.1  # seconds: less than a new process takes to start
+
+
+class DedupeLags(Tickets):
+    """Broken: it trusts the tracker's own dedupe by key, and the tracker dedupes against an
+    index that takes a key in DEDUPE_LAG after the ticket is filed (an index refreshed
+    asynchronously, a read replica). The same call_id again from a new process finds the
+    first ticket; again at once in the same process, as a runtime retrying a lost answer at
+    once does, it files a second. Its query and evidence read the ticket by key, up to date."""
+
+    def execute(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> dict[str, Any]:
+        try:
+            lines = (Path(run_dir) / DEDUPE_INDEX).read_text().splitlines()
+        except FileNotFoundError:
+            lines = []
+        now = time.time()
+        seen = [entry for entry in map(json.loads, lines) if entry["key"] == call_id and entry["at"] <= now]
+        return {"ticket": seen[0]["ticket"]} if seen else self._file(run_dir, args, call_id, call_id)
+
+    def _file(self, run_dir: Path, args: Mapping[str, Any], key: str | None, call_id: str) -> dict[str, Any]:
+        filed = super()._file(run_dir, args, key, call_id)
+        entry = {"key": key, "ticket": filed["ticket"], "at": time.time() + DEDUPE_LAG}
+        with (Path(run_dir) / DEDUPE_INDEX).open("a") as index:
+            index.write(json.dumps(entry) + "\n")
+        return filed
+
+
+class SwallowsOutages(Tickets):
+    """Broken: when the tracker is down, execute returns a result anyway (no ticket behind it),
+    and its author named no args the tracker fails on (``failing_args`` is None)."""
+
+    failing_args = None
+
+    def execute(self, run_dir: Path, args: Mapping[str, Any], call_id: str) -> dict[str, Any]:
+        try:
+            return super().execute(run_dir, args, call_id)
+        except TrackerDown:
+            return {"ticket": None}
+
+
+class UnbreakableTickets(Tickets):
+    """Keeps the promises; its break_target() cannot break the tracker, and says so."""
+
+    failing_args = None
+
+    def break_target(self) -> None:
+        raise RuntimeError("no test tracker here")
 
 
 def tickets_factory() -> Tickets:

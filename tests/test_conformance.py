@@ -7,6 +7,7 @@ passes, so that the failures are the faults' and not the kit's.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -29,16 +30,23 @@ pytestmark = pytest.mark.slow
 COUNT_TICKETS = "tests.broken_adapters:count_tickets"
 
 
-def kit(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def kit(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """``python -m receipts conformance ARGS`` from the checkout (where ``tests`` imports), scratch under tmp_path."""
     return subprocess.run(
         writer_command("conformance", *args),
         capture_output=True,
         text=True,
         cwd=PROJECT,
-        env=writer_env(TMPDIR=str(tmp_path)),
+        env=writer_env(TMPDIR=str(tmp_path), **env),
         check=False,
     )
+
+
+def mid_hour() -> str:
+    """Half past the hour before this one: the writer's clock fixed there (``RECEIPTS_CLOCK``) stays in one
+    hour however long a kit runs, and only the kit's moves of it cross one."""
+    now = protocol.utc_now().replace(minute=0, second=0, microsecond=0)
+    return protocol.format_time(now - dt.timedelta(minutes=30))
 
 
 def verdicts(completed: subprocess.CompletedProcess[str]) -> dict[str, str]:
@@ -56,9 +64,13 @@ def passed_or(found: dict[str, str], **others: str) -> None:
 def test_write_file_passes_every_check(tmp_path):
     completed = kit(tmp_path, "receipts.tools:WriteFile", "--trials", "6", "--key-wait", "1", "--json")
     assert completed.returncode == 0, completed.stdout
-    # Its evidence is its counter; no args make its target fail; it keeps files for ever.
+    # Its evidence is its counter; no args make its target fail, and no break_target(); it keeps files for ever.
     passed_or(verdicts(completed), evidence_matches_target=NOT_APPLICABLE, failing_target=NOT_APPLICABLE,
               past_key_retention=NOT_APPLICABLE)  # fmt: skip
+    checks = {check["name"]: check["evidence"] for check in json.loads(completed.stdout)["checks"]}
+    assert checks["failing_target"].startswith("skipped: nothing makes the target fail"), checks["failing_target"]
+    # Keys kept for ever: the clock moved on as far as the kit moves it, and a real second's wait.
+    assert "(RECEIPTS_CLOCK) a minute, an hour, a day, 32 days" in checks["keys_kept"], checks["keys_kept"]
     [kills] = [check for check in json.loads(completed.stdout)["checks"] if check["name"] == "random_kills"]
     # The first six trials begin with a kill at each failpoint in turn: the effect done, its receipt not yet.
     for window in ("effect_done_receipt_prepared", "temp_receipt_committed", "committed_without_event"):
@@ -129,6 +141,8 @@ def test_a_tracker_that_keeps_the_promises_passes_through_a_factory(tmp_path):
                 "resume_original_identity",
                 "calls_kept_apart",
                 "normalise_in_general",
+                # the call again once break_target() is gone commits, under a call_id of its own process
+                "failing_target",
             },
         ),
         # "Done" when the tracker holds any ticket: right for the one call of a fresh run, wrong beside others.
@@ -139,6 +153,12 @@ def test_a_tracker_that_keeps_the_promises_passes_through_a_factory(tmp_path):
         ("PresentWithoutLooking", {"evidence_matches_target"}),
         # The tracker refuses, and execute returns a result anyway: committed with no ticket.
         ("SwallowsFailure", {"failing_target"}),
+        # The same, with no failing args named: the kit breaks the tracker by its break_target().
+        ("SwallowsOutages", {"failing_target"}),
+        # A query by a title's beginning: a call whose title begins another's finds that other's ticket.
+        ("FindsByTitlePrefix", {"calls_kept_apart"}),
+        # A key stamped with the hour: the kit moves the clock (RECEIPTS_CLOCK, fixed mid-hour here).
+        ("KeyedByTheHour", {"keys_kept"}),
         # Idempotency keys forgotten after a second (the ticket stays), though it declares none forgotten.
         ("ForgetsKeys", {"keys_kept"}),
         # It declares keys kept an hour, and past that still takes "not found" for "not done".
@@ -152,8 +172,11 @@ def test_each_broken_tracker_fails_the_check_that_names_its_fault(tmp_path, adap
     # keys_kept sleeps the whole wait. Only ForgetsKeys's fault needs time to show (it forgets a key
     # FORGETS_AFTER after filing it); every other tracker keeps its keys, or never keys on the call_id.
     key_wait = 1.5 * FORGETS_AFTER if adapter == "ForgetsKeys" else 0.1
+    # The writer's clock fixed for KeyedByTheHour: a kit run across the top of an hour would see its fault
+    # in more checks than the one that moves the clock.
+    env = {"RECEIPTS_CLOCK": mid_hour()} if adapter == "KeyedByTheHour" else {}
     completed = kit(tmp_path, f"tests.broken_adapters:{adapter}", "--counter", COUNT_TICKETS, "--trials", "0",
-                    "--concurrency", "3", "--key-wait", str(key_wait), "--seed", "1", "--json")  # fmt: skip
+                    "--concurrency", "3", "--key-wait", str(key_wait), "--seed", "1", "--json", **env)  # fmt: skip
     assert completed.returncode == 6
     found = verdicts(completed)
     assert {name for name, verdict in found.items() if verdict == "fail"} == failing
@@ -161,6 +184,32 @@ def test_each_broken_tracker_fails_the_check_that_names_its_fault(tmp_path, adap
     assert report["passed"] is False
     kept = Path(report["run_directories"])
     assert kept.parent == tmp_path and any(kept.iterdir()), "a failing kit keeps its run directories"
+
+
+def test_a_dedupe_that_lags_is_caught_by_a_retry_at_once(tmp_path):
+    """DedupeLags knows a key DEDUPE_LAG after the ticket is filed: less than a new process takes to
+    start, so a retry from a new process finds the first ticket, and one at once in the same process
+    files a second. (On a machine that starts a process faster than that, keys_kept, whose moves of the
+    clock follow the effect in a new process, may catch it too.)"""
+    completed = kit(tmp_path, "tests.broken_adapters:DedupeLags", "--counter", COUNT_TICKETS, "--trials", "0",
+                    "--concurrency", "3", "--key-wait", "0", "--seed", "1", "--json")  # fmt: skip
+    assert completed.returncode == 6
+    found = verdicts(completed)
+    failed = {name for name, verdict in found.items() if verdict == "fail"}
+    assert "idempotency_key" in failed and failed <= {"idempotency_key", "keys_kept"}, failed
+    [key] = [check for check in json.loads(completed.stdout)["checks"] if check["name"] == "idempotency_key"]
+    assert "executed twice at once in one process" in key["evidence"] and "2 effects" in key["evidence"], key
+
+
+def test_a_break_target_that_fails_is_said(tmp_path):
+    """A break_target() that raises is the kit's finding, not a pass."""
+    completed = kit(tmp_path, "tests.broken_adapters:UnbreakableTickets", "--counter", COUNT_TICKETS, "--trials",
+                    "0", "--concurrency", "2", "--key-wait", "0", "--json")  # fmt: skip
+    assert completed.returncode == 6
+    failed = {name: verdict for name, verdict in verdicts(completed).items() if verdict == "fail"}
+    assert failed == {"failing_target": "fail"}
+    [failing] = [check for check in json.loads(completed.stdout)["checks"] if check["name"] == "failing_target"]
+    assert "break_target() raised RuntimeError: no test tracker here" in failing["evidence"], failing
 
 
 def test_a_broken_tracker_is_caught_by_random_kills_too(tmp_path):
@@ -288,8 +337,10 @@ def test_the_sql_row_adapter_passes_every_check(tmp_path):
         env=writer_env(TMPDIR=str(tmp_path), CALLPROOF_SQL_SQLITE=str(database)),
     )  # fmt: skip
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    passed_or(verdicts(completed), evidence_matches_target=NOT_APPLICABLE, failing_target=NOT_APPLICABLE,
-              past_key_retention=NOT_APPLICABLE)  # fmt: skip
+    # Its factory's break_target() takes the table away: the call fails, and is not committed.
+    passed_or(verdicts(completed), evidence_matches_target=NOT_APPLICABLE, past_key_retention=NOT_APPLICABLE)
+    [failing] = [check for check in json.loads(completed.stdout)["checks"] if check["name"] == "failing_target"]
+    assert "no such table: notes" in failing["evidence"], failing
 
 
 @pytest.mark.parametrize("lookup", [True, False], ids=["looked-up-by-key", "no-lookup"])
@@ -329,6 +380,15 @@ def test_args_drawn_from_a_hypothesis_strategy_are_reported_as_such(tmp_path):
     report = json.loads(completed.stdout)
     [normalise] = [check for check in report["checks"] if check["name"] == "normalise_in_general"]
     assert normalise["evidence"].startswith("21 arg sets (the example's and drawn from the adapter's args_strategy)")
+
+
+def test_args_that_begin_alike_begin_alike():
+    from receipts.conformance.args import prefix_args
+
+    example = {"title": "Fix login", "to": ["ops@example.com"], "amount": 4000, "refund": False}
+    short, long = (prefix_args(example, 1, longer=longer) for longer in (False, True))
+    assert short == {"title": "Fix login 1", "to": ["ops+1@example.com"], "amount": 4001, "refund": False}
+    assert long == {"title": "Fix login 12", "to": ["ops+12@example.com"], "amount": 40012, "refund": False}
 
 
 def test_derived_args_keep_an_e_mail_address_an_address_and_apart():

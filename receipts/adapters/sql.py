@@ -300,6 +300,12 @@ def sqlite_factory() -> SqlRow:
         name="sql_row", connect=lambda: sqlite3.connect(path, timeout=30), table="notes", columns=EXAMPLE_COLUMNS
     )
     adapter.create_table()
+
+    def break_target() -> None:
+        """The conformance kit's hook: from now on, in this process, the database has no table notes."""
+        adapter.connect = lambda: sqlite3.connect(":memory:")
+
+    adapter.break_target = break_target  # type: ignore[attr-defined]
     return adapter
 
 

@@ -6,8 +6,10 @@ processes, and checks what a runtime's retries depend on (the checklist "for
 every tool with a side effect": a restart after the effect, the same id with the
 same and with another request, calls at once, a resume under the original
 identity), then kills children with SIGKILL at every window of the write and
-resumes. Effects are counted on the target: by a counter given with
-``--counter MODULE:FUNC``, else by the adapter's ``evidence``, else its ``query``.
+resumes. It makes the target fail (the adapter's failing args, or its
+``break_target()`` in a child) and moves the clock (``RECEIPTS_CLOCK``).
+Effects are counted on the target: by a counter given with ``--counter
+MODULE:FUNC``, else by the adapter's ``evidence``, else its ``query``.
 
 Each check is ``pass``, ``fail`` or ``not applicable``. A tool with no ``query``
 cannot answer for a call in doubt, and the writer never hands its target the

@@ -82,3 +82,27 @@ def draw_args(strategy: Any, count: int, seed: int) -> list[Any]:
     except Exception as error:  # noqa: BLE001 - the user's strategy may fail in any way
         raise KitError(f"args_strategy could not draw args: {type(error).__name__}: {error}") from None
     return drawn[:count]
+
+
+def prefix_args(example: Any, number: int, *, longer: bool) -> Any:
+    """The example's args made so that two calls begin alike: every text ends in `` {number}``, and
+    with ``longer`` one digit more (``Fix login 1``, ``Fix login 12``); a number is ``n`` or ``n``
+    and one digit more (``4001``, ``40012``); an e-mail address keeps its shape (``ops+1@...``,
+    ``ops+12@...``). Each text of the shorter call is the beginning of the longer's."""
+    if isinstance(example, dict):
+        return {key: prefix_args(value, number, longer=longer) for key, value in example.items()}
+    if isinstance(example, list):
+        return [prefix_args(value, number, longer=longer) for value in example]
+    tail = f"{number}{number + 1}" if longer else f"{number}"
+    if isinstance(example, str):
+        if address := _ADDRESS_SHAPE.fullmatch(example):
+            return f"{address.group(1)}+{tail}@{address.group(2)}"
+        return f"{example} {tail}"
+    if isinstance(example, bool) or example is None:
+        return example
+    if isinstance(example, int):
+        shorter = example + number if example >= 0 else example - number
+        return int(f"{shorter}{number + 1}") if longer else shorter
+    if isinstance(example, float):
+        return example + number / 8 + (1 / 1024 if longer else 0)
+    return example

@@ -16,6 +16,7 @@ from receipts.conformance.report import FAIL, NEEDS_A_PERSON, NOT_APPLICABLE, Ch
 from receipts.tools import ABSENT, NOT_DONE, PRESENT, UNCLEAR, OutcomeUnknown
 
 if TYPE_CHECKING:
+    from receipts.conformance.child import Ended
     from receipts.conformance.kit import Kit
 
 
@@ -24,17 +25,48 @@ def idempotency_key(kit: Kit) -> Check:
         return Check("idempotency_key", NEEDS_A_PERSON, "no query: the writer never hands the target the same "
                      "call_id twice; a call in doubt waits for a person")  # fmt: skip
     run_dir, call_id = kit.new_run("key")
-    counts, said, problems = [], [], []
-    for _ in range(2):
-        ended = kit.call(run_dir, mode="execute", call_id=call_id)
-        counts.append(kit.count(run_dir, call_id))
-        said.append(f"execute in a new process: {ended.describe()}, {count_text(counts[-1])}")
-    if counts != [1, 1]:
+    # A retry at once in the process that made the effect (a runtime retrying a lost answer), then one
+    # in a new process: a target whose reads lag its writes passes the second and not the first.
+    at_once = kit.call(run_dir, mode="steps", call_id=call_id, steps=[{"do": "execute"}, {"do": "execute"}])
+    counts = [kit.count(run_dir, call_id)]
+    said = [f"execute twice at once in one process: {_steps_text(at_once)}, {count_text(counts[-1])}"]
+    again = kit.call(run_dir, mode="execute", call_id=call_id)
+    counts.append(kit.count(run_dir, call_id))
+    said.append(f"execute again in a new process: {again.describe()}, {count_text(counts[-1])}")
+    problems = []
+    if counts[0] != 1:
         problems.append(
-            f"the same call_id executed twice (a retry after a lost response) left {count_text(counts[-1])}: "
-            "the target does not take the call_id as its idempotency key"
+            f"the same call_id executed twice at once in one process (a retry right after a lost response) "
+            f"left {count_text(counts[0])}: the target does not take the call_id as its key, or it knows a key "
+            "only some time after it was given (a dedupe or a lookup whose reads lag its writes)"
+        )
+    if counts[1] != counts[0]:
+        problems.append(
+            f"the same call_id executed again in a new process (a retry after a lost response) left "
+            f"{count_text(counts[1])}: the target does not take the call_id as its idempotency key"
         )
     return verdict("idempotency_key", problems, said)
+
+
+def _steps(ended: Ended) -> list[dict[str, Any]]:
+    """What each step of a ``steps`` child said (none when the child broke)."""
+    steps = ended.output.get("steps")
+    return [step if isinstance(step, dict) else {} for step in steps] if isinstance(steps, list) else []
+
+
+def _steps_text(ended: Ended) -> str:
+    steps = _steps(ended)
+    if not steps:
+        return ended.describe()
+    return ", ".join(_step_text(step) for step in steps)
+
+
+def _step_text(step: Mapping[str, Any]) -> str:
+    if "error" in step:
+        return f"raised {short_text(step['error'])}"
+    if "answer" in step:
+        return {"NOT_DONE": "NOT_DONE", "result": "the result"}.get(step["answer"], f"cannot tell ({step.get('why')})")
+    return "returned a result" if "result" in step else short_text(step)
 
 
 def query_answers_truly(kit: Kit) -> Check:
@@ -123,7 +155,73 @@ def calls_kept_apart(kit: Kit) -> Check:
                 + ", ".join(count_text(count) for count in counts))  # fmt: skip
     if counts != [1, 1, 1]:
         problems.append("call_ids one character apart are not kept apart: the target keys on part of the call_id")
+    problems += _prefixes_kept_apart(kit, said)
     return verdict("calls_kept_apart", problems, said)
+
+
+def _prefixes_kept_apart(kit: Kit, said: list[str]) -> list[str]:
+    """Calls whose args begin alike: each text of one the beginning of the other's ("Fix login 1",
+    "Fix login 12"). A lookup by a prefix (a search box's match) finds the other call's effect."""
+    calls: dict[str, tuple[Any, dict[str, Any]]] = {}
+    # The second pair is tried the other way round: its shorter call made, its longer never made.
+    for label, number, longer in (("short", 1, False), ("long", 1, True), ("short 2", 3, False), ("long 2", 3, True)):
+        raw = kit.prefixed_args(number, longer=longer)
+        try:
+            calls[label] = (raw, kit.adapter.normalise(json.loads(json.dumps(raw))))
+        except Exception as error:  # noqa: BLE001 - the user's normalise: nothing tried, and said so
+            said.append(f"args that begin alike ({short_text(raw, 40)}): normalise refused them "
+                        f"({type(error).__name__}), not tried")  # fmt: skip
+            return []
+    if len({protocol.canonical_json(normalised) for _, normalised in calls.values()}) != len(calls):
+        said.append(f"args that begin alike ({short_text(calls['short'][0], 40)}): normalise made two of them one, "
+                    "not tried")  # fmt: skip
+        return []
+    run_dir, _ = kit.new_run("apart-prefix")
+    ids = {label: kit.call_id_for(run_dir, normalised) for label, (_, normalised) in calls.items()}
+    # In one process, beneath the writer: the longer call made, the shorter asked (never made yet);
+    # the shorter of the other pair made, its longer asked (never made); then the first shorter
+    # made, and both of the first pair asked.
+    plan = [("execute", "long"), ("query", "short"), ("execute", "short 2"), ("query", "long 2"),
+            ("execute", "short"), ("query", "short"), ("query", "long")]  # fmt: skip
+    if not kit.queryable:
+        plan = [(do, label) for do, label in plan if do == "execute"]
+    steps = [{"do": do, "args": calls[label][0], "call_id": ids[label]} for do, label in plan]
+    ended = kit.call(run_dir, mode="steps", steps=steps)
+    done = _steps(ended)
+    if len(done) != len(steps):
+        return [f"calls whose args begin alike, in one process: {ended.describe()}"]
+    said.append(f"args that begin alike ({short_text(calls['short'][0], 40)}, {short_text(calls['long'][0], 40)}, "
+                "each way round), in one process: " + _steps_text(ended))  # fmt: skip
+    problems = []
+    # The last answer of each (step, call): the first pair is asked twice, before and after both are made.
+    first_answers: dict[tuple[str, str], dict[str, Any]] = {}
+    answers: dict[tuple[str, str], dict[str, Any]] = {}
+    for (do, label), answer in zip(plan, done, strict=True):
+        first_answers.setdefault((do, label), answer)
+        answers[do, label] = answer
+        if "error" in answer:
+            problems.append(f"execute of {short_text(calls[label][0], 60)} (args that begin alike) raised "
+                            f"{short_text(answer['error'])}")  # fmt: skip
+    if kit.queryable:
+        for asked, made, how in (("short", "long", "begin"), ("long 2", "short 2", "are the beginning of")):
+            if first_answers["query", asked].get("answer") == "result":
+                problems.append(
+                    f"the query of a call never made ({short_text(calls[asked][0], 60)}) answers with a result "
+                    f"while a call whose args its own {how} was made ({short_text(calls[made][0], 60)}): it "
+                    "looks up by part of the args, and the writer would take a call that never happened for done"
+                )
+        for asked, other in (("short", "long"), ("long", "short")):
+            found = answers["query", asked].get("result")
+            own, others = answers["execute", asked].get("result"), answers["execute", other].get("result")
+            if found is not None and found == others and others != own:
+                problems.append(f"with both made, the query of {short_text(calls[asked][0], 60)} answers with the "
+                                "other call's result: it looks up by part of the args")  # fmt: skip
+    for label, wanted in (("short", 1), ("long", 1), ("short 2", 1), ("long 2", 0)):
+        effects = kit.count(run_dir, ids[label], calls[label][1])
+        if effects != wanted:
+            made = "made" if wanted else "never made, whose args begin as a call made"
+            problems.append(f"{short_text(calls[label][0], 60)} ({made}) shows {count_text(effects)} on the target")
+    return problems
 
 
 def evidence_matches_target(kit: Kit) -> Check:
@@ -177,26 +275,54 @@ def look(kit: Kit, run_dir: Path, args: Mapping[str, Any], call_id: str, result:
 
 
 def failing_target(kit: Kit) -> Check:
-    if kit.failing is None:
-        return Check("failing_target", NOT_APPLICABLE, "no failing args: give --failing-args JSON (or "
-                     "failing_args on the adapter), args the target itself refuses or fails on")  # fmt: skip
-    run_dir, _ = kit.new_run("failing")
-    call_id = kit.call_id_for(run_dir, kit.failing)
-    problems, said = [], []
-    for how in ("the call", "the same call again"):
-        ended = kit.call(run_dir, args=kit.raw_failing)
-        effects = kit.count(run_dir, call_id, kit.failing)
-        said.append(f"{how} {kit.resume_text(ended)}, {count_text(effects)}")
-        if ended.committed and effects != 1:
-            problems.append(f"{how} ended committed with {count_text(effects)}: execute returned a result "
-                            "for the target's failure")  # fmt: skip
-        elif ended.committed and how == "the call":
-            problems.append("the call ended committed: the target did not fail on the failing args")
-        if "Traceback" in ended.stderr:
-            problems.append(f"{how} printed a traceback")
-        if ended.hung:
-            problems.append(f"{how} hung")
+    hook = callable(getattr(kit.adapter, "break_target", None))
+    if kit.failing is None and not hook:
+        return Check("failing_target", NOT_APPLICABLE, "skipped: nothing makes the target fail; give "
+                     "--failing-args JSON (or failing_args on the adapter), args the target itself refuses or "
+                     "fails on, or a break_target() on the adapter, which makes its target fail in the process "
+                     "it is called in")  # fmt: skip
+    problems: list[str] = []
+    said: list[str] = []
+    if kit.failing is not None:
+        run_dir, _ = kit.new_run("failing")
+        call_id = kit.call_id_for(run_dir, kit.failing)
+        for how in ("the call", "the same call again"):
+            ended = kit.call(run_dir, args=kit.raw_failing)
+            _judge_failure(
+                kit, ended, kit.count(run_dir, call_id, kit.failing), how, "the failing args", problems, said
+            )
+    if hook:
+        run_dir, call_id = kit.new_run("broken")
+        tries = (("the call, its target broken", True), ("the same call again, the target no longer broken", False))
+        for how, broken in tries:
+            ended = kit.call(run_dir, break_target=broken)
+            _judge_failure(kit, ended, kit.count(run_dir, call_id), how, "break_target()", problems, said)
+            if broken and ended.returncode == 1 and ended.output.get("error"):
+                break  # the hook itself failed: said by _judge_failure
     return verdict("failing_target", problems, said)
+
+
+def _judge_failure(kit: Kit, ended: Ended, effects: int | None, how: str, by: str, problems: list[str],
+                   said: list[str]) -> None:  # fmt: skip
+    """A call whose target was made to fail (``by``): never committed without its effect."""
+    said.append(f"{how} {kit.resume_text(ended)}, {count_text(effects)}")
+    first = not how.startswith("the same call again")
+    if ended.committed and effects != 1:
+        problems.append(f"{how} ended committed with {count_text(effects)}: execute returned a result "
+                        "for the target's failure")  # fmt: skip
+    elif ended.committed and first:
+        problems.append(f"{how} ended committed: {by} did not make the target fail")
+    if first and by == "break_target()" and ended.returncode == 1 and ended.output.get("error"):
+        problems.append(f"{how}: {ended.output['error']}")  # the hook raised
+    if "Traceback" in ended.stderr:
+        problems.append(f"{how} printed a traceback")
+    if ended.hung:
+        problems.append(f"{how} hung")
+
+
+# How far the kit moves the clock: a key stamped with the minute, the hour, the day or the month
+# it was sent is another key after each (in any time zone).
+CLOCK_MOVES = ((61.0, "a minute"), (3661.0, "an hour"), (86461.0, "a day"), (32 * 86400.0, "32 days"))
 
 
 def keys_kept(kit: Kit) -> Check:
@@ -204,11 +330,69 @@ def keys_kept(kit: Kit) -> Check:
         return Check("keys_kept", NEEDS_A_PERSON, "no query: the writer never hands the target the same call_id "
                      "twice")  # fmt: skip
     declared = getattr(kit.adapter, "key_retention", None)
+    problems: list[str] = []
+    said: list[str] = []
+    moved = _clock_moved_on(kit, declared, problems, said)
     if kit.key_wait == 0:
-        return Check("keys_kept", NOT_APPLICABLE, "--key-wait 0: no wait was tried")
-    if isinstance(declared, (int, float)) and declared < kit.key_wait:
-        return Check("keys_kept", NOT_APPLICABLE, f"the adapter declares keys kept {declared:g} s, less than "
-                     f"--key-wait {kit.key_wait:g} s (past_key_retention checks what follows)")  # fmt: skip
+        said.append("--key-wait 0: no wait was tried")
+    elif isinstance(declared, (int, float)) and declared < kit.key_wait:
+        said.append(f"the adapter declares keys kept {declared:g} s, less than --key-wait {kit.key_wait:g} s: no "
+                    "wait was tried (past_key_retention checks what follows)")  # fmt: skip
+    else:
+        _keys_kept_a_wait(kit, declared, problems, said)
+        moved = True
+    if not moved:
+        return Check("keys_kept", NOT_APPLICABLE, "; ".join(said))
+    return verdict("keys_kept", problems, said)
+
+
+def _clock_moved_on(kit: Kit, declared: Any, problems: list[str], said: list[str]) -> bool:
+    """Execute; then, in another process, the clock moved on (``RECEIPTS_CLOCK``) by a minute, an
+    hour, a day and 32 days, within the retention the adapter declares: the query still finds the
+    call, and execute again makes no second effect. ``False`` when no move was within it."""
+    limit = float("inf")
+    if isinstance(declared, (int, float)) and not isinstance(declared, bool):
+        limit = declared - min(declared / 10, 3600.0)  # the margin the HTTP adapter allows its service's clock
+    moves = [(seconds, label) for seconds, label in CLOCK_MOVES if seconds < limit]
+    if not moves:
+        said.append(f"the adapter declares keys kept {declared:g} s: the clock was not moved")
+        return False
+    run_dir, call_id = kit.new_run("clock")
+    first = kit.call(run_dir, mode="execute", call_id=call_id)
+    now = protocol.utc_now()
+    # Then in another process (the effect's is over): the query before the clock moves, and after each move
+    # the query and execute again, at once. A target that forgets keys forgets them by its own clock.
+    steps: list[dict[str, Any]] = [{"do": "query"}]
+    for seconds, _ in moves:
+        at = protocol.format_time(now + dt.timedelta(seconds=seconds))
+        steps += [{"do": "clock", "at": at}, {"do": "query"}, {"do": "execute"}]
+    ended = kit.call(run_dir, mode="steps", call_id=call_id, steps=steps)
+    done = _steps(ended)
+    effects = kit.count(run_dir, call_id)
+    spans = ", ".join(label for _, label in moves)
+    if first.returncode != 0 or len(done) != len(steps):
+        problems.append(f"execute ended {first.describe()}; then, the clock moved on, {_steps_text(ended)}")
+        return True
+    said.append(f"execute, then in another process the query ({_step_text(done[0])}) and with the clock moved on "
+                f"(RECEIPTS_CLOCK) {spans}, each time the query and execute again: {count_text(effects)}")  # fmt: skip
+    if done[0].get("answer") == "NOT_DONE":
+        said.append("the query does not find the call before the clock moved (query_answers_truly): the clock's "
+                    "moves were not judged")  # fmt: skip
+        return True
+    for (_, label), answer in zip(moves, done[2::3], strict=True):
+        if answer.get("answer") == "NOT_DONE":
+            problems.append(f"with the clock moved on {label}, the query answers NOT_DONE: the key moved with the "
+                            "clock (a key stamped with the time it was sent?), and the writer would make the call "
+                            "again")  # fmt: skip
+            break
+    if effects != 1:
+        problems.append(f"with the clock moved on {spans}, the same call_id made {count_text(effects)}: the key "
+                        "the target was given changes with the clock")  # fmt: skip
+    return True
+
+
+def _keys_kept_a_wait(kit: Kit, declared: Any, problems: list[str], said: list[str]) -> None:
+    """Execute, a real wait (``--key-wait``), the query and execute again: one effect."""
     run_dir, call_id = kit.new_run("kept")
     first = kit.call(run_dir, mode="execute", call_id=call_id)
     before = kit.count(run_dir, call_id)
@@ -216,9 +400,8 @@ def keys_kept(kit: Kit) -> Check:
     answer = ask(kit, run_dir, call_id)
     again = kit.call(run_dir, mode="execute", call_id=call_id)
     after = kit.count(run_dir, call_id)
-    said = [f"execute: {first.describe()}, {count_text(before)}; {kit.key_wait:g} s later the query: "
-            f"{_answer_text(answer)}; execute again: {again.describe()}, {count_text(after)}"]  # fmt: skip
-    problems = []
+    said.append(f"then execute: {first.describe()}, {count_text(before)}; {kit.key_wait:g} s later the query: "
+                f"{_answer_text(answer)}; execute again: {again.describe()}, {count_text(after)}")  # fmt: skip
     if before != 1:
         problems.append(f"the first execute left {count_text(before)}")
     if answer is NOT_DONE:
@@ -228,7 +411,6 @@ def keys_kept(kit: Kit) -> Check:
         problems.append(f"{kit.key_wait:g} s later the same call_id made another effect: the target forgot its "
                         "key sooner than the adapter declares (key_retention: "
                         f"{'for ever' if declared is None else f'{declared:g} s'})")  # fmt: skip
-    return verdict("keys_kept", problems, said)
 
 
 def past_key_retention(kit: Kit) -> Check:

@@ -18,7 +18,7 @@ from typing import Any
 from receipts import runtime
 from receipts.conformance.loading import load_adapter
 from receipts.conformance.report import KitError
-from receipts.tools import OutcomeUnknown
+from receipts.tools import NOT_DONE, OutcomeUnknown
 
 STEP_TIMEOUT = 60.0
 
@@ -113,12 +113,19 @@ class Child:
 
 
 def child_main(request: dict[str, Any]) -> int:
-    """One step in a child process: a call through the writer, or the adapter's execute alone."""
+    """One step in a child process: a call through the writer, the adapter's execute alone, or
+    several steps beneath the writer at once (``steps``: execute, query, the clock moved on)."""
     try:
         adapter = load_adapter(request["adapter"])
     except KitError as error:
         _say({"error": str(error)})
         return 1
+    if request.get("break_target"):
+        try:
+            adapter.break_target()
+        except Exception as error:  # noqa: BLE001 - said to the kit, which judges it
+            _say({"error": f"break_target() raised {type(error).__name__}: {error}"})
+            return 1
     if request.get("lose_response"):
         adapter = _AnswerLost(adapter)
     sys.stdout.write("ready\n")
@@ -129,15 +136,15 @@ def child_main(request: dict[str, Any]) -> int:
         _say({"normalised": [_normalised_or_refusal(adapter, args) for args in request["args_list"]]})
         return 0
     run_dir = Path(request["run_dir"])
-    if request["mode"] == "execute":
-        args = adapter.normalise(request["args"])
-        try:
-            result = adapter.execute(run_dir, args, request["call_id"])
-        except Exception as error:  # noqa: BLE001 - said to the kit, which judges it
-            _say({"error": f"{type(error).__name__}: {error}"})
-            return 3
-        _say({"result": result})
+    if request["mode"] == "steps":
+        steps = [_step(adapter, run_dir, {"args": request["args"], "call_id": request.get("call_id"), **step})
+                 for step in request["steps"]]  # fmt: skip
+        _say({"steps": steps})
         return 0
+    if request["mode"] == "execute":
+        said = _step(adapter, run_dir, {"do": "execute", "args": request["args"], "call_id": request["call_id"]})
+        _say(said)
+        return 3 if "error" in said else 0
     try:
         outcome = runtime.Executor(run_dir, {adapter.name: adapter}).call(adapter.name, request["args"])
     except runtime.RecordingIncomplete as incomplete:
@@ -150,6 +157,27 @@ def child_main(request: dict[str, Any]) -> int:
     if outcome.needs:
         return 4
     return 0 if outcome.status == "committed" else 3
+
+
+def _step(adapter: Any, run_dir: Path, step: Mapping[str, Any]) -> dict[str, Any]:
+    """One step beneath the writer, in this process: ``execute`` or ``query`` of a call, or ``clock``,
+    which moves the writer's clock (``RECEIPTS_CLOCK``, read by ``protocol.utc_now``) to ``at``."""
+    if step["do"] == "clock":
+        os.environ["RECEIPTS_CLOCK"] = step["at"]
+        return {"clock": step["at"]}
+    args = adapter.normalise(step["args"])
+    if step["do"] == "query":
+        try:
+            answer = adapter.query(run_dir, args, step["call_id"])
+        except Exception as error:  # noqa: BLE001 - the writer counts any failure as "cannot tell"
+            return {"answer": "cannot tell", "why": f"{type(error).__name__}: {error}"}
+        if answer is NOT_DONE:
+            return {"answer": "NOT_DONE"}
+        return {"answer": "result", "result": answer} if isinstance(answer, dict) else {"answer": "cannot tell"}
+    try:
+        return {"result": adapter.execute(run_dir, args, step["call_id"])}
+    except Exception as error:  # noqa: BLE001 - said to the kit, which judges it
+        return {"error": f"{type(error).__name__}: {error}"}
 
 
 def _normalised_or_refusal(adapter: Any, args: Any) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 
 from receipts import protocol, runtime
 from receipts.conformance import checks_processes, checks_resume, checks_target
-from receipts.conformance.args import derive_args, draw_args
+from receipts.conformance.args import derive_args, draw_args, prefix_args
 from receipts.conformance.child import STEP_TIMEOUT, Child, Ended
 from receipts.conformance.effects import Effects
 from receipts.conformance.loading import load_adapter, load_object
@@ -116,6 +116,10 @@ class Kit:
         return protocol.make_call_id(
             runtime.run_contract(run_dir), 1, self.adapter.name, args, self.adapter.version, protocol.IDENTITY_V2
         )
+
+    def prefixed_args(self, number: int, *, longer: bool) -> Any:
+        """The example's args made to begin alike with another call's (``args.prefix_args``)."""
+        return prefix_args(self.raw_args, number, longer=longer)
 
     def distinct_calls(self) -> list[tuple[Any, dict[str, Any]]]:
         """(raw, normalised) of the generated sets normalise accepts, each unlike the others and the example."""

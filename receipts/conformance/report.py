@@ -17,12 +17,18 @@ CHECKS = {
     "restart_after_lost_response": "a restart after the effect, its answer lost, makes no second effect",
     "same_request_reuse": "the same call again reuses the first result",
     "identity_mismatch": "a receipt for this call_id with other args: a conflict, zero effects",
-    "idempotency_key": "the target takes the call_id as its key: the same call_id twice makes one effect",
+    "idempotency_key": "the target takes the call_id as its key: the same call_id twice, at once or later, one effect",
     "query_answers_truly": "the query says NOT_DONE only when nothing happened, and changes nothing",
-    "calls_kept_apart": "several calls on one target: each its own effect; a call never made is not found",
+    "calls_kept_apart": (
+        "several calls on one target: each its own effect; a call never made is not found, even beside one "
+        "whose args begin as its own"
+    ),
     "evidence_matches_target": "the evidence says present or absent as the counter finds the target",
     "failing_target": "a target that fails: the call is never committed without its effect",
-    "keys_kept": "the target still knows a call_id after a wait: the same call_id again makes no second effect",
+    "keys_kept": (
+        "the target still knows a call_id after a wait and with the clock moved on: the same call_id again "
+        "makes no second effect"
+    ),
     "past_key_retention": 'past the key retention the adapter declares, "not found" is not taken for "not done"',
     "normalise_in_general": "on generated args, normalise is stable and the same in every process",
     "concurrency": "calls at once in real processes make one effect",
