@@ -8,7 +8,7 @@ ADDR ?= 127.0.0.1:8000
 PIP_VERSION := 26.3
 UV_VERSION := 0.13.9
 
-.PHONY: install lock demo test-packages messages test check lint format bench bench-serve bench-import bench-import-10m bench-export bench-pages bench-pages-10m bench-watch-10m bench-ship torture clean
+.PHONY: install lock demo test-packages messages test check lint format bench bench-serve bench-serve-memory bench-import bench-import-10m bench-export bench-pages bench-pages-10m bench-watch-10m bench-ship torture clean
 
 # Everything comes from the lock file, each package by its hash (the test and deploy extras,
 # so the suite, the proxy tests and the benchmarks run on the same versions everywhere);
@@ -116,6 +116,10 @@ bench: install
 
 bench-serve: install
 	$(BIN)/python tests/bench/bench_serve.py
+
+# The writer daemon's peak memory with 64 clients sending their largest message at once.
+bench-serve-memory: install
+	$(BIN)/python tests/bench/bench_serve_memory.py
 
 bench-export: install
 	$(BIN)/python tests/bench/bench_export.py

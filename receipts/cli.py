@@ -61,10 +61,12 @@ def cmd_serve(options: argparse.Namespace) -> int:
         raise ValueError("--answer-timeout is from 0 to 86400 seconds")
     if not 0 < options.max_clients <= 4096:
         raise ValueError("--max-clients is from 1 to 4096")
+    if not 16 <= options.max_memory <= 1 << 20:
+        raise ValueError("--max-memory is from 16 to 1048576 MiB")
     if not 0 < options.request_timeout <= 3600:
         raise ValueError("--request-timeout is from 0 to 3600 seconds")
     return serve(Path(options.root), Path(options.socket), agents_group=options.agents_group,
-                 settlers=tuple(options.settler), max_clients=options.max_clients,
+                 settlers=tuple(options.settler), max_clients=options.max_clients, max_memory=options.max_memory << 20,
                  answer_timeout=options.answer_timeout, request_timeout=options.request_timeout)  # fmt: skip
 
 
@@ -300,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a user (besides the daemon's own and root) whose requests may write a person's "
                         "decision, such as the dashboard's; repeatable")  # fmt: skip
     served.add_argument("--max-clients", type=int, default=64, help="connections served at once (64)")
+    served.add_argument("--max-memory", type=int, default=512, metavar="MIB",
+                        help="what the messages being read may cost at most, in MiB (512): a request past it "
+                        "waits (its client sends it again), one larger than it all is refused")  # fmt: skip
     served.add_argument("--answer-timeout", type=float, default=3600.0, metavar="SECONDS",
                         help="how long a call waits for its client's effect, holding its lock (3600); then it "
                         "is left in doubt, as a killed writer leaves it")  # fmt: skip

@@ -20,14 +20,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import socket
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from receipts import protocol
 from receipts.confined import UnsafePath
-from receipts.durable import LockBusy, RecordingIncomplete
+from receipts.durable import LockBusy, RecordingIncomplete, lock_wait_seconds
 from receipts.outcomes import CallOutcome, ConfirmationRefused
 from receipts.runs import UnsettledCalls
 
@@ -35,6 +37,9 @@ SOCKET_ENV = "RECEIPTS_WRITER_SOCKET"
 # A question or answer carries at most a call's args (4 MiB) or result (8 MiB), each a JSON value
 # already, with a little around it.
 MAX_MESSAGE_BYTES = protocol.MAX_RESULT_BYTES + protocol.MAX_ARGS_BYTES + 1024 * 1024
+# Values, as ``protocol.json_nodes`` counts them: a call's args and its result at their most, and
+# room around them. What a message costs to parse is its values, not its bytes.
+MAX_MESSAGE_NODES = 2 * protocol.MAX_VALUE_NODES + 10_000
 # Connecting, and the daemon's answer to a request with no effect in it (a state change, a decision).
 CONNECT_TIMEOUT = 10.0
 
@@ -60,17 +65,45 @@ def send(sock: socket.socket, message: Mapping[str, Any]) -> None:
     sock.sendall(data)
 
 
+class MessageRefused(ValueError):  # noqa: N818 - what the client is told, as LockBusy
+    """A message the wire does not take (too long, too many values, not a JSON object)."""
+
+
+class WriterBusy(OSError):  # noqa: N818 - what the client is told, as LockBusy
+    """The daemon has no room for a request now (its connections or its memory budget are in
+    use): nothing of the request was done, and it may be sent again."""
+
+
 def receive(reader: Any) -> dict[str, Any]:
-    """One message: ``EOFError`` when the other side closed, ``ValueError`` when it is not one."""
+    """One message: ``EOFError`` when the other side closed, ``MessageRefused`` (a ``ValueError``)
+    when it is not one. Bounded before it is parsed: in bytes, and in values (``json_nodes``);
+    a reader with a ``charge`` (the daemon's) is charged what the parse may cost first."""
     line = reader.readline(MAX_MESSAGE_BYTES + 1)
     if not line:
         raise EOFError("the other side closed the connection")
     if len(line) > MAX_MESSAGE_BYTES or not line.endswith(b"\n"):
-        raise ValueError(f"a message longer than {MAX_MESSAGE_BYTES} bytes, or cut short")
-    message = protocol.load_json_strict(line)
+        raise MessageRefused(f"a message longer than {MAX_MESSAGE_BYTES} bytes, or cut short")
+    nodes = protocol.json_nodes(line)
+    if nodes > MAX_MESSAGE_NODES:
+        raise MessageRefused(f"a message of more than {MAX_MESSAGE_NODES:,} values ({nodes:,}): the wire takes no more")
+    charge = getattr(reader, "charge", None)
+    if charge is not None:
+        charge(parse_cost(len(line), nodes))
+    try:
+        message = protocol.load_json_strict(line)
+    except ValueError as error:
+        raise MessageRefused(str(error)) from None
     if not isinstance(message, dict):
-        raise ValueError("a message must be a JSON object")
+        raise MessageRefused("a message must be a JSON object")
     return message
+
+
+def parse_cost(size: int, nodes: int) -> int:
+    """At most what parsing a message of ``size`` bytes and ``nodes`` values takes in memory, and
+    keeps while its call goes on: its text decoded (up to 4 bytes a character), the strings parsed
+    from it (as much again), and 160 bytes a value (a dict of one key is 100 parsed, a copy
+    more). Measured: tests/bench/bench_serve_memory.py."""
+    return 8 * size + 160 * nodes
 
 
 @contextlib.contextmanager
@@ -79,6 +112,10 @@ def _connection(path: str) -> Iterator[tuple[socket.socket, Any]]:
     sock.settimeout(CONNECT_TIMEOUT)
     try:
         sock.connect(path)
+    except BlockingIOError as error:
+        sock.close()
+        # The daemon's queue of connections not yet taken is full: busy, nothing was sent.
+        raise WriterBusy(f"the writer at {path} is busy: too many clients connecting") from error
     except OSError as error:
         sock.close()
         raise WriterUnavailable(f"the writer at {path} cannot be reached: {error.strerror or error}") from error
@@ -100,10 +137,40 @@ def request(path: str, op: str, run_dir: Path, tool_adapter: Any = None, /, **fi
     ``WriterUnavailable`` when the daemon cannot be reached or goes away.
     """
     message = {"op": op, "run": str(Path(run_dir).absolute())} | fields
+    # Refused before the daemon took it (no connection or memory free): nothing of it was done,
+    # so it is sent again, a while later and less often each time, for as long as a writer
+    # waits for a lock (RECEIPTS_LOCK_WAIT_SECONDS); then WriterBusy says so.
+    deadline = time.monotonic() + lock_wait_seconds()
+    pause = 0.05
+    while True:
+        try:
+            return _request_once(path, message, run_dir, tool_adapter)
+        except WriterBusy:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise
+            time.sleep(min(left, pause * (0.5 + random.random())))  # noqa: S311 - jitter, not a secret
+            pause = min(pause * 2, 2.0)
+
+
+def _request_once(path: str, message: dict[str, Any], run_dir: Path, tool_adapter: Any) -> Any:
     raised: list[BaseException] = []
     with _connection(path) as (sock, reader):
         try:
             send(sock, message)
+        except (BrokenPipeError, ConnectionResetError) as error:
+            # The daemon stopped reading before the request was whole: it says why (busy, or a
+            # request it does not take) before it closes, and that is what the caller is told.
+            try:
+                answer = receive(reader)
+            except (OSError, EOFError, ValueError):
+                raise WriterUnavailable(f"the writer at {path} went away before it answered ({error})") from error
+            if "error" in answer:
+                raise _rebuilt(answer["error"]) from None
+            raise WriterUnavailable(f"the writer at {path} went away before it answered ({error})") from error
+        except OSError as error:
+            raise WriterUnavailable(f"the writer at {path} went away before it answered ({error})") from error
+        try:
             while True:
                 answer = receive(reader)
                 if "ask" in answer:
@@ -154,6 +221,12 @@ def _answer(adapter: Any, question: dict[str, Any], run_dir: Path, raised: list[
     except (TypeError, ValueError) as error:
         # The writer in process would find it unrecordable; over the wire it must say so itself.
         return {"raised": "Exception", "type": "TypeError", "message": f"not a JSON value: {error}"}
+    problem = protocol.record_value_problem(value, protocol.MAX_RESULT_BYTES) if isinstance(value, dict) else None
+    if problem is not None and ask in ("execute", "query"):
+        # The wire would refuse it, and the daemon hear nothing of an effect that is done: said
+        # instead, so that the call is recorded unknown and a person decides, as in process.
+        message = f"the effect is done, and the adapter's result cannot be recorded ({problem}): a person decides"
+        return {"raised": "OutcomeUnknown", "message": message}
     return {"answer": value}
 
 
@@ -180,6 +253,10 @@ def _rebuilt(error: Mapping[str, Any]) -> BaseException:
                 "PermissionError": PermissionError}[kind](message)  # fmt: skip
     if kind == "LockBusy":
         return LockBusy(message)
+    if kind == "WriterBusy":
+        return WriterBusy(message)
+    if kind == "MessageRefused":
+        return MessageRefused(message)
     if kind == "OSError":
         return OSError(message)
     if kind == "RuntimeError":

@@ -111,6 +111,9 @@ MAX_JSON_DEPTH = 256
 # accepts must read back in every one of them, so a value may nest this much less.
 VALUE_ENVELOPE_DEPTH = 8
 MAX_VALUE_DEPTH = MAX_JSON_DEPTH - VALUE_ENVELOPE_DEPTH
+# What a value costs in memory is its values, not its bytes: 13 MB of "{}," are six million
+# dicts (700 MB parsed). A call's arguments or result holds at most this many values.
+MAX_VALUE_NODES = 250_000
 # A receipt holds its arguments and its result, and the reader reads a record file of up to
 # 16 MiB (reader.safe_open.MAX_JSON_BYTES): each has a share of it, as canonical JSON.
 MAX_ARGS_BYTES = 4 * 1024 * 1024
@@ -151,6 +154,8 @@ def record_value_problem(value: Any, max_bytes: int) -> str | None:
         return f"not JSON: {str(error)[:200]}"
     if len(data) > max_bytes:
         return f"larger than {max_bytes // (1024 * 1024)} MiB as JSON ({len(data):,} bytes)"
+    if json_nodes(data) > MAX_VALUE_NODES:
+        return f"more than {MAX_VALUE_NODES:,} values (objects, arrays, strings, numbers) as JSON"
     # Nesting deeper than the limit needs more brackets than the limit: most values skip the walk.
     if data.count(b"[") + data.count(b"{") > MAX_VALUE_DEPTH and json_depth(value) > MAX_VALUE_DEPTH:
         return f"nesting deeper than {MAX_VALUE_DEPTH}"
@@ -159,6 +164,29 @@ def record_value_problem(value: Any, max_bytes: int) -> str | None:
     except ValueError as error:
         return str(error)
     return None
+
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def json_nodes(data: bytes) -> int:
+    """At most how many values the JSON text ``data`` holds, counted without parsing it: one,
+    and one more for each comma, ``[`` and ``{`` outside its strings (those inside are counted
+    too while that stays under ``MAX_VALUE_NODES``: most texts need no look at their strings).
+    Cheap next to a parse, which costs some 100 bytes of memory a value: what bounds a message
+    before it is parsed."""
+
+    def counted(text: bytes) -> int:
+        return 1 + text.count(b",") + text.count(b"[") + text.count(b"{")
+
+    everywhere = counted(data)  # its strings' commas and brackets too: more, never fewer
+    if everywhere <= MAX_VALUE_NODES or b'"' not in data:
+        return everywhere
+    inside = 0  # counted where each string lies, with no copy of the text
+    for match in _JSON_STRING.finditer(data):
+        start, end = match.span()
+        inside += data.count(b",", start, end) + data.count(b"[", start, end) + data.count(b"{", start, end)
+    return everywhere - inside
 
 
 def json_depth(value: Any) -> int:

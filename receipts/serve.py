@@ -55,6 +55,9 @@ RECORD_FILES = ("steer.json", "state.json", protocol.LEDGER_NAME)
 AGENT_WORKSPACE, AGENT_OUTBOX = "workspace", "outbox.jsonl"
 
 DEFAULT_MAX_CLIENTS = 64
+# What the messages being read and held may cost (MemoryBudget): a request at the wire's largest
+# (13 MiB, half a million values) may cost 180 MiB, so a few of those at once, many small ones.
+DEFAULT_MAX_MEMORY = 512 * 1024 * 1024
 DEFAULT_ANSWER_TIMEOUT = 3600.0  # how long the daemon waits for a client's effect, holding the call's lock
 REQUEST_TIMEOUT = 30.0  # from connecting to a whole request line
 
@@ -208,15 +211,60 @@ class _RemoteAdapter:
         return Evidence(str(value.get("verdict")), tuple(str(fact) for fact in value["facts"]))
 
 
+class MemoryBudget:
+    """What the messages being read and held may cost, at most (``--max-memory``).
+
+    A connection is charged for the bytes it sends as they arrive and for what its message may
+    cost to parse (``client.parse_cost``) before it is parsed, and given it all back when it
+    ends. A request is refused while the budget is spent (``WriterBusy``: the client sends it
+    again a while later), and one that alone would spend more than all of it for good. An answer
+    inside a call is always taken: the client's effect may be done, and refusing what it says
+    would leave the call in doubt. So the budget bounds everything but those answers, each
+    bounded by the wire's own limits."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.spent = total, 0
+        self._lock = threading.Lock()
+
+    def take(self, amount: int, *, may_refuse: bool) -> None:
+        with self._lock:
+            if may_refuse and amount > self.total:
+                raise client.MessageRefused(
+                    f"a request that may take {amount >> 20} MiB to read is more than the writer's memory budget "
+                    f"(--max-memory, {self.total >> 20} MiB)"
+                )
+            if may_refuse and self.spent + amount > self.total:
+                raise client.WriterBusy(
+                    f"the writer is busy: its memory budget (--max-memory, {self.total >> 20} MiB) is in use by "
+                    "other requests; nothing was done"
+                )
+            self.spent += amount
+
+    def give(self, amount: int) -> None:
+        with self._lock:
+            self.spent -= amount
+
+
 class _DeadlineReader:
-    """A connection's lines, each to arrive whole by a deadline (``by``).
+    """A connection's lines, each to arrive whole by a deadline (``by``), charged to the
+    daemon's memory budget.
 
     A socket's own timeout bounds each read, not the line: a client that sends a byte
     now and then would hold its connection (and a call's lock) for ever.
     """
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, budget: MemoryBudget) -> None:
         self.sock, self.buffer, self.deadline = sock, bytearray(), 0.0
+        self.budget, self.charged = budget, 0
+        self.may_refuse = True  # until the request is taken; its answers are always read
+
+    def charge(self, amount: int) -> None:
+        self.budget.take(amount, may_refuse=self.may_refuse)
+        self.charged += amount
+
+    def release(self) -> None:
+        self.budget.give(self.charged)
+        self.charged = 0
 
     def by(self, seconds: float) -> _DeadlineReader:
         self.deadline = time.monotonic() + seconds
@@ -228,7 +276,8 @@ class _DeadlineReader:
             end = self.buffer.find(b"\n", searched, limit)
             if end >= 0 or len(self.buffer) >= limit:
                 size = end + 1 if end >= 0 else limit
-                line = bytes(self.buffer[:size])
+                with memoryview(self.buffer) as view:
+                    line = bytes(view[:size])  # one copy, not a slice's and then its bytes'
                 del self.buffer[:size]
                 return line
             searched = len(self.buffer)
@@ -241,6 +290,7 @@ class _DeadlineReader:
                 line = bytes(self.buffer)
                 self.buffer.clear()
                 return line  # cut short (or empty: closed), as a file's readline says it
+            self.charge(2 * len(chunk))  # the buffer, and the line copied out of it
             self.buffer += chunk
 
 
@@ -277,6 +327,8 @@ class _Conversation:
 
 class WriterDaemon(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = False  # a stop lets the calls under way finish
+    # Connections not yet taken (socketserver's 5 turned away a burst of clients: EAGAIN).
+    request_queue_size = 256
     block_on_close = True
 
     def __init__(
@@ -287,6 +339,7 @@ class WriterDaemon(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         agents_group: str | None = None,
         settlers: tuple[str, ...] = (),
         max_clients: int = DEFAULT_MAX_CLIENTS,
+        max_memory: int = DEFAULT_MAX_MEMORY,
         answer_timeout: float = DEFAULT_ANSWER_TIMEOUT,
         request_timeout: float = REQUEST_TIMEOUT,
     ) -> None:
@@ -299,6 +352,7 @@ class WriterDaemon(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         self.agents_gid = grp.getgrnam(agents_group).gr_gid if agents_group else None
         self.settler_uids = {self.uid, 0} | {_uid_of(name) for name in settlers}
         self.slots = threading.BoundedSemaphore(max_clients)
+        self.budget = MemoryBudget(max_memory)
         self.answer_timeout = answer_timeout
         self.socket_path = Path(socket_path)
         self._claim_socket_path()
@@ -385,7 +439,7 @@ class _Handler(socketserver.BaseRequestHandler):
         sock: socket.socket = self.request
         if not self.server.slots.acquire(blocking=False):
             with contextlib.suppress(OSError, ValueError):
-                client.send(sock, {"error": {"type": "OSError", "message": "the writer is busy: too many clients"}})
+                client.send(sock, {"error": {"type": "WriterBusy", "message": "the writer is busy: too many clients"}})
             return
         try:
             self._serve(sock)
@@ -393,12 +447,27 @@ class _Handler(socketserver.BaseRequestHandler):
             self.server.slots.release()
 
     def _serve(self, sock: socket.socket) -> None:
+        reader = _DeadlineReader(sock, self.server.budget)
+        try:
+            self._converse(sock, reader)
+        finally:
+            reader.release()
+
+    def _converse(self, sock: socket.socket, reader: _DeadlineReader) -> None:
         peer = peer_of(sock)
-        reader = _DeadlineReader(sock)
         try:
             message = client.receive(reader.by(self.server.request_timeout))
+        except (client.WriterBusy, client.MessageRefused) as refused:
+            # Said, so that the client knows it was not taken (and may send a busy one again).
+            _log("refused", peer, {}, detail=str(refused))
+            reader.release()
+            with contextlib.suppress(OSError, ValueError):
+                sock.settimeout(self.server.request_timeout)
+                client.send(sock, {"error": {"type": type(refused).__name__, "message": str(refused)}})
+            return
         except (OSError, EOFError, ValueError):
             return
+        reader.may_refuse = False
         conversation = _Conversation(sock, reader, self.server.answer_timeout)
         try:
             reply = self._do(message, peer, conversation)

@@ -522,11 +522,12 @@ def test_a_result_the_writer_cannot_record_leaves_the_call_unknown_never_committ
     [
         (deep(300), f"nesting deeper than {protocol.MAX_VALUE_DEPTH}"),
         (deep(protocol.MAX_VALUE_DEPTH), f"nesting deeper than {protocol.MAX_VALUE_DEPTH}"),
+        ({"xs": [0] * protocol.MAX_VALUE_NODES}, "more than 250,000 values"),
         ({"text": "\udfff"}, "lone surrogate"),
         ({"amount": float("inf")}, "not JSON"),
         ({"blob": "x" * (protocol.MAX_ARGS_BYTES + 1)}, "larger than"),
     ],
-    ids=["nested-300-deep", "one-past-the-limit", "a-lone-surrogate", "infinity", "over-the-size"],
+    ids=["nested-300-deep", "one-past-the-limit", "too-many-values", "a-lone-surrogate", "infinity", "over-the-size"],
 )
 def test_arguments_the_writer_could_not_read_back_are_refused_before_anything_is_written(run_dir, args, problem):
     """Nested 300 deep, a call was committed once, and then every call of the run raised ValueError

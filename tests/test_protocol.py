@@ -176,6 +176,31 @@ def test_canonical_bytes_survive_a_strict_decode_encode_round_trip(value):
     assert protocol.canonical_json(protocol.load_json_strict(encoded)) == encoded
 
 
+def values_in(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + sum(values_in(child) for child in value.values())
+    if isinstance(value, list):
+        return 1 + sum(values_in(child) for child in value)
+    return 1
+
+
+@given(json_values, st.booleans())
+@settings(max_examples=300)
+def test_json_nodes_never_counts_fewer_values_than_a_text_holds(value, spaced):
+    """The bound a message is held to before it is parsed (issue 55, case 3): never under the
+    values it holds, whatever its strings hold (commas, brackets, escaped quotes, backslashes),
+    on the quick count and on the one that looks past strings."""
+    text = json.dumps(value, indent=1 if spaced else None).encode() if spaced else protocol.canonical_json(value)
+    for limit in (protocol.MAX_VALUE_NODES, 0):  # 0: every text takes the count past its strings
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(protocol, "MAX_VALUE_NODES", limit)
+            assert protocol.json_nodes(text) >= values_in(value)
+    if isinstance(value, str):  # a string is one value, whatever it holds
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(protocol, "MAX_VALUE_NODES", 0)
+            assert protocol.json_nodes(json.dumps(value).encode()) == 1
+
+
 text_fields = st.text(st.characters(exclude_categories=["Cs"]), max_size=30)
 
 
