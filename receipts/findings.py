@@ -34,6 +34,7 @@ CODES: dict[str, tuple[str, str]] = {
     "output_digest_mismatch": (ERROR, "a committed receipt's output_sha256 differs from its result's digest"),
     "committed_event_missing": (ERROR, "a committed receipt whose commit no ledger event records"),
     "effect_not_shown": (ERROR, "a commit the writer refused to reuse: its target did not show the result"),
+    "receipt_contradicts_ledger": (ERROR, "a receipt not committed, for a call whose commit the ledger records"),
     "invalid_status": (ERROR, "status outside prepared, committed, rejected, unknown"),
     "legacy_status": (WARNING, "legacy status 'failed': retryable or permanent is unknown"),
     "missing_receipt": (ERROR, "the ledger names a call_id with no receipt file"),
@@ -166,6 +167,10 @@ SENTENCES: dict[str, str] = {
     "effect_not_shown.reuse_refused": (
         "the writer refused to reuse this commit: its target did not show the result (see the ledger's "
         "reuse_refused event); a person decides"
+    ),
+    "receipt_contradicts_ledger.committed": (
+        "status {status}, but the ledger records this call's commit, and a commit is final: the receipt was "
+        "changed since"
     ),
     # confirmations
     "confirmation_invalid.schema": "not a {schema} document",

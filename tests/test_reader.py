@@ -203,7 +203,9 @@ def test_input_digest_mismatch(good_run):
 def test_invalid_and_legacy_statuses(good_run, status, code):
     receipt = v1_receipt({"n": 6}, status=status)
     write_receipt(good_run, receipt)
-    name_in_ledger(good_run, receipt["call_id"])
+    # Named by an event with its own status: a committed one would be a commit edited since.
+    event = {"call_id": receipt["call_id"], "tool": "tool_x", "attempt": 1, "status": status}
+    durable.append_event(good_run, "receipt", event)
     assert list(codes(good_run)) == [code]
     files, _ = read_run(good_run)
     assert {c.call_id: c.status for c in files.calls}[receipt["call_id"]] == status

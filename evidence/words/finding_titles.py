@@ -27,6 +27,7 @@ TITLES: dict[str, Promise] = {
     "output_digest_mismatch": _("Output digest mismatch"),
     "committed_event_missing": _("Commit missing from the ledger"),
     "effect_not_shown": _("Target did not show the result"),
+    "receipt_contradicts_ledger": _("Receipt contradicts the ledger's commit"),
     "invalid_status": _("Invalid status"),
     "legacy_status": _("Legacy status “failed”"),
     "missing_receipt": _("Receipt missing"),

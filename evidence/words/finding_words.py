@@ -93,6 +93,10 @@ WORDS: dict[str, str] = {
         "the writer refused to reuse this commit: its target did not show the result (see the ledger's "
         "reuse_refused event); a person decides"
     ),
+    "receipt_contradicts_ledger.committed": _(
+        "status {status}, but the ledger records this call's commit, and a commit is final: the receipt was "
+        "changed since"
+    ),
     "confirmation_invalid.schema": _("not a {schema} document"),
     "confirmation_invalid.other_call": _("names another call_id"),
     "confirmation_invalid.resolution": _("resolution {resolution} is neither committed nor rejected"),

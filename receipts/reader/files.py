@@ -274,7 +274,10 @@ def _check_against_the_ledger(run: RunContext, calls: list[CallRecord]) -> None:
 
     A committed receipt without a committed event: a kill between the rename
     and the event (the writer appends it, ``recovered``, at the next touch), or
-    a status edited afterwards. A committed receipt whose last reuse the writer
+    a status edited afterwards. A receipt that says anything but committed for a
+    call whose commit the ledger records: the writer never writes a receipt again
+    once it is committed (a later attempt is another call), so it was changed
+    since. A committed receipt whose last reuse the writer
     refused (``reuse_refused``: its target did not show the result) is
     ``disputed``: it proves nothing until a person settles it. Receipts not
     read again get the same verdict from the ledger as it stands now.
@@ -284,6 +287,13 @@ def _check_against_the_ledger(run: RunContext, calls: list[CallRecord]) -> None:
         if call.verification == protocol.DISPUTED:
             call.verification = protocol.VERIFIED  # judged again from the ledger below
         if call.status != "committed":
+            if call.receipt_present and call.call_id in run.ledger.committed_call_ids:
+                run.finding(
+                    "receipt_contradicts_ledger",
+                    subject,
+                    Sentence("receipt_contradicts_ledger.committed", status=repr(call.status)),
+                    call_id=call.call_id,
+                )
             continue
         if call.call_id not in run.ledger.committed_call_ids:
             run.finding(
