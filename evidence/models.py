@@ -58,6 +58,19 @@ class JSONTextField(models.TextField):
         return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
+class ByteOrderCharField(models.CharField):
+    """Text compared as its bytes on every database: what starts with "a9" is the range from
+    "a9" to "a:" (a re-import's buckets, ``rereading._bucket_range``; a prefix search). SQLite's
+    default, ``BINARY``, is; on PostgreSQL the column takes ``"C"``, whatever the database's
+    collation (a language's sorts ":" before the digits, or ignores it). Migration 0005."""
+
+    def db_parameters(self, connection: Any) -> Any:
+        parameters = super().db_parameters(connection)
+        if connection.vendor == "postgresql":
+            parameters["collation"] = "C"
+        return parameters
+
+
 class Host(models.Model):
     """A machine whose importer ships its runs here (``import_runs`` registers it, and beats
     its heart after every pass). It owns the runs it imported: it alone writes a person's
@@ -281,7 +294,7 @@ class Call(models.Model):
     """One per call_id per run: every receipt, and every call_id the ledger names."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="calls", db_index=False)
-    call_id = models.CharField(max_length=200)
+    call_id = ByteOrderCharField(max_length=200)  # its ranges follow prefixes (a re-import's buckets)
     receipt_present = models.BooleanField(default=True)
     file_sha256 = models.CharField(max_length=64, blank=True)
     declared_call_id = models.TextField(blank=True)

@@ -211,7 +211,9 @@ def _may_name_a_call(text: str) -> bool:
 
 
 def _bucket_range(bucket: str) -> dict[str, str]:
-    """The call ids that start with ``bucket``, as a range the (run, call_id) index serves."""
+    """The call ids that start with ``bucket``, as a range the (run, call_id) index serves: a
+    range of code points, which is one of bytes in UTF-8, so the column compares as bytes on
+    every database (``ByteOrderCharField``: a language's collation put "e9..." after "e:")."""
     following = bucket[:-1] + chr(min(ord(bucket[-1]) + 1, 0x10FFFF))
     return {"call_id__gte": bucket, "call_id__lt": following}
 
