@@ -27,11 +27,11 @@ from collections.abc import Callable
 
 from evidence.ingest import storing
 from evidence.models import AuditEntry, Confirmation, HumanDecision, Run
+from evidence.review.host_decisions import CODE, finding_subject
 from receipts.findings import STICKY, FindingRecord, Sentence
 
 log = logging.getLogger("callproof.provenance")
 
-CODE = "decision_made_on_host"
 ACTOR = "import"  # who wrote the audit entry: the import, as when it ends a triage
 
 
@@ -41,11 +41,6 @@ def audit_reason(*, resolution: str, host: str, actor: str, confirmation_id: str
         f"{resolution} on host {host} by the name {actor!r}, not a dashboard account: no decision made on the "
         f"dashboard matches confirmation {confirmation_id}"
     )
-
-
-def finding_subject(call_id: str, confirmation_id: str) -> str:
-    """One inbox item a confirmation: its file, and which of the decisions that file has held."""
-    return f"confirmations/{call_id}.json#{confirmation_id[:16]}"
 
 
 def judge(run: Run, now: dt.datetime, trusted: Callable[[], bool]) -> None:

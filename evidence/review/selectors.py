@@ -38,7 +38,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext, ngettext_lazy, pgettext
 
-from evidence.ingest import provenance
+from evidence.review import host_decisions
 from evidence.lib import hosts, stats
 from evidence.lib.stats import RunSummary
 from evidence.models import (
@@ -315,7 +315,7 @@ class CallDetail:
 
 @dataclasses.dataclass(frozen=True)
 class HostDecision:
-    """A call settled by a file no decision made on the dashboard matches (``evidence.ingest.provenance``)."""
+    """A call settled by a file no decision made on the dashboard matches (``host_decisions``)."""
 
     host: str  # where it was made, as the import found it
     name: str  # the name its file gives: the host's word, not a dashboard account
@@ -330,8 +330,8 @@ def host_decision(*, run: Run, detail: CallDetail) -> HostDecision | None:
         return None
     entries = AuditEntry.objects.filter(run=run, action=AuditEntry.DECISION_MADE_ON_HOST, subject=confirmation.call_id)
     audit = entries.filter(reason__endswith=confirmation.confirmation_id).order_by("-at", "-id").first()
-    subject = provenance.finding_subject(confirmation.call_id, confirmation.confirmation_id)
-    item = next((f for f in detail.findings if f.code == provenance.CODE and f.subject == subject), None)
+    subject = host_decisions.finding_subject(confirmation.call_id, confirmation.confirmation_id)
+    item = next((f for f in detail.findings if f.code == host_decisions.CODE and f.subject == subject), None)
     return HostDecision(detail.settled_on_host, confirmation.actor, audit, item)
 
 
