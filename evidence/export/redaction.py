@@ -10,7 +10,7 @@ that names a secret (password, token, …), or a value that looks like one, is
 masked the same way. Our patterns (standard library ``re``) recognise bearer
 tokens, ``sk-`` keys, Slack tokens and webhooks, Stripe and Google API keys,
 Google OAuth tokens (``ya29.``), GitHub fine-grained tokens (``github_pat_``),
-bare npm tokens (``npm_``), ``Basic`` credentials, Azure storage keys and SAS
+bare npm tokens (``npm_``, alone or not), ``Basic`` credentials, Azure storage keys and SAS
 signatures, secrets in a URL's query, ``user:pass@`` in URLs, e-mail addresses,
 phone numbers, card numbers (Luhn), IBANs (mod 97), US social security numbers
 and base64 of JSON that holds a secret's key; a number, int or float, is
@@ -117,8 +117,10 @@ PATTERNS = {
     # github_pat_ + 22 + _ + 59 (and a cut one still of some length); detect-secrets' GitHub plugin
     # knows only ghp_, gho_, ghu_, ghs_ and ghr_.
     "GitHub fine-grained token": re.compile(_ALONE + r"github_pat_[0-9A-Za-z_]{50,}"),
-    # npm_ + 36 alphanumerics, alone: detect-secrets' npm plugin knows one only inside an .npmrc line.
-    "npm token": re.compile(_ALONE + r"npm_[0-9A-Za-z]{36}(?![0-9A-Za-z])"),
+    # npm_ + 36 alphanumerics: detect-secrets' npm plugin knows one only inside an .npmrc line. Not
+    # only alone: two joined (a key made of both), one with a suffix or glued to a word are tokens
+    # too, and no digest or word holds "npm_" then 36 letters and digits (a name's parts have "_").
+    "npm token": re.compile(r"npm_[0-9A-Za-z]{36}"),
     "Azure storage key": re.compile(
         r"(?:AccountKey|SharedAccessKey|SharedAccessSignature)\s*=\s*[^;\s]{8,}", re.IGNORECASE
     ),
