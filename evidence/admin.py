@@ -6,7 +6,9 @@ role) may add people, (de)activate them and give them the four roles, and nothin
 would give anyone more: no superuser or staff flag, no raw permission, no group but a
 role, no change to a superuser (they are not even listed), to themselves (their own
 password goes through the admin's "change password" page), or to another person's
-password (that would be taking over their account, and signing the audit as them).
+password (that would be taking over their account, and signing the audit as them). Nobody,
+a superuser included, gives an account a name under which the audit records another person
+(``people.reads_as_another``).
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.forms import AdminUserCreationForm, UserChangeForm
 from django.contrib.auth.models import Group
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils.translation import gettext_lazy as _
 
 from evidence.lib import people
@@ -69,12 +72,42 @@ class HostAdmin(ReadOnlyAdmin):
         return request.user.is_superuser
 
 
+def _name_of_no_one_else(name: str | None, person_id: int | None) -> str | None:
+    if name and people.reads_as_another(name, person_id):
+        raise ValidationError(
+            _(
+                "The audit names another person “%(name)s”, or another account has that name (capitals "
+                "aside): an account given it would read as them. Choose another name."
+            ),
+            code="name_of_another",
+            params={"name": name},
+        )
+    return name
+
+
+class PersonChangeForm(UserChangeForm):
+    def clean_username(self) -> str | None:
+        name = self.cleaned_data.get("username")
+        return _name_of_no_one_else(name, self.instance.pk) if "username" in self.changed_data else name
+
+
+class PersonCreationForm(AdminUserCreationForm):
+    def clean_username(self) -> str:
+        name = super().clean_username()
+        _name_of_no_one_else(name, None)
+        return name
+
+
 def _bounded(request) -> bool:
     return not request.user.is_superuser
 
 
 class PeopleAdmin(UserAdmin):
-    """Django's user admin for superusers; within the admin role's bounds for everyone else."""
+    """Django's user admin for superusers; within the admin role's bounds for everyone else. For
+    both, a name the audit knows as another person's is refused (``PersonChangeForm``)."""
+
+    form = PersonChangeForm
+    add_form = PersonCreationForm
 
     bounded_fieldsets = (
         (None, {"fields": ("username",)}),

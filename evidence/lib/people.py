@@ -4,7 +4,9 @@ A record of who acted keeps the person's id (``models.PERSON_ID``) beside the na
 a name can be renamed away and taken by a new account with a known password, an id cannot. So
 pages show the name then with the id, and say when the person has been renamed since or their
 account removed (``who``). Renaming or removing an account, from the admin, ``manage.py`` or
-anywhere else, is an audit entry naming the person by id, old name and new (``record_*``).
+anywhere else, is an audit entry naming the person by id, old name and new (``record_*``). And no
+account is given a name under which the audit records another person (``reads_as_another``: the
+admin's forms refuse it), so that a rename never makes one person's acts read as another's.
 """
 
 from __future__ import annotations
@@ -76,6 +78,24 @@ def who(row: Any) -> Who:
         return Who(row.actor, row.user_id, removed=True)
     now_named = user.get_username()
     return Who(row.actor, row.user_id, renamed_to="" if now_named == row.actor else now_named)
+
+
+def reads_as_another(name: str, person_id: int | None) -> bool:
+    """Whether the person ``person_id`` (``None``: an account not made yet), named ``name``, would
+    read as someone else: another account has the name, or the audit records another person acting
+    under it (or someone whose id it does not know), up to capitals ("Carol" reads as "carol"). A
+    person may take back a name of their own. A command's name in the audit has a space, which no
+    account's name has."""
+    from evidence.models import AuditEntry, HumanDecision
+
+    accounts = get_user_model()._default_manager.filter(username__iexact=name)
+    if accounts.exclude(pk=person_id).exists() if person_id is not None else accounts.exists():
+        return True
+    for model in (HumanDecision, AuditEntry):
+        acts = model._default_manager.filter(actor__iexact=name)
+        if (acts.exclude(user_id=person_id) if person_id is not None else acts).exists():  # null ids too
+            return True
+    return False
 
 
 def _audit(action: str, subject: str) -> None:
