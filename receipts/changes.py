@@ -37,7 +37,7 @@ import shutil
 import stat
 import subprocess
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -119,11 +119,36 @@ def _normal_change(change: Any) -> dict[str, Any]:
     return {"path": path, "content": change["content"]}
 
 
+def case_collision(paths: Iterable[str]) -> tuple[str, str] | None:
+    """Two names among ``paths`` and their folders that differ only by case (``str.casefold``):
+    one file or folder on a case-insensitive filesystem (macOS' and Windows' by default), where
+    a tree holding both cannot be checked out. ``None`` when there are none."""
+    seen: dict[str, str] = {}
+    for path in paths:
+        parts = path.split("/")
+        for end in range(1, len(parts) + 1):
+            name = "/".join(parts[:end])
+            first = seen.setdefault(name.casefold(), name)
+            if first != name:
+                return first, name
+    return None
+
+
+def _refuse_case_collision(paths: Iterable[str], whose: str) -> None:
+    collision = case_collision(paths)
+    if collision is not None:
+        first, second = collision
+        raise Rejected(
+            f"{first!r} and {second!r} {whose} differ only by case: one name on a case-insensitive filesystem"
+        )
+
+
 def planned_manifest(base: Mapping[str, str], changes: list[dict[str, Any]]) -> dict[str, str]:
     """The files the new version holds, ``{path: sha256}``: the base's with the changes applied.
 
-    ``Rejected`` (nothing is written) for a removal of a file the base does not hold, and for
-    a path that is both a file and a folder."""
+    ``Rejected`` (nothing is written) for a removal of a file the base does not hold, for
+    a path that is both a file and a folder, and for two paths (or folders) that differ only
+    by case (a file the base holds renamed by case in the same changes is no collision)."""
     files = dict(base)
     for change in changes:
         if change.get("remove"):
@@ -138,6 +163,7 @@ def planned_manifest(base: Mapping[str, str], changes: list[dict[str, Any]]) -> 
             if parent in files:
                 raise Rejected(f"{parent} would be both a file and a folder")
             parent = posixpath.dirname(parent)
+    _refuse_case_collision(sorted(files), "in the version it would make")
     return dict(sorted(files.items()))
 
 
@@ -175,6 +201,9 @@ class ApplyChanges:
         for first, second in itertools.pairwise(normal):
             if first["path"] == second["path"]:
                 raise Rejected(f"two changes of {first['path']}")
+        # Two files written whose names differ only by case are one on macOS and Windows (a removal
+        # beside a write is a rename by case; the version it makes is checked as it is planned).
+        _refuse_case_collision((change["path"] for change in normal if "content" in change), "of the changes")
         # Sorted by path: the same intent in another order is the same call, with the same call_id.
         return {"tree": _normal_tree(args.get("tree")), "mode": mode, "changes": normal}
 
