@@ -1,11 +1,15 @@
 """docs/seed-requirements.md says, for each requirement of the seed articles, which tests prove it
 and which docs say how. A test renamed or removed, or a heading reworded, would leave the table
-citing nothing: these tests read the table and fail on any citation that does not resolve."""
+citing nothing: these tests read the table and fail on any citation that does not resolve. The
+page's session of ``callproof`` (where its output differs from the article's) is run for real."""
 
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.helpers import PROJECT
@@ -107,3 +111,61 @@ def test_a_row_citing_what_is_not_there_is_reported():
         "R7: no test cited",
         "R9: the requirement does not end with its section",
     ]
+
+
+CONSOLE = re.compile(r"^```console\n(.*?)^```$", re.DOTALL | re.MULTILINE)
+HEX = re.compile(r"\b[0-9a-f]{12,64}\b")
+EXITS = re.compile(r"#\s*exits (\d+)$")
+
+
+def session(text: str) -> list[tuple[str, str]]:
+    """The page's ``console`` blocks as (command, what it prints): each ``$`` line, and the lines
+    up to the next one."""
+    steps: list[tuple[str, str]] = []
+    for block in CONSOLE.findall(text):
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                steps.append((line[2:], ""))
+            else:
+                command, printed = steps[-1]
+                steps[-1] = (command, printed + line + "\n")
+    return steps
+
+
+def hexless(text: str) -> str:
+    """Digests and call_ids as their lengths: a new tool version gives new ones, the lines stay."""
+    return HEX.sub(lambda found: f"<{len(found.group())} hex digits>", text)
+
+
+def test_the_session_on_the_page_is_what_callproof_prints(tmp_path):
+    text = PAGE.read_text(encoding="utf-8")
+    steps = session(text)
+    commands = " ".join(command for command, _ in steps)
+    assert all(f"callproof {name} " in commands for name in ("init", "call", "replay", "state")), commands
+    # The checkout's writer, in this process's Python, in process: no daemon's socket.
+    environment = {name: value for name, value in os.environ.items() if name != "RECEIPTS_WRITER_SOCKET"}
+    environment |= {"PYTHONPATH": str(PROJECT), "CALLPROOF_PYTHON": sys.executable}
+    define = 'callproof() { "$CALLPROOF_PYTHON" -m receipts "$@"; }\n'
+    for command, printed in steps:
+        ran = subprocess.run(["bash", "-c", define + command], cwd=tmp_path, env=environment,
+                             capture_output=True, text=True, check=False)  # fmt: skip
+        exits = EXITS.search(command)
+        assert ran.returncode == (int(exits.group(1)) if exits else 0), (command, ran.stderr)
+        assert hexless(ran.stdout + ran.stderr) == hexless(printed), command
+
+
+def test_r11_says_it_is_met_only_under_the_writer_daemon():
+    """By default the writer runs in the agent's process, as the agent's user: it can write the
+    receipts. The row must not say "met" alone."""
+    status = rows(PAGE.read_text(encoding="utf-8"))["R11"][1]
+    assert status.startswith("met only under `callproof serve`") and "agent's user" in status
+
+
+def test_each_line_and_refusal_of_the_article_has_its_difference_on_the_page():
+    text = PAGE.read_text(encoding="utf-8")
+    for seed in (
+        "call_id=54703f6f4ab1 receipt=54703f6f4ab1a892.json reused=True",
+        "receipt_ok=True status=committed tool=apply_patch",
+        "state forbids tools: finished",
+    ):
+        assert f"```text\n{seed}\n```" in text, seed
