@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.postgresql(reason="the collation is PostgreSQL's; SQLi
 # A database's collation, as CREATE DATABASE takes it: each is tried until this server has one.
 COLLATIONS = (
     "LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'",  # PostgreSQL 15+ built with ICU
+    "LOCALE_PROVIDER icu ICU_LOCALE 'en-US'",  # ... where C.UTF-8 is not a locale of the system
     "LC_COLLATE 'en_US.UTF-8' LC_CTYPE 'en_US.UTF-8'",  # glibc's, where the locale is installed
     "LC_COLLATE 'en_US.utf8' LC_CTYPE 'en_US.utf8'",
 )
