@@ -43,6 +43,7 @@ CODES: dict[str, tuple[str, str]] = {
     "ledger_seq_duplicate": (ERROR, "seq repeats or goes back"),
     "ledger_chain_broken": (ERROR, "prev_sha256 does not match the previous line"),
     "ledger_rewritten": (ERROR, "bytes already imported have changed since"),
+    "ledger_clock_back": (WARNING, "a ledger line more than a second earlier than the line before it"),
     "submission_digest_mismatch": (ERROR, "stored request does not give the stored digest"),
     "submission_conflict": (WARNING, "a conflict disposition, or one id seen with two digests"),
     "task_missing": (ERROR, "task file absent"),
@@ -188,6 +189,9 @@ SENTENCES: dict[str, str] = {
     "ledger_line.signature": "seq {seq}: {problem}: what it says is not taken",
     "ledger_chain_broken.no_prev": "seq {seq}: no prev_sha256, but the lines before carry the chain",
     "ledger_chain_broken.prev": "seq {seq}: prev_sha256 is not the digest of the line before",
+    "ledger_clock_back.earlier": (
+        "seq {seq}: ts {ts} is {seconds} s before the line before it ({before}): the writer's clock went back"
+    ),
     "schema_error.event_ts": "seq {seq}: ts is not an RFC 3339 time",
     "schema_error.event_call_id": "seq {seq}: call_id cannot name a receipt file",
     "unstorable_value.event": ("U+0000 in {fields}: stored with U+FFFD in its place; the ledger keeps the original"),

@@ -113,7 +113,8 @@ def test_a_rewritten_ledger_is_found_and_read_again_and_the_finding_stays(demo_r
 def test_a_line_being_written_is_picked_up_once_complete(demo_root):
     run_dir = demo_root / "clean-run"
     last_line = (run_dir / "events.jsonl").read_bytes().splitlines()[-1]
-    event = {"seq": 11, "ts": "2026-11-30T00:00:00Z", "type": "note", "prev_sha256": protocol.sha256_hex(last_line)}
+    ts = json.loads(last_line)["ts"]  # the writer's time: an earlier one is a clock set back (ledger_clock_back)
+    event = {"seq": 11, "ts": ts, "type": "note", "prev_sha256": protocol.sha256_hex(last_line)}
     line = protocol.canonical_json(event)
     with (run_dir / "events.jsonl").open("ab") as ledger:
         ledger.write(line[:20])

@@ -36,6 +36,7 @@ TITLES: dict[str, Promise] = {
     "ledger_seq_duplicate": _("Ledger sequence repeats"),
     "ledger_chain_broken": _("Ledger hash chain broken"),
     "ledger_rewritten": _("Ledger rewritten after import"),
+    "ledger_clock_back": _("Ledger time goes backwards"),
     "submission_digest_mismatch": _("Submission digest mismatch"),
     "submission_conflict": _("Submission conflict"),
     "task_missing": _("Task file missing"),

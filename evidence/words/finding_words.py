@@ -113,6 +113,9 @@ WORDS: dict[str, str] = {
     "ledger_line.signature": _("seq {seq}: {problem}: what it says is not taken"),
     "ledger_chain_broken.no_prev": _("seq {seq}: no prev_sha256, but the lines before carry the chain"),
     "ledger_chain_broken.prev": _("seq {seq}: prev_sha256 is not the digest of the line before"),
+    "ledger_clock_back.earlier": _(
+        "seq {seq}: ts {ts} is {seconds} s before the line before it ({before}): the writer's clock went back"
+    ),
     "schema_error.event_ts": _("seq {seq}: ts is not an RFC 3339 time"),
     "schema_error.event_call_id": _("seq {seq}: call_id cannot name a receipt file"),
     "unstorable_value.event": _("U+0000 in {fields}: stored with U+FFFD in its place; the ledger keeps the original"),

@@ -27,6 +27,11 @@ _KNOWN_STATUSES = frozenset((*protocol.RECEIPT_STATUSES, protocol.LEGACY_STATUS)
 # Events stored and committed together with the cursor after them: fewer commits, and at
 # most this many events (about 30 MiB) held at once.
 BATCH_EVENTS = 50_000
+# How far a line's ts may be before the line before it with no finding. The writer takes ts
+# under the ledger's lock, so lines go back only when the clock does; a time service's own
+# step corrections are a fraction of a second, a clock set back (by a person, a wrong server)
+# is more: ``ledger_clock_back``, a warning.
+CLOCK_BACK_TOLERANCE = dt.timedelta(seconds=1)
 
 # --- the ledger ------------------------------------------------------------
 
@@ -50,6 +55,9 @@ class LedgerCursor:
     submission_digests: dict[str, str] = dataclasses.field(default_factory=dict)
     first_ts: dt.datetime | None = None
     last_ts: dt.datetime | None = None
+    # The ts of the line before ``offset`` (None: it has none, or there is none). Not kept by the
+    # importer: a read that starts past the first line reads it back from the file.
+    previous_ts: dt.datetime | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -167,6 +175,7 @@ def _read_ledger_fd(
         )
         digest = hashlib.sha256()
         restarted = True
+    cursor.previous_ts = _line_ts_before(fd, cursor.offset, limits.max_line_bytes)
 
     events: list[EventRecord] = []
     with os.fdopen(os.dup(fd), "rb", buffering=1 << 20) as stream:
@@ -215,6 +224,7 @@ def _skip_oversize_line(
     cursor.offset += length
     cursor.line_no += 1
     cursor.last_line_sha256 = line_hash.hexdigest()
+    cursor.previous_ts = None
     findings.append(
         _ledger_finding(
             "oversize", cursor.line_no, Sentence("oversize.line", length=length - 1, limit=limits.max_line_bytes)
@@ -236,6 +246,7 @@ def _take_line(
     little as it can and the rare ones call out.
     """
     cursor.line_no = line_no = cursor.line_no + 1
+    previous_ts, cursor.previous_ts = cursor.previous_ts, None  # this line's, once it has one
     previous_line_sha = cursor.last_line_sha256
     cursor.last_line_sha256 = line_sha = hashlib.sha256(body).hexdigest()
     try:
@@ -295,6 +306,9 @@ def _take_line(
         ts = None
         findings.append(_ledger_finding("schema_error", line_no, Sentence("schema_error.event_ts", seq=seq)))
     else:
+        cursor.previous_ts = ts
+        if previous_ts is not None and ts < previous_ts - CLOCK_BACK_TOLERANCE:
+            _clock_back_finding(seq, line_no, ts, previous_ts, findings)
         if cursor.first_ts is None or ts < cursor.first_ts:
             cursor.first_ts = ts
         if cursor.last_ts is None or ts > cursor.last_ts:
@@ -348,6 +362,51 @@ def _take_line(
             status,
         )
     )
+
+
+def _clock_back_finding(
+    seq: int, line_no: int, ts: dt.datetime, previous_ts: dt.datetime, findings: list[FindingRecord]
+) -> None:
+    back = round((previous_ts - ts).total_seconds(), 6)
+    said = Sentence(
+        "ledger_clock_back.earlier",
+        seq=seq,
+        ts=protocol.format_time(ts),
+        seconds=f"{back:g}",
+        before=protocol.format_time(previous_ts),
+    )
+    findings.append(_ledger_finding("ledger_clock_back", line_no, said))
+
+
+def _line_ts_before(fd: int, offset: int, max_line: int) -> dt.datetime | None:
+    """The ts of the complete line that ends at ``offset``, as ``_take_line`` reads it (``None``
+    for a line it takes no time from: not JSON, not an event, too long, or no line at all)."""
+    if offset <= 0:
+        return None
+    try:
+        end, tail = offset - 1, b""  # the byte at ``end`` is the line's newline
+        while True:
+            start = max(0, end - len(tail) - 4096)
+            chunk = os.pread(fd, end - len(tail) - start, start)
+            if len(chunk) != end - len(tail) - start:
+                return None  # the file is shorter than the cursor says: its prefix check says so
+            tail = chunk + tail
+            newline = tail.rfind(b"\n")
+            if newline >= 0 or start == 0:
+                body = tail[newline + 1 :]
+                break
+            if len(tail) > max_line:
+                return None
+        if len(body) > max_line:
+            return None
+        event = protocol.load_json_text(protocol.decode_utf8(body))
+        if type(event) is not dict or not protocol.is_whole_number(event.get("seq"), minimum=1):
+            return None
+        if type(event.get("type")) is not str:
+            return None
+        return protocol.parse_time(event.get("ts"))
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def _storable_event_fields(
