@@ -38,7 +38,6 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext, ngettext_lazy, pgettext
 
-from evidence.review import host_decisions
 from evidence.lib import hosts, stats
 from evidence.lib.stats import RunSummary
 from evidence.models import (
@@ -53,7 +52,7 @@ from evidence.models import (
     Submission,
     with_run,
 )
-from evidence.review import triage
+from evidence.review import host_decisions, triage
 from evidence.words import i18n
 from receipts import doubt, protocol, recovery, states
 from receipts.builtin_tools import BUILTIN_ADAPTERS
