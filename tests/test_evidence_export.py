@@ -846,3 +846,21 @@ def test_a_call_nested_at_the_writers_limit_exports_and_verifies(run_dir, tmp_pa
     [call] = protocol.load_json_strict((out / "evidence.json").read_bytes())["calls"]
     assert call["call_id"] == outcome.call_id
     assert verify_export(out, run_dir) == []
+
+
+@pytest.mark.parametrize(
+    "reason", [{"why": "a secret sk-live-0123456789abcdef"}, ["one", "two"]], ids=["object", "list"]
+)
+def test_an_event_whose_reason_is_not_text_is_exported_redacted(run_dir, tmp_path, reason):
+    """A ledger event whose ``reason`` is an object or a list made every export of its run fail
+    (``TypeError: unhashable type``, looking it up among the known conflict reasons): it is a
+    value like any other now, redacted, and the export verifies."""
+    call = runtime.Executor(run_dir).call("write_file", {"path": "notes.txt", "content": "x"})
+    durable.append_event(run_dir, "unsettled_override", {"call_id": call.call_id, "reason": reason})
+    importer.run_import(path=run_dir)
+    out = tmp_path / "export"
+    call_command("export_evidence", run_dir.name, "--out", str(out))
+    [event] = [e for e in json.loads((out / "evidence.json").read_bytes())["events"]
+               if e["payload"].get("reason") is not None]  # fmt: skip
+    assert protocol.is_redaction_marker(event["payload"]["reason"])
+    assert verify_export(out, run_dir) == []

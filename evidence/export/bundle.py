@@ -253,7 +253,9 @@ def _submission_records(run: Run, policy: Policy) -> Iterator[dict[str, Any]]:
 
 
 def _reason(reason: Any) -> Any:
-    return reason if reason is None or reason in CONFLICT_REASONS else redacted(reason)
+    """A known conflict reason in clear, anything else (text, or an object a ledger line gave
+    it) redacted."""
+    return reason if reason is None or (isinstance(reason, str) and reason in CONFLICT_REASONS) else redacted(reason)
 
 
 def _event_record(event: Event, policy: Policy) -> dict[str, Any]:
