@@ -536,9 +536,11 @@ class Confirmation(models.Model):
 class HumanDecision(models.Model):
     """A person's decision about a call in doubt, made on the dashboard: the audit trail.
 
-    Written once by ``settle.settle_call`` and never edited or deleted (the
-    admin shows it read-only). One per call: the unique constraint is what lets
-    exactly one of two people deciding at once win.
+    Written once by ``settle.settle_call`` and never edited (the admin shows it
+    read-only). One per call: the unique constraint is what lets exactly one of
+    two people deciding at once win. Deleted only when withdrawn before it was
+    written into the run directory (``evidence.ingest.withdrawal``), with an
+    audit entry (``AuditEntry.DECISION_WITHDRAWN``) that keeps it whole.
     """
 
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="human_decisions")
@@ -608,6 +610,9 @@ class AuditEntry(models.Model):
     # An import found a valid confirmation that no decision made on the dashboard matches
     # (evidence/ingest/provenance.py): once per confirmation; the subject is the call_id.
     DECISION_MADE_ON_HOST = "decision_made_on_host"
+    # A person took back a decision not yet written into the run directory (evidence/ingest/withdrawal.py);
+    # the subject is the call_id, the reason the decision as it was, and it leaves HumanDecision.
+    DECISION_WITHDRAWN = "decision_withdrawn"
 
     # None for an act on a person (a rename, a removal), which is about no run.
     run = models.ForeignKey(Run, on_delete=models.PROTECT, null=True, related_name="audit_entries")

@@ -42,6 +42,7 @@ __all__ = [
     "register_adapter",
     "register_evidence",
     "send_message_evidence",
+    "times_shown",
     "write_file_evidence",
 ]
 
@@ -81,6 +82,16 @@ def evidence_for(
         return function(Path(run_dir), args, call_id)
     except Exception as error:  # noqa: BLE001 - another runtime's function: its failure is a fact, not a page error
         return Evidence(UNCLEAR, (Fact("unreadable", error=f"{type(error).__name__}: {error}"),))
+
+
+# The facts that each stand for one effect on the target: a line of the outbox that carries the call_id.
+EFFECT_FACTS = frozenset({"outbox_line"})
+
+
+def times_shown(evidence: Evidence) -> int:
+    """How many effects ``evidence`` shows for its call: its facts that each stand for one (an
+    adapter's other facts count none, whatever they say)."""
+    return sum(1 for fact in evidence.facts if getattr(fact, "key", None) in EFFECT_FACTS)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -67,6 +67,10 @@ CODES: dict[str, tuple[str, str]] = {
         WARNING,
         "a valid confirmation no decision made on the dashboard matches: its host's word, by a name that is no account",
     ),
+    "decision_contradicted": (
+        ERROR,
+        "a decided call whose target shows its effect more than once, or the effect a decision said did not happen",
+    ),
     "run_abandoned": (
         WARNING,
         "not finished, and no event for EVIDENCE_ABANDONED_AFTER_SECONDS: no longer checked every pass",
@@ -228,6 +232,13 @@ SENTENCES: dict[str, str] = {
         "or end it with {command}"
     ),
     "decision_undeliverable.why": "{actor}'s decision ({resolution}, {reason}) was not written: {why}",
+    "decision_contradicted.not_done": (
+        "{actor} decided that this call did not happen, and its target shows the effect {times} time(s): {facts}"
+    ),
+    "decision_contradicted.more_than_once": (
+        "{actor} decided this call ({resolution}), and its target shows its effect {times} times for one call_id: "
+        "{facts}"
+    ),
     "decision_made_on_host.by_name": (
         "settled {resolution} on host {host} by the name {actor} (not a dashboard account): no decision made on the "
         "dashboard matches it"

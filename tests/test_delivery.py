@@ -169,7 +169,8 @@ def test_a_run_directory_that_cannot_be_written_now_is_tried_again_at_the_next_p
 def test_on_the_runs_own_host_settling_writes_at_once_as_before(demo, confirmer):
     call = first_call_of("send-message-killed")
     settled = settle.settle_call(run=call.run, call=call, user=confirmer, resolution="rejected", reason="bounced",
-                                 typed_call_id=call.call_id[:12], receipt_sha256=call.file_sha256)  # fmt: skip
+                                 typed_call_id=call.call_id[:12], receipt_sha256=call.file_sha256,
+                                 confirm_against_evidence=True)  # fmt: skip
     decision = HumanDecision.objects.get(pk=settled.decision.pk)
     assert decision.delivered_at is not None and decision.delivered_by == hosts.this_host_name()
     assert (Path(call.run.path) / "confirmations" / f"{call.call_id}.json").exists()

@@ -94,6 +94,7 @@ def test_settling_an_item_takes_it_out_of_the_inbox(client, demo, user):
         "reason": "bounced",
         "confirm_call_id": call.call_id[:12],
         "receipt_sha256": call.file_sha256,
+        "confirm_against_evidence": "on",  # its outbox shows the message: "did not happen" asks twice
     }
     assert client.post(reverse("confirm", args=["send-message-killed", call.call_id]), form).status_code == 303
     assert (inbox.IN_DOUBT, "send-message-killed") not in kinds_by_run()

@@ -91,7 +91,7 @@ def test_a_settlement_and_a_legal_hold_log_their_run_and_call(demo, client, djan
     client.force_login(person)
     call = first_call_of("send-message-killed")
     form = {"resolution": "rejected", "reason": "no line carries it", "confirm_call_id": call.call_id[:12],
-            "receipt_sha256": call.file_sha256}  # fmt: skip
+            "receipt_sha256": call.file_sha256, "confirm_against_evidence": "on"}  # fmt: skip
     with caplog.at_level(logging.INFO, logger="callproof"):
         client.post(f"/runs/send-message-killed/calls/{call.call_id}/confirm/", form)
         client.post("/runs/clean-run/hold/", {"hold": "set", "reason": "a court asked"})

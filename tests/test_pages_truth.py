@@ -41,7 +41,7 @@ def call_page(client, run_id: str) -> tuple[Call, str]:
 
 def settle(client, call: Call, resolution: str = "committed") -> None:
     form = {"resolution": resolution, "reason": "the outbox shows the message", "confirm_call_id": call.call_id[:12],
-            "receipt_sha256": call.file_sha256}  # fmt: skip
+            "receipt_sha256": call.file_sha256, "confirm_against_evidence": "on"}  # fmt: skip
     response = client.post(reverse("confirm", args=[call.run.run_id, call.call_id]), form)
     assert response.status_code == HTTPStatus.SEE_OTHER, content(response)
 

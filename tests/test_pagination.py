@@ -78,7 +78,7 @@ def many(demo_root, django_user_model):
         call = first_call_of(run_id)
         settle.settle_call(run=call.run, call=call, user=person, resolution="rejected", reason="not sent",
                            typed_call_id=call.call_id[:12], receipt_sha256=call.file_sha256,
-                           confirm_queryable=True)  # fmt: skip
+                           confirm_queryable=True, confirm_against_evidence=True)  # fmt: skip
     for run_id in ("clean-run", "a2-lost-response", "legacy-task"):
         actions.set_legal_hold(run=Run.objects.get(run_id=run_id), user=person, hold=True, reason="a case",
                                  now=protocol.utc_now())  # fmt: skip

@@ -103,7 +103,8 @@ def test_a_legacy_failed_receipt_is_settled_like_any_call_in_doubt(odd_cases):
     call = Call.objects.get(run=run, call_id=odd_cases["legacy-failed"])
     person = join(get_user_model().objects.create_user("carol"), "confirmer")
     settle.settle_call(run=run, call=call, user=person, resolution="rejected", reason="the file is not there",
-                       typed_call_id=call.call_id[:12], receipt_sha256=call.file_sha256)  # fmt: skip
+                       typed_call_id=call.call_id[:12], receipt_sha256=call.file_sha256,
+                       confirm_against_evidence=True)  # fmt: skip
     call.refresh_from_db()
     assert not call.in_doubt and call.decision == "retry"
     assert odd_cases["legacy-failed"] not in {call_id for call_id, _ in unsettled_calls(Path(run.path))}

@@ -346,6 +346,7 @@ def test_two_people_at_once_exactly_one_wins(demo, django_user_model):
                 reason=f"{user.username} looked",
                 typed_call_id=call.call_id[:12],
                 receipt_sha256=call.file_sha256,
+                confirm_against_evidence=True,  # its outbox shows the message: "rejected" asks twice
             )
         except settle.SettleError as refused:
             outcomes[user.username] = refused
@@ -450,6 +451,7 @@ def test_a_decision_inserted_after_the_check_loses_the_other_settle_on_the_uniqu
                 reason="dana looked",
                 typed_call_id=call.call_id[:12],
                 receipt_sha256=call.file_sha256,
+                confirm_against_evidence=True,  # its outbox shows the message: "rejected" asks twice
             )
         except Exception as error:  # noqa: BLE001 - a SettleError, or an IntegrityError that got through
             outcomes["dana"] = error

@@ -47,6 +47,7 @@ def settle_one_as_not_done(client) -> None:
     call = Call.objects.get(run__run_id="send-message-killed")
     form = {"confirm_call_id": call.call_id[:12], "receipt_sha256": call.file_sha256}
     form |= {"resolution": "rejected", "reason": "the relay has no such message"}
+    form |= {"confirm_against_evidence": "on"}  # its outbox shows the message: "did not happen" asks twice
     assert client.post(reverse("confirm", args=["send-message-killed", call.call_id]), form).status_code == 303
 
 

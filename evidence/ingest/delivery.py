@@ -38,6 +38,7 @@ from receipts.recovery import decide
 log = logging.getLogger("callproof.delivery")
 
 DELIVERED, REFUSED, FAILED = "delivered", "refused", "failed"
+WITHDRAWN = "withdrawn"  # taken back by a person before it was written (``withdrawal``): nothing to write
 
 
 @dataclasses.dataclass
@@ -45,6 +46,7 @@ class DeliveryReport:
     delivered: int = 0
     refused: int = 0
     failed: int = 0
+    withdrawn: int = 0
 
 
 def pending_for(host: Host, limit: int | None = None) -> list[HumanDecision]:
@@ -70,6 +72,8 @@ def deliver(decision: HumanDecision, *, host_name: str, now: dt.datetime | None 
     now = now or protocol.utc_now()
     run = decision.run
     with storing.run_import_lock(run.run_id):
+        if not HumanDecision.objects.filter(pk=decision.pk).exists():
+            return WITHDRAWN  # withdrawn (under this lock) since it was listed
         decision.refresh_from_db()
         if not decision.pending:
             return DELIVERED if decision.delivered_at else REFUSED

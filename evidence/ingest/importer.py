@@ -32,7 +32,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from evidence.ingest import provenance
+from evidence.ingest import consequences, provenance
 from evidence.ingest.crosschecks import (
     claimed_elsewhere,
     known_receipts,
@@ -335,6 +335,8 @@ def _store_run(
         files, seen = store()
         # Which confirmations no decision made here matches: the host's word, said once each.
         provenance.judge(run, now, lambda: run_signing_key(path, signing_keys()) is not None)
+        # What each decided call's target shows, held against the decision the runtime followed.
+        consequences.check(run, path, now)
         seen |= store_findings(run, ledger_file_findings + files.findings, now)
         # Ledger findings were stored batch by batch; re-check only what this pass re-checked.
         close_findings_not_seen(run.findings.filter(scope=FILES), seen, now, rechecked)

@@ -24,8 +24,12 @@ REFUSED = "refused decision"
 # A call settled by a file its host wrote that no decision made on the dashboard matches, in a run not
 # signed with a key the server trusts (evidence/ingest/provenance.py): a person acknowledges it.
 HOST_DECISION = "host decision"
+# A decided call whose target contradicts the decision the runtime followed (evidence/ingest/consequences.py):
+# the effect made twice, or made where the decision said it was not.
+CONTRADICTED = "contradicted decision"
 # The order of the filter, most serious first.
-KINDS = (HOST, STALLED, TAMPERED, LEDGER, DISPUTED, IN_DOUBT, REFUSED, HOST_DECISION, CONFLICT, STALE, ABANDONED)
+KINDS = (HOST, STALLED, TAMPERED, LEDGER, DISPUTED, CONTRADICTED, IN_DOUBT, REFUSED, HOST_DECISION, CONFLICT, STALE,
+         ABANDONED)  # fmt: skip
 # The kinds that are states (``receipts.states``): the inbox shows them as every page does.
 STATE_OF_KIND = {TAMPERED: states.TAMPERED, DISPUTED: states.DISPUTED, IN_DOUBT: states.IN_DOUBT,
                  CONFLICT: states.CONFLICT, STALE: states.STALE}  # fmt: skip
@@ -37,6 +41,7 @@ FINDING_KINDS = {
     ABANDONED: ("run_abandoned",),
     REFUSED: ("decision_undeliverable",),
     HOST_DECISION: ("decision_made_on_host",),
+    CONTRADICTED: ("decision_contradicted",),
 }
 # What a page calls each kind (the kind itself is what downloads, the API and ?kind= hold).
 # In doubt, tampered and conflict are the protocol's words (evidence/i18n.WORDS).
@@ -52,6 +57,7 @@ KIND_LABELS: dict[str, Promise] = {
     ABANDONED: pgettext_lazy("inbox kind", "abandoned run"),
     REFUSED: pgettext_lazy("inbox kind", "refused decision"),
     HOST_DECISION: pgettext_lazy("inbox kind", "decision made on a host"),
+    CONTRADICTED: pgettext_lazy("inbox kind", "decision the target contradicts"),
 }
 
 

@@ -27,7 +27,7 @@ from django.db import IntegrityError, transaction
 from evidence.lib import hosts, stats
 from evidence.models import Call, Confirmation, HumanDecision, Run
 from evidence.review import claims
-from receipts import protocol, runtime
+from receipts import doubt, protocol, runtime
 from receipts.confined import UnsafePath, not_a_symlink, read_json_file
 from receipts.durable import json_file
 from receipts.recovery import decide
@@ -45,9 +45,15 @@ WRITER_REFUSED = "writer_refused"  # values: problem (the writer's refusal)
 CANNOT_WRITE = "cannot_write"  # values: problem (the system's error)
 UNSAFE_PATH = "unsafe_path"  # values: problem (what the writer found)
 WRITER_CANNOT = "writer_cannot"  # values: problem (a signed run without its key, a broken steer.json)
+# Why a withdrawal (``evidence.ingest.withdrawal``) took nothing back.
+NOT_DECIDED = "not_decided"  # no decision made on the dashboard is on record for the call
+ALREADY_DELIVERED = "already_delivered"  # values: host, time (written into the run: the runtime follows it)
+NOT_WITHDRAWABLE = "not_withdrawable"  # values: why (the run directory refused it: it is on record as refused)
 FIELDS = "fields"  # problems: each field and what is wrong with it (one of the four below)
 CHOOSE_RESOLUTION, GIVE_REASON = "choose_resolution", "give_reason"
 TYPE_CALL_ID, TICK_QUERYABLE = "type_call_id", "tick_queryable"
+# The answer the target's evidence contradicts: a second, explicit confirmation.
+TICK_AGAINST_EVIDENCE = "tick_against_evidence"
 
 
 class SettleError(Exception):
@@ -88,6 +94,21 @@ def needs_second_tick(call: Call) -> bool:
     return call.decision == "query"
 
 
+def target_verdict(run: Run, call: Call) -> str | None:
+    """What the call's target shows now (``doubt.PRESENT``, ``ABSENT``, ``UNCLEAR``), read from the
+    run directory where this process is on the run's host; ``None`` when nothing can look."""
+    if not hosts.owns(run):
+        return None
+    evidence = doubt.evidence_for(Path(run.path), call.tool, call.args, call.call_id)
+    return evidence.verdict if evidence is not None else None
+
+
+def against_evidence(resolution: str, verdict: str | None) -> bool:
+    """The answer the target's evidence contradicts: "did not happen" where it shows the effect,
+    "happened" where it shows none."""
+    return (verdict, resolution) in ((doubt.PRESENT, "rejected"), (doubt.ABSENT, "committed"))
+
+
 def settle_call(
     *,
     run: Run,
@@ -98,6 +119,7 @@ def settle_call(
     typed_call_id: str,
     receipt_sha256: str,
     confirm_queryable: bool = False,
+    confirm_against_evidence: bool = False,
     client_address: str | None = None,
     now: dt.datetime | None = None,
 ) -> Settlement:
@@ -124,7 +146,14 @@ def settle_call(
             # digest a form carries: a digest of the bytes on disk now would pass the writer's check.
             raise SettleError(HTTPStatus.CONFLICT, RECEIPT_CHANGED, _receipt_now(run, call))
         problems = field_problems(
-            call, resolution=resolution, reason=reason, typed_call_id=typed_call_id, confirm_queryable=confirm_queryable
+            call,
+            resolution=resolution,
+            reason=reason,
+            typed_call_id=typed_call_id,
+            confirm_queryable=confirm_queryable,
+            # Read at the post, on the server: what the target shows now, whatever the page showed.
+            verdict=target_verdict(run, call),
+            confirm_against_evidence=confirm_against_evidence,
         )
         if problems:
             raise SettleError(HTTPStatus.BAD_REQUEST, FIELDS, problems=problems)
@@ -198,10 +227,20 @@ def _write_back(run: Run, call: Call, decision: HumanDecision) -> dict:
 
 
 def field_problems(
-    call: Call, *, resolution: str, reason: str, typed_call_id: str, confirm_queryable: bool
+    call: Call,
+    *,
+    resolution: str,
+    reason: str,
+    typed_call_id: str,
+    confirm_queryable: bool,
+    verdict: str | None = None,
+    confirm_against_evidence: bool = False,
 ) -> dict[str, str]:
     """Every field of a settle that does not hold, at once, in the form's order: the field's name
-    and its problem. Nothing when all hold (the state of the call is checked elsewhere)."""
+    and its problem. Nothing when all hold (the state of the call is checked elsewhere).
+
+    ``verdict``: what the target shows (``target_verdict``); an answer it contradicts needs
+    ``confirm_against_evidence``, the second confirmation."""
     problems = {}
     if resolution not in protocol.RESOLUTIONS:
         problems["resolution"] = CHOOSE_RESOLUTION
@@ -211,6 +250,8 @@ def field_problems(
         problems["confirm_call_id"] = TYPE_CALL_ID
     if needs_second_tick(call) and not confirm_queryable:
         problems["confirm_queryable"] = TICK_QUERYABLE
+    if against_evidence(resolution, verdict) and not confirm_against_evidence:
+        problems["confirm_against_evidence"] = TICK_AGAINST_EVIDENCE
     return problems
 
 

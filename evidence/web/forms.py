@@ -60,6 +60,10 @@ class ConfirmForm(forms.Form):
     confirm_queryable = forms.BooleanField(
         required=False, label=_("Decide anyway, although the runtime could ask the target itself")
     )
+    # The second confirmation of an answer the target's evidence contradicts (``settle.against_evidence``).
+    confirm_against_evidence = forms.BooleanField(
+        required=False, label=_("I have checked the target myself: decide against what it shows")
+    )
 
     def settle_fields(self) -> dict:
         """What ``settle.settle_call`` and ``settle.field_problems`` take, from what the form took
@@ -70,6 +74,7 @@ class ConfirmForm(forms.Form):
             "reason": data.get("reason", ""),
             "typed_call_id": data.get("confirm_call_id", ""),
             "confirm_queryable": data.get("confirm_queryable", False),
+            "confirm_against_evidence": data.get("confirm_against_evidence", False),
         }
 
     def add_problems(self, problems: dict[str, str]) -> None:

@@ -26,6 +26,9 @@ FIELD_PROBLEMS = {
     settle.TICK_QUERYABLE: gettext_noop(
         "The runtime can check this call with its target by itself. Tick the box to decide anyway."
     ),
+    settle.TICK_AGAINST_EVIDENCE: gettext_noop(
+        "What the target shows contradicts your answer. Tick the box to decide against it, or choose the other answer."
+    ),
 }
 
 
@@ -101,4 +104,19 @@ def refusal(refused: settle.SettleError) -> str | SafeString:
             gettext("The writer cannot record a decision in this run ({problem}): nothing was recorded."),
             problem=_data(values["problem"]),
         )
+    if code == settle.NOT_DECIDED:
+        return gettext("No decision made on this dashboard is on record for this call: nothing was withdrawn.")
+    if code == settle.ALREADY_DELIVERED:
+        return format_html(
+            gettext("This decision was written into the run directory by host {host} at {time}: the runtime follows "
+                    "it, and it cannot be withdrawn. Nothing was changed."),
+            host=format_html('<code translate="no">{}</code>', values["host"] or "?"),
+            time=i18n.shown_time(values["time"]),
+        )  # fmt: skip
+    if code == settle.NOT_WITHDRAWABLE:
+        return format_html(
+            gettext("The run directory refused this decision ({why}): it stays on record as refused. Nothing was "
+                    "changed."),
+            why=_data(values["why"]),
+        )  # fmt: skip
     raise ValueError(f"a settle refusal no sentence says: {code}")

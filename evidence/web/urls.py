@@ -44,6 +44,7 @@ urlpatterns = [
     path("runs/<str:run_id>/hold/", views.legal_hold, name="legal_hold"),
     path("runs/<str:run_id>/calls/<str:call_id>/", views.call, name="call"),
     path("runs/<str:run_id>/calls/<str:call_id>/confirm/", views.confirm, name="confirm"),
+    path("runs/<str:run_id>/calls/<str:call_id>/withdraw/", views.withdraw, name="withdraw"),
     path("audit/", views.audit, name="audit"),
     path("inbox/", views.inbox_page, name="inbox"),
     path("inbox/claim/", views.claim_action, name="claim"),

@@ -43,6 +43,7 @@ ACTIONS: dict[str, str] = {
     AuditEntry.CLAIM_RELEASED: _("a person is no longer on an inbox item"),
     AuditEntry.CLAIM_EXPIRED: _("a claim on an inbox item ran out"),
     AuditEntry.DECISION_MADE_ON_HOST: _("a call settled on its host, not on the dashboard"),
+    AuditEntry.DECISION_WITHDRAWN: _("a decision withdrawn before it was written into the run"),
 }
 
 
@@ -83,6 +84,11 @@ REASONS: list[tuple[str, re.Pattern[str], str]] = [
                 "dashboard matches confirmation {confirmation}"
             ),
         ),
+        (
+            AuditEntry.DECISION_WITHDRAWN,
+            r"(?P<resolution>committed|rejected), decided by (?P<actor>.*?) at (?P<time>\S+): (?P<reason>.*)",
+            _("{resolution}, decided by {actor} at {time}: {reason}"),
+        ),
     ]
 ]
 
@@ -103,8 +109,12 @@ def reason(entry: object) -> SafeString:
             shown["triage"] = format_html("{}", i18n.word(values["triage"]))
         if "fields" in values:
             shown["fields"] = format_html("<code>{}</code>", values["fields"])
-        if "resolution" in values:  # a decision made on a host: where, by what name, which file
+        if "resolution" in values:
             shown["resolution"] = format_html("{}", i18n.word(values["resolution"]))
+        if "time" in values:  # a decision withdrawn: who made it, when
+            shown["actor"] = data(values["actor"])
+            shown["time"] = format_html("{}", i18n.shown_time(values["time"]))
+        if "host" in values:  # a decision made on a host: where, by what name, which file
             shown["host"] = format_html('<code translate="no">{}</code>', values["host"])
             shown["name"] = data(values["name"])
             shown["confirmation"] = format_html('<code class="digest">{}</code>', values["confirmation"][:16])

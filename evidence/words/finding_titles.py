@@ -51,6 +51,7 @@ TITLES: dict[str, Promise] = {
     "import_failed": _("Import failed"),
     "decision_undeliverable": _("Decision could not be written into the run"),
     "decision_made_on_host": _("Decision made on a host, not on the dashboard"),
+    "decision_contradicted": _("Decision contradicted by its target"),
     "run_abandoned": _("Run abandoned"),
     "host_clock_off": _("Host clock off"),
 }

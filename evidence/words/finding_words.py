@@ -154,6 +154,13 @@ WORDS: dict[str, str] = {
         "run, or end it with {command}"
     ),
     "decision_undeliverable.why": _("{actor}'s decision ({resolution}, {reason}) was not written: {why}"),
+    "decision_contradicted.not_done": _(
+        "{actor} decided that this call did not happen, and its target shows the effect {times} time(s): {facts}"
+    ),
+    "decision_contradicted.more_than_once": _(
+        "{actor} decided this call ({resolution}), and its target shows its effect {times} times for one call_id: "
+        "{facts}"
+    ),
     "decision_made_on_host.by_name": _(
         "settled {resolution} on host {host} by the name {actor} (not a dashboard account): no decision made on the "
         "dashboard matches it"

@@ -26,12 +26,13 @@ def test_an_operator_settles_every_call_in_the_inbox_and_sees_each_leave(page, d
     # Each call's next step as the inbox says it: a person settles, a resume asks the target
     # (deciding by hand waits behind a disclosure and a tick), an altered receipt is investigated
     # first.
+    # The last: whether the target shows the effect, so that "did not happen" asks twice.
     steps = (
-        ("send-message-killed", "4", "Settle", "This call is in doubt: did it happen?", False),
-        ("write-file-killed", "3", "Look at the call", "This call is in doubt: did it happen?", True),
-        ("tampered-receipt", "2", "Investigate", "Altered after it was written: investigate", False),
+        ("send-message-killed", "4", "Settle", "This call is in doubt: did it happen?", False, True),
+        ("write-file-killed", "3", "Look at the call", "This call is in doubt: did it happen?", True, True),
+        ("tampered-receipt", "2", "Investigate", "Altered after it was written: investigate", False, False),
     )
-    for run_id, remaining, action, heading, target_can_say in steps:
+    for run_id, remaining, action, heading, target_can_say, shown in steps:
         row = page.locator("#inbox-list tbody tr", has_text=run_id)
         row.get_by_role("link", name=action).click()
         # The call's own page first: read too soon, the URL and the panel are still the inbox's.
@@ -47,6 +48,9 @@ def test_an_operator_settles_every_call_in_the_inbox_and_sees_each_leave(page, d
         if target_can_say:
             panel.get_by_label("Decide anyway, although the runtime could ask the target itself").check()
         panel.get_by_role("button", name="Settle this call").click()
+        if shown:
+            panel.get_by_label("I have checked the target myself: decide against what it shows").check()
+            panel.get_by_role("button", name="Settle this call").click()
         expect(page.get_by_role("status")).to_contain_text("Settled as rejected")
         page.get_by_role("navigation", name="Main").get_by_role("link", name=re.compile("Inbox")).click()
         expect(page.locator("#inbox-list")).not_to_contain_text(run_id)

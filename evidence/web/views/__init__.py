@@ -12,7 +12,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from evidence.web.metrics import DashboardCollector, may_scrape
 from evidence.web.views.api_docs import api_docs
 from evidence.web.views.audit import audit
-from evidence.web.views.calls import call, confirm, replay
+from evidence.web.views.calls import call, confirm, replay, withdraw
 from evidence.web.views.claims import claim_action
 from evidence.web.views.findings import findings, reservations
 from evidence.web.views.hosts import hosts_page
@@ -77,4 +77,5 @@ __all__ = [
     "search",
     "triage_action",
     "triage_page",
+    "withdraw",
 ]

@@ -15,6 +15,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
+from evidence.ingest import withdrawal
 from evidence.lib import hosts
 from evidence.lib.pagination import cursor_page, first_rows
 from evidence.lib.proxy import client_address
@@ -60,6 +61,11 @@ def call_page(
 ) -> HttpResponse:
     detail = selectors.call_detail(run=run, call=call)
     in_doubt = settle.may_be_settled(call)
+    # What the target shows stays on the page once a person decided: the decision is held against it.
+    decided = detail.decision.resolution if detail.decision is not None and not detail.decision.undeliverable else ""
+    if not decided and detail.confirmation is not None and detail.confirmation.valid:
+        decided = detail.confirmation.resolution
+    target = selectors.doubt_panel(run=run, call=call) if in_doubt or (decided and call.receipt_present) else None
     # One decision a call: one its host refused stays on record, and the writer settles it there.
     can_settle = in_doubt and may_settle(request.user) and detail.decision is None
     if can_settle and form is None:
@@ -80,8 +86,12 @@ def call_page(
         "confirmation": detail.confirmation,
         "findings": detail.findings,
         "decision": detail.decision,
+        "decided": decided,
         "in_doubt": in_doubt,
-        "doubt": selectors.doubt_panel(run=run, call=call) if in_doubt else None,
+        "doubt": target if in_doubt else None,
+        "target": target if not in_doubt else None,
+        "target_contradicts": target is not None
+        and settle.against_evidence(decided, target.evidence.verdict if target.evidence else None),
         # A receipt altered since it was written gets a panel of its own, settled or not.
         "altered": selectors.altered_fields(call=call) if call.verification == protocol.MISMATCH else None,
         "settled_by": detail.settled_by,
@@ -91,6 +101,8 @@ def call_page(
         # Its receipt fails its check: its events say what the receipt said, which proves nothing.
         "unproven": call.receipt_present and call.verification in protocol.SHOWN_FOR_VERDICT,
         "form": form if can_settle else None,
+        # A decision not yet written into the run directory can be taken back by whoever may settle.
+        "can_withdraw": detail.decision is not None and detail.decision.pending and may_settle(request.user),
         "second_tick": settle.needs_second_tick(call),
         "settle_error": error,
         "read_only": settings.EVIDENCE_READ_ONLY,
@@ -152,6 +164,31 @@ def confirm(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpResponse
         messages.info(request, format_html(said, resolution=resolution, actor=actor))
     response = redirect(reverse("call", args=[run.run_id, call.call_id]))
     response.status_code = HTTPStatus.SEE_OTHER  # the browser follows with a GET: a reload posts nothing
+    return response
+
+
+@require_POST
+@requires("receipts.confirm_call")
+def withdraw(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpResponse:
+    """Take back a decision its host has not written yet (anyone who may settle: the person who made it too)."""
+    if settings.EVIDENCE_READ_ONLY:
+        raise PermissionDenied("this deployment only browses")
+    run = get_run_or_404(run_id)
+    call = get_call_or_404(run, call_id)
+    assert request.user.is_authenticated  # permission_required above lets no anonymous visitor in
+    try:
+        decision = withdrawal.withdraw(run=run, call=call, user=request.user)
+    except settle.SettleError as refused:
+        return call_page(request, run, call, error=settle_words.refusal(refused), status=refused.status)
+    if decision.resolution == "committed":
+        said = _("Withdrawn: the decision that this call happened was never written into the run. It is in doubt "
+                 "again; the audit keeps the decision and who withdrew it.")  # fmt: skip
+    else:
+        said = _("Withdrawn: the decision that this call did not happen was never written into the run. It is in "
+                 "doubt again; the audit keeps the decision and who withdrew it.")  # fmt: skip
+    messages.success(request, said)
+    response = redirect(reverse("call", args=[run.run_id, call.call_id]))
+    response.status_code = HTTPStatus.SEE_OTHER
     return response
 
 

@@ -97,7 +97,8 @@ def _settle_again(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpRe
     if run is None or call is None:
         return None
     retyped = {name: request.POST.get(name, "") for name in ("resolution", "reason", "receipt_sha256")}
-    form = ConfirmForm(initial={**retyped, "confirm_queryable": bool(request.POST.get("confirm_queryable"))})
+    ticks = {name: bool(request.POST.get(name)) for name in ("confirm_queryable", "confirm_against_evidence")}
+    form = ConfirmForm(initial={**retyped, **ticks})
     return call_page(request, run, call, form=form, error=str(CSRF_MESSAGE), status=HTTPStatus.FORBIDDEN)
 
 
