@@ -33,6 +33,7 @@ RECOMPUTED_EVERY_READ = (
     "orphan_receipt",
     "missing_receipt",
     "committed_event_missing",
+    "receipt_contradicts_ledger",
     "effect_not_shown",
     "import_failed",
 )
