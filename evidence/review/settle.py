@@ -97,7 +97,9 @@ def needs_second_tick(call: Call) -> bool:
 def target_verdict(run: Run, call: Call) -> str | None:
     """What the call's target shows now (``doubt.PRESENT``, ``ABSENT``, ``UNCLEAR``), read from the
     run directory where this process is on the run's host; ``None`` when nothing can look."""
-    if not hosts.owns(run):
+    if not hosts.owns(run) or Path(run.path).is_symlink():
+        # A run directory swapped for a symlink is not the run (the reader does not follow it):
+        # what lies where it points is no evidence, and the write-back refuses it in its own words.
         return None
     evidence = doubt.evidence_for(Path(run.path), call.tool, call.args, call.call_id)
     return evidence.verdict if evidence is not None else None
