@@ -7,6 +7,7 @@ written here follows the spec's formulas, so the reader finds nothing wrong.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 from collections.abc import Iterator
@@ -14,9 +15,13 @@ from pathlib import Path
 
 from receipts import durable, protocol
 
+_FIRST_STAMP = dt.datetime(2026, 11, 29, 12, tzinfo=dt.UTC)
+
 
 def _stamp(seq: int) -> str:
-    return f"2026-11-29T12:{seq // 60 % 60:02d}:{seq % 60:02d}.000000Z"
+    """A second a line from noon: times only go forward (a ledger whose clock goes back is a
+    finding, ``ledger_clock_back``), whatever the number of lines."""
+    return (_FIRST_STAMP + dt.timedelta(seconds=seq)).strftime("%Y-%m-%dT%H:%M:%S.000000Z")
 
 
 def last_line(ledger: Path) -> bytes:
