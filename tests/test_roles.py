@@ -107,6 +107,11 @@ ACTS = [
         data=lambda: {"resolution": "committed", "reason": "the mail log shows it",
                       "confirm_call_id": in_doubt().call_id[:12], "receipt_sha256": in_doubt().file_sha256},
     ),
+    # The decision above was written into its run at once (this process is the run's host): too
+    # late to withdraw, and only a confirmer is told so (409); nobody else gets that far.
+    Act("withdraw", "get", lambda: reverse("withdraw", args=["send-message-killed", in_doubt().call_id]), ()),
+    Act("withdraw", "post", lambda: reverse("withdraw", args=["send-message-killed", in_doubt().call_id]),
+        ("confirmer",), success=HTTPStatus.CONFLICT),
     Act("triage", "get", lambda: reverse("triage", args=[conflict()]), EVERY_ROLE),
     Act("triage_action", "get", lambda: reverse("triage_action", args=[conflict()]), ()),
     Act(
