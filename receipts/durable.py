@@ -320,7 +320,9 @@ def lock_wait_seconds() -> float:
 def flock_within(fd: int, lock_path: Path, seconds: float) -> None:
     """``flock(LOCK_EX)`` on ``fd``, waiting ``seconds`` at most (``LockBusy`` then)."""
     deadline = time.monotonic() + seconds
-    pause = 0.005
+    # Short naps, never long ones: a lock is mostly held for one fsync, and a waiter that slept
+    # 200 ms past its release made four writers at once several times slower.
+    pause = 0.0005
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -332,7 +334,7 @@ def flock_within(fd: int, lock_path: Path, seconds: float) -> None:
                     "(RECEIPTS_LOCK_WAIT_SECONDS): nothing was done; try again later"
                 ) from None
             time.sleep(pause)
-            pause = min(pause * 2, 0.2)
+            pause = min(pause * 2, 0.005)
 
 
 @contextlib.contextmanager
