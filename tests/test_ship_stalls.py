@@ -49,8 +49,10 @@ def test_a_full_quota_refuses_every_push_and_the_run_that_waits_raises_its_hand(
     settings.EVIDENCE_SHIP_QUOTA_MIB = 1
     durable.append_event(shipping_host["root"] / "clean-run", "note", {"blob": "x" * 1_500_000})
     start_shipper(shipping_host)
-    item = until(lambda: (found := stalled_item()) and "run not arriving" in found.detail and found,
-                 "the stalled host in the inbox")  # fmt: skip
+    # Two facts, each in its own time: the host's check-in (its ledger ahead of the mirror) and a
+    # refused push. Whichever the inbox sees first, both must come.
+    item = until(lambda: (found := stalled_item()) and "run not arriving" in found.detail
+                 and "pushes refused since" in found.detail and found, "the stalled host in the inbox")  # fmt: skip
     assert isinstance(item, inbox.InboxItem)
     assert "1 run not arriving (clean-run: " in item.detail and "pushes refused since" in item.detail
     assert "EVIDENCE_SHIP_QUOTA_MIB" in item.detail and item.action == "host"
