@@ -22,7 +22,14 @@ from django.test import Client
 from evidence.maintenance import MAINTENANCE
 from receipts.cli import build_parser
 from tests.helpers import CONTRACT, PROJECT, join
-from tests.subprocess_db import child_env, database_url_for_children, manage, manage_command, normalized_dump
+from tests.subprocess_db import (
+    NEVER_STALE,
+    child_env,
+    database_url_for_children,
+    manage,
+    manage_command,
+    normalized_dump,
+)
 from tests.volume import synthetic_ledger, synthetic_run
 
 
@@ -158,14 +165,16 @@ def test_two_importers_and_web_requests_at_once_lose_and_duplicate_nothing(demo_
     for thread in browsers:
         thread.start()
     # Each importer owns one root first, then takes the other's as well: both meet on every run.
+    roots = (demo_root, second_root)
+    commands = {root: shlex.join(manage_command("import_runs", str(root), *NEVER_STALE)) for root in roots}
     importers = [
         subprocess.Popen(
-            ["sh", "-c", " && ".join(shlex.join(manage_command("import_runs", str(root))) for root in roots)],
+            ["sh", "-c", " && ".join(commands[root] for root in order)],
             env=child_env(url),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        for roots in ((demo_root, second_root), (second_root, demo_root))
+        for order in (roots, roots[::-1])
     ]
     errors = [importer.communicate(timeout=600)[1] for importer in importers]
     stop.set()
@@ -181,8 +190,8 @@ def test_two_importers_and_web_requests_at_once_lose_and_duplicate_nothing(demo_
     try:
         clean_url = url.rsplit("/", 1)[0] + f"/{clean}"
         manage(clean_url, "migrate", "-v", "0", check=True)
-        manage(clean_url, "import_runs", str(demo_root), check=True)
-        manage(clean_url, "import_runs", str(second_root), check=True)
+        manage(clean_url, "import_runs", str(demo_root), *NEVER_STALE, check=True)
+        manage(clean_url, "import_runs", str(second_root), *NEVER_STALE, check=True)
         together, alone = normalized_dump(url), normalized_dump(clean_url)
     finally:
         admin.execute(f"DROP DATABASE IF EXISTS {clean} WITH (FORCE)")

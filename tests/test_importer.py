@@ -25,6 +25,7 @@ from receipts import durable, protocol, runtime
 from receipts.demo import SCENARIOS
 from tests.helpers import CONTRACT, first_call_of, table_snapshot
 from tests.subprocess_db import (
+    NEVER_STALE,
     child_env,
     database_url_for_children,
     manage,
@@ -261,7 +262,7 @@ def test_an_importer_killed_at_random_moments_is_completed_by_the_next(demo_root
     while kills < 4 and attempts < 15:
         attempts += 1
         child = subprocess.Popen(
-            manage_command("import_runs", str(demo_root)), env=child_env(url), stdout=subprocess.DEVNULL
+            manage_command("import_runs", str(demo_root), *NEVER_STALE), env=child_env(url), stdout=subprocess.DEVNULL
         )
         time.sleep(randomizer.uniform(0.2, 1.2))
         if child.poll() is None:
@@ -269,11 +270,11 @@ def test_an_importer_killed_at_random_moments_is_completed_by_the_next(demo_root
             kills += 1
         child.wait(timeout=60)
     assert kills >= 2, f"the kills must land while the import runs (seed {seed})"
-    assert manage(url, "import_runs", str(demo_root)).returncode == 0
+    assert manage(url, "import_runs", str(demo_root), *NEVER_STALE).returncode == 0
     after_kills = normalized_dump(url)
 
     clean_url = migrated_sqlite_url(tmp_path / "clean.sqlite3")
-    manage(clean_url, "import_runs", str(demo_root), check=True)
+    manage(clean_url, "import_runs", str(demo_root), *NEVER_STALE, check=True)
     assert after_kills == normalized_dump(clean_url)
 
 
