@@ -41,6 +41,8 @@ def url_of(kind: str, run_id: str, key: str = "") -> str:
 # a switch of language on a page that answered the POST).
 FORM_PAGES = {
     "confirm": "call",
+    "withdraw": "call",
+    "notification_rule_add": "notifications",
     "legal_hold": "run",
     "export_request": "run",
     "triage_action": "triage",
