@@ -7,9 +7,10 @@ from http import HTTPStatus
 
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse, HttpResponseBase
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
@@ -32,6 +33,7 @@ from evidence.web.views.common import (
     get_call_or_404,
     get_run_or_404,
     query_without,
+    see_other,
 )
 from evidence.words import i18n
 from receipts import protocol
@@ -121,14 +123,19 @@ def may_settle(user) -> bool:
     return user.has_perm("receipts.confirm_call") and not settings.EVIDENCE_READ_ONLY
 
 
-@require_POST
-@requires("receipts.confirm_call")
-def confirm(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpResponse:
+def _call_to_decide(request: HtmxHttpRequest, run_id: str, call_id: str) -> tuple[Run, Call, User]:
+    """The run and the call a decision is posted for, and who posts it, on a deployment that writes."""
     if settings.EVIDENCE_READ_ONLY:
         raise PermissionDenied("this deployment only browses")
     run = get_run_or_404(run_id)
-    call = get_call_or_404(run, call_id)
-    assert request.user.is_authenticated  # permission_required above lets no anonymous visitor in
+    assert isinstance(request.user, User)  # permission_required above lets no anonymous visitor in
+    return run, get_call_or_404(run, call_id), request.user
+
+
+@require_POST
+@requires("receipts.confirm_call")
+def confirm(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpResponse:
+    run, call, user = _call_to_decide(request, run_id, call_id)
     form = ConfirmForm(request.POST)
     if not form.is_valid():
         # Every field at once: what the form refused, and the settle's rules on what it took.
@@ -138,7 +145,7 @@ def confirm(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpResponse
         settlement = settle.settle_call(
             run=run,
             call=call,
-            user=request.user,
+            user=user,
             receipt_sha256=form.cleaned_data["receipt_sha256"],
             client_address=client_address(request),
             **form.settle_fields(),
@@ -162,22 +169,16 @@ def confirm(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpResponse
         said = _("This decision was already recorded ({resolution}, by {actor}).")
         actor = format_html('<span translate="no">{}</span>', decision.actor)
         messages.info(request, format_html(said, resolution=resolution, actor=actor))
-    response = redirect(reverse("call", args=[run.run_id, call.call_id]))
-    response.status_code = HTTPStatus.SEE_OTHER  # the browser follows with a GET: a reload posts nothing
-    return response
+    return see_other(reverse("call", args=[run.run_id, call.call_id]))
 
 
 @require_POST
 @requires("receipts.confirm_call")
 def withdraw(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpResponse:
     """Take back a decision its host has not written yet (anyone who may settle: the person who made it too)."""
-    if settings.EVIDENCE_READ_ONLY:
-        raise PermissionDenied("this deployment only browses")
-    run = get_run_or_404(run_id)
-    call = get_call_or_404(run, call_id)
-    assert request.user.is_authenticated  # permission_required above lets no anonymous visitor in
+    run, call, user = _call_to_decide(request, run_id, call_id)
     try:
-        decision = withdrawal.withdraw(run=run, call=call, user=request.user)
+        decision = withdrawal.withdraw(run=run, call=call, user=user)
     except settle.SettleError as refused:
         return call_page(request, run, call, error=settle_words.refusal(refused), status=refused.status)
     if decision.resolution == "committed":
@@ -187,9 +188,7 @@ def withdraw(request: HtmxHttpRequest, run_id: str, call_id: str) -> HttpRespons
         said = _("Withdrawn: the decision that this call did not happen was never written into the run. It is in "
                  "doubt again; the audit keeps the decision and who withdrew it.")  # fmt: skip
     messages.success(request, said)
-    response = redirect(reverse("call", args=[run.run_id, call.call_id]))
-    response.status_code = HTTPStatus.SEE_OTHER
-    return response
+    return see_other(reverse("call", args=[run.run_id, call.call_id]))
 
 
 @require_GET

@@ -13,13 +13,13 @@ from http import HTTPStatus
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.utils.translation import gettext_lazy, gettext_noop
 from django.views.decorators.http import require_POST
 
 from evidence.lib.refused import Refused
 from evidence.review import claims, inbox
-from evidence.web.views.common import HtmxHttpRequest, choice
+from evidence.web.views.common import HtmxHttpRequest, choice, see_other
 from evidence.web.views.triage import _safe_next
 from receipts import protocol
 
@@ -62,6 +62,4 @@ def claim_action(request: HtmxHttpRequest) -> HttpResponse:
     if error:
         return render(request, "receipts/claim.html", context, status=status)
     messages.success(request, DONE[action])
-    response = redirect(back)
-    response.status_code = HTTPStatus.SEE_OTHER  # the browser follows with a GET: a reload posts nothing
-    return response
+    return see_other(back)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Iterable
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlencode
 
-from django.http import HttpRequest, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponseRedirect, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.urls import ResolverMatch, reverse
 from django.utils.translation import gettext_noop
@@ -59,6 +60,14 @@ def form_page(match: ResolverMatch | None) -> str | None:
 
 
 FORMATS = ("csv", "json")
+
+
+def see_other(url: str) -> HttpResponseRedirect:
+    """Where a form's POST sends the browser, by a 303: it follows with a GET, so a reload of
+    the page it lands on posts nothing again."""
+    response = HttpResponseRedirect(url)
+    response.status_code = HTTPStatus.SEE_OTHER
+    return response
 
 
 def get_run_or_404(run_id: str) -> Run:

@@ -6,14 +6,15 @@ from http import HTTPStatus
 
 from django.contrib.auth.decorators import permission_required
 from django.http import HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from evidence.lib.pagination import Segment, cursor_page
 from evidence.models import NotificationRule
 from evidence.review import alerts
 from evidence.web.forms import NotificationRuleForm
-from evidence.web.views.common import HtmxHttpRequest, choice, query_without
+from evidence.web.views.common import HtmxHttpRequest, choice, query_without, see_other
 
 MANAGE = "receipts.manage_notifications"
 
@@ -43,7 +44,7 @@ def rule_add(request: HtmxHttpRequest) -> HttpResponse:
     if not form.is_valid():
         return _page(request, form, HTTPStatus.BAD_REQUEST)
     alerts.rule_add(user=request.user, fields=form.cleaned_data)
-    return _see_the_page()
+    return see_other(reverse("notifications"))
 
 
 @require_POST
@@ -51,10 +52,4 @@ def rule_add(request: HtmxHttpRequest) -> HttpResponse:
 def rule_action(request: HtmxHttpRequest, rule_id: int) -> HttpResponse:
     rule = get_object_or_404(NotificationRule, pk=rule_id)
     alerts.rule_act(rule=rule, action=choice(request, "action", alerts.RULE_ACTIONS, form=True), user=request.user)
-    return _see_the_page()
-
-
-def _see_the_page() -> HttpResponse:
-    response = redirect("notifications")
-    response.status_code = HTTPStatus.SEE_OTHER
-    return response
+    return see_other(reverse("notifications"))

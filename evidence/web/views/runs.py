@@ -29,6 +29,7 @@ from evidence.web.views.common import (
     download_format,
     get_run_or_404,
     query_without,
+    see_other,
     typed,
     url_of,
     whole_number,
@@ -168,9 +169,7 @@ def export_request(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         return render(request, "receipts/run.html#exports", context)
     if refused is not None:  # said on the run page it goes back to, worded by the panel's own template
         messages.error(request, render_to_string("receipts/_export_refused.html", {"refused": refused}, request))
-    response = redirect(reverse("run", args=[run.run_id]) + "#exports")
-    response.status_code = HTTPStatus.SEE_OTHER
-    return response
+    return see_other(reverse("run", args=[run.run_id]) + "#exports")
 
 
 @require_GET
@@ -219,12 +218,9 @@ def legal_hold(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     if not form.is_valid():
         # The reason is the only field left to refuse (``choice`` refused a forged ``hold``).
         messages.error(request, " ".join(str(error) for error in form.errors["reason"]))
-        response = redirect(reverse("run", args=[run.run_id]))
     else:
         actions.set_legal_hold(
             run=run, user=request.user, hold=hold, reason=form.cleaned_data["reason"], now=protocol.utc_now()
         )
         messages.success(request, _("Legal hold set: retention keeps this run.") if hold else _("Legal hold lifted."))
-        response = redirect(reverse("run", args=[run.run_id]))
-    response.status_code = HTTPStatus.SEE_OTHER
-    return response
+    return see_other(reverse("run", args=[run.run_id]))

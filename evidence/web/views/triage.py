@@ -8,7 +8,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext_lazy
@@ -18,7 +18,7 @@ from evidence.lib.roles import TRIAGE, requires
 from evidence.models import Finding
 from evidence.review import claims, selectors, triage
 from evidence.web.forms import TriageForm
-from evidence.web.views.common import HtmxHttpRequest
+from evidence.web.views.common import HtmxHttpRequest, see_other
 from receipts import protocol
 
 DONE = {
@@ -92,6 +92,4 @@ def triage_action(request: HtmxHttpRequest, finding_id: int) -> HttpResponse:
             return _page(request, finding, form, status=refused.status)
         return _page(request, finding, form, error=refused.shown, status=refused.status)
     messages.success(request, DONE[action])
-    response = redirect(_safe_next(request, form.cleaned_data["next"]))
-    response.status_code = HTTPStatus.SEE_OTHER  # the browser follows with a GET: a reload posts nothing
-    return response
+    return see_other(_safe_next(request, form.cleaned_data["next"]))
