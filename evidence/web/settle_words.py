@@ -31,6 +31,19 @@ FIELD_PROBLEMS = {
     ),
 }
 
+# A refusal of the run's writer, each quoting the problem it gave.
+WRITER_PROBLEMS = {
+    settle.WRITER_REFUSED: gettext_noop("Nothing was recorded: {problem}."),
+    settle.CANNOT_WRITE: gettext_noop("The run directory cannot be written ({problem}): nothing was recorded."),
+    settle.UNSAFE_PATH: gettext_noop(
+        "The run directory has a symlink or an odd file where the writer records ({problem}): it is never written "
+        "through, and nothing was recorded. The run's findings say what is there."
+    ),
+    settle.WRITER_CANNOT: gettext_noop(
+        "The writer cannot record a decision in this run ({problem}): nothing was recorded."
+    ),
+}
+
 
 def _data(value: object) -> SafeString:
     """A value a message quotes (a name, a reason, an error): data, never translated."""
@@ -86,24 +99,8 @@ def refusal(refused: settle.SettleError) -> str | SafeString:
             time=i18n.shown_time(values["time"]),
             reason=values["reason"],
         )  # fmt: skip
-    if code == settle.WRITER_REFUSED:
-        return format_html(gettext("Nothing was recorded: {problem}."), problem=_data(values["problem"]))
-    if code == settle.CANNOT_WRITE:
-        return format_html(
-            gettext("The run directory cannot be written ({problem}): nothing was recorded."),
-            problem=_data(values["problem"]),
-        )
-    if code == settle.UNSAFE_PATH:
-        return format_html(
-            gettext("The run directory has a symlink or an odd file where the writer records ({problem}): it is "
-                    "never written through, and nothing was recorded. The run's findings say what is there."),
-            problem=_data(values["problem"]),
-        )  # fmt: skip
-    if code == settle.WRITER_CANNOT:
-        return format_html(
-            gettext("The writer cannot record a decision in this run ({problem}): nothing was recorded."),
-            problem=_data(values["problem"]),
-        )
+    if code in WRITER_PROBLEMS:
+        return format_html(gettext(WRITER_PROBLEMS[code]), problem=_data(values["problem"]))
     if code == settle.NOT_DECIDED:
         return gettext("No decision made on this dashboard is on record for this call: nothing was withdrawn.")
     if code == settle.ALREADY_DELIVERED:
