@@ -155,6 +155,10 @@ def request(path: str, op: str, run_dir: Path, tool_adapter: Any = None, /, **fi
 
 def _request_once(path: str, message: dict[str, Any], run_dir: Path, tool_adapter: Any) -> Any:
     raised: list[BaseException] = []
+
+    def gone(error: BaseException) -> WriterUnavailable:
+        return WriterUnavailable(f"the writer at {path} went away before it answered ({error})")
+
     with _connection(path) as (sock, reader):
         try:
             send(sock, message)
@@ -164,12 +168,12 @@ def _request_once(path: str, message: dict[str, Any], run_dir: Path, tool_adapte
             try:
                 answer = receive(reader)
             except (OSError, EOFError, ValueError):
-                raise WriterUnavailable(f"the writer at {path} went away before it answered ({error})") from error
+                raise gone(error) from error
             if "error" in answer:
                 raise _rebuilt(answer["error"]) from None
-            raise WriterUnavailable(f"the writer at {path} went away before it answered ({error})") from error
+            raise gone(error) from error
         except OSError as error:
-            raise WriterUnavailable(f"the writer at {path} went away before it answered ({error})") from error
+            raise gone(error) from error
         try:
             while True:
                 answer = receive(reader)
@@ -178,7 +182,7 @@ def _request_once(path: str, message: dict[str, Any], run_dir: Path, tool_adapte
                     continue
                 break
         except (OSError, EOFError) as error:
-            raise WriterUnavailable(f"the writer at {path} went away before it answered ({error})") from error
+            raise gone(error) from error
     if "error" in answer:
         if raised and answer["error"].get("type") == "callback":
             raise raised[-1]  # what the adapter raised here, as the caller would have seen it in process
