@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -65,6 +66,15 @@ def demo(demo_root, db) -> Path:
     """The demo runs, imported as a person would see them 20 minutes later (the killed calls are stale)."""
     import_as_seen_later(demo_root)
     return demo_root
+
+
+@pytest.fixture
+def key_file(tmp_path: Path) -> Path:
+    """A new writer's key outside every run directory, as a deployment keeps it."""
+    path = tmp_path / "keys" / "callproof.key"
+    path.parent.mkdir()
+    path.write_bytes(os.urandom(32).hex().encode())
+    return path
 
 
 @pytest.fixture

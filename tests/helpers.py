@@ -118,3 +118,26 @@ def state_badge(name: str) -> str:
     state = states.STATES[name]
     glyph = f'<span class="glyph" aria-hidden="true">{state.glyph}</span>'
     return f'class="badge badge-{state.tone} state">{glyph}{name}</span>'
+
+
+def admin_change_form(user, **fields) -> dict:
+    """The admin's change form of ``user`` as the page posts it, with ``fields`` added or replaced."""
+    data = {
+        "username": user.username, "first_name": user.first_name, "last_name": user.last_name,
+        "email": user.email, "groups": [group.pk for group in user.groups.all()],
+        "date_joined_0": "2026-12-01", "date_joined_1": "00:00:00", "_save": "Save",
+    }  # fmt: skip
+    if user.is_active:
+        data["is_active"] = "on"
+    return data | fields
+
+
+def settle_form(call, resolution: str = "committed", reason: str = "the log shows it", **more: str) -> dict[str, str]:
+    """The call page's settle form as a person fills it in (``more``: the boxes they tick)."""
+    return {
+        "resolution": resolution,
+        "reason": reason,
+        "confirm_call_id": call.call_id[:12],
+        "receipt_sha256": call.file_sha256,
+        **more,
+    }

@@ -13,7 +13,7 @@ from django.urls import reverse
 from evidence.lib.roles import ROLES
 from evidence.models import AuditEntry, Run
 from receipts import protocol
-from tests.helpers import join
+from tests.helpers import admin_change_form, join
 
 PASSWORD = "a-long-password-1"
 
@@ -40,18 +40,6 @@ def bob(django_user_model):
     return join(django_user_model.objects.create_user("bob", password="bobs-own-password-1"), "viewer")
 
 
-def change_form(user, **fields) -> dict:
-    """The change form as the page posts it, with ``fields`` added or replaced."""
-    data = {
-        "username": user.username, "first_name": user.first_name, "last_name": user.last_name,
-        "email": user.email, "groups": [group.pk for group in user.groups.all()],
-        "date_joined_0": "2026-12-01", "date_joined_1": "00:00:00", "_save": "Save",
-    }  # fmt: skip
-    if user.is_active:
-        data["is_active"] = "on"
-    return data | fields
-
-
 def change_url(user) -> str:
     return reverse("admin:auth_user_change", args=[user.pk])
 
@@ -70,11 +58,11 @@ def test_an_admin_adds_a_person_gives_them_a_role_and_deactivates_them(admin_cli
     assert added.status_code == HTTPStatus.FOUND
     carol = django_user_model.objects.get(username="carol")
     confirmer = Group.objects.get(name="confirmer")
-    saved = admin_client.post(change_url(carol), change_form(carol, groups=[confirmer.pk]))
+    saved = admin_client.post(change_url(carol), admin_change_form(carol, groups=[confirmer.pk]))
     assert saved.status_code == HTTPStatus.FOUND, saved.content[:2000]
     carol.refresh_from_db()
     assert carol.has_perm("receipts.confirm_call") and carol.is_active
-    form = change_form(carol)
+    form = admin_change_form(carol)
     del form["is_active"]
     admin_client.post(change_url(carol), form)
     carol.refresh_from_db()
@@ -87,11 +75,11 @@ def test_an_admin_cannot_set_superuser_staff_permissions_or_a_group_that_is_not_
     every_permission = list(Permission.objects.values_list("pk", flat=True))
     admin_client.post(
         change_url(bob),
-        change_form(bob, is_superuser="on", is_staff="on", user_permissions=every_permission),
+        admin_change_form(bob, is_superuser="on", is_staff="on", user_permissions=every_permission),
     )
     bob.refresh_from_db()
     assert not bob.is_superuser and not bob.is_staff and not bob.user_permissions.exists()
-    refused = admin_client.post(change_url(bob), change_form(bob, groups=[outsider.pk]))
+    refused = admin_client.post(change_url(bob), admin_change_form(bob, groups=[outsider.pk]))
     assert refused.status_code == HTTPStatus.OK  # the form again, with its error
     assert not bob.groups.filter(name="everything").exists()
     page = admin_client.get(change_url(bob)).content.decode()
@@ -101,7 +89,7 @@ def test_an_admin_cannot_set_superuser_staff_permissions_or_a_group_that_is_not_
 
 def test_an_admin_cannot_touch_itself(admin_client, mallory):
     groups = [group.pk for group in Group.objects.filter(name__in=ROLES)]
-    response = admin_client.post(change_url(mallory), change_form(mallory, groups=groups, is_superuser="on"))
+    response = admin_client.post(change_url(mallory), admin_change_form(mallory, groups=groups, is_superuser="on"))
     assert response.status_code == HTTPStatus.FORBIDDEN
     mallory.refresh_from_db()
     assert set(mallory.groups.values_list("name", flat=True)) == {"admin"} and not mallory.is_superuser
@@ -119,7 +107,7 @@ def test_an_admin_cannot_touch_itself(admin_client, mallory):
 def test_an_admin_cannot_see_change_or_delete_a_superuser(admin_client, root):
     listing = admin_client.get(reverse("admin:auth_user_changelist")).content.decode()
     assert "root" not in listing
-    admin_client.post(change_url(root), change_form(root, username="pwned", is_active=""))
+    admin_client.post(change_url(root), admin_change_form(root, username="pwned", is_active=""))
     admin_client.post(reverse("admin:auth_user_delete", args=[root.pk]), {"post": "yes"})
     root.refresh_from_db()
     assert root.username == "root" and root.is_active and root.is_superuser
@@ -153,7 +141,7 @@ def test_a_superuser_keeps_djangos_whole_user_admin(client, root, bob):
     client.force_login(root)
     page = client.get(change_url(bob)).content.decode()
     assert 'name="is_superuser"' in page and 'name="user_permissions"' in page
-    client.post(change_url(bob), change_form(bob, is_staff="on"))
+    client.post(change_url(bob), admin_change_form(bob, is_staff="on"))
     bob.refresh_from_db()
     assert bob.is_staff
 

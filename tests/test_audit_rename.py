@@ -17,7 +17,7 @@ from django.test import Client
 from django.urls import reverse
 
 from evidence.models import AuditEntry, HumanDecision
-from tests.helpers import content, first_call_of, join
+from tests.helpers import admin_change_form, content, first_call_of, join, settle_form
 
 pytestmark = pytest.mark.django_db
 
@@ -28,23 +28,13 @@ REFUSED = "The audit names another person"
 
 def settle(client: Client, run_id: str) -> HumanDecision:
     call = first_call_of(run_id)
-    form = {"resolution": "committed", "reason": "the log shows it", "confirm_call_id": call.call_id[:12],
-            "receipt_sha256": call.file_sha256, "confirm_queryable": "on"}  # fmt: skip
-    response = client.post(reverse("confirm", args=[run_id, call.call_id]), form)
+    response = client.post(reverse("confirm", args=[run_id, call.call_id]), settle_form(call, confirm_queryable="on"))
     assert response.status_code == HTTPStatus.SEE_OTHER, content(response)[:2000]
     return HumanDecision.objects.get(run__run_id=run_id)
 
 
-def change_form(user, **fields) -> dict:
-    """The admin's change form as the page posts it (tests/test_admin_bounds.py's)."""
-    data = {"username": user.username, "first_name": "", "last_name": "", "email": "", "is_active": "on",
-            "groups": [group.pk for group in user.groups.all()], "date_joined_0": "2026-12-01",
-            "date_joined_1": "00:00:00", "_save": "Save"}  # fmt: skip
-    return data | fields
-
-
 def rename(client: Client, user, name: str):
-    return client.post(reverse("admin:auth_user_change", args=[user.pk]), change_form(user, username=name))
+    return client.post(reverse("admin:auth_user_change", args=[user.pk]), admin_change_form(user, username=name))
 
 
 def renames() -> list[str]:

@@ -20,7 +20,7 @@ from evidence.ingest import delivery, importer
 from evidence.models import AuditEntry, Call, Finding, HumanDecision, Run
 from evidence.review import inbox, kinds
 from receipts.demo import run_writer
-from tests.helpers import content, join
+from tests.helpers import content, join, settle_form
 from tests.ledger import events_of
 from tests.writer import MESSAGE, cli_call, only_receipt, outbox_lines
 
@@ -45,18 +45,16 @@ def sent_in_doubt(run_dir: Path) -> Call:
     return call
 
 
-def settle_form(call: Call, resolution: str, **more: str) -> dict[str, str]:
-    return {
-        "resolution": resolution,
-        "reason": "the mail server has no record of it",
-        "confirm_call_id": call.call_id[:12],
-        "receipt_sha256": call.file_sha256,
-        **more,
-    }
+# The reason each decision here gives, which the audit quotes.
+REASON = "the mail server has no record of it"
 
 
 def call_url(call: Call) -> str:
     return reverse("call", args=[call.run.run_id, call.call_id])
+
+
+def confirm_url(call: Call) -> str:
+    return reverse("confirm", args=[call.run.run_id, call.call_id])
 
 
 def resume_as_the_runtime(run_dir: Path) -> None:
@@ -73,7 +71,7 @@ def test_did_not_happen_against_a_target_that_shows_the_message_needs_a_second_c
     page = content(as_confirmer.get(call_url(call)))
     assert 'badge-info">present' in page and SENT_LINE in page
 
-    refused = as_confirmer.post(reverse("confirm", args=[run_dir.name, call.call_id]), settle_form(call, "rejected"))
+    refused = as_confirmer.post(confirm_url(call), settle_form(call, "rejected", REASON))
     assert refused.status_code == HTTPStatus.BAD_REQUEST
     page = content(refused)
     assert "You chose “It did not happen”, and the target shows the effect." in page
@@ -85,8 +83,8 @@ def test_did_not_happen_against_a_target_that_shows_the_message_needs_a_second_c
     # What the evidence agrees with needs no second confirmation (and the form with the tick is the same one).
     assert 'id="id_confirm_against_evidence"' in page
 
-    ticked = settle_form(call, "rejected", confirm_against_evidence="on")
-    settled = as_confirmer.post(reverse("confirm", args=[run_dir.name, call.call_id]), ticked)
+    ticked = settle_form(call, "rejected", REASON, confirm_against_evidence="on")
+    settled = as_confirmer.post(confirm_url(call), ticked)
     assert settled.status_code == HTTPStatus.SEE_OTHER
     decision = HumanDecision.objects.get()
     assert decision.resolution == "rejected" and decision.delivered_at is not None  # written into the run at once
@@ -97,20 +95,20 @@ def test_happened_against_a_target_that_shows_nothing_needs_a_second_confirmatio
     assert cli_call(run_dir, "send_message", MESSAGE, RECEIPTS_FAILPOINT="after_prepared").returncode == 137
     importer.run_import(path=run_dir)
     call = Call.objects.get(call_id=only_receipt(run_dir))
-    url = reverse("confirm", args=[run_dir.name, call.call_id])
-    refused = as_confirmer.post(url, settle_form(call, "committed"))
+    url = confirm_url(call)
+    refused = as_confirmer.post(url, settle_form(call, "committed", REASON))
     assert refused.status_code == HTTPStatus.BAD_REQUEST
     assert "You chose “It happened”, and the target does not show the effect." in content(refused)
     assert not HumanDecision.objects.exists()
     # The answer the evidence agrees with goes through at once.
-    assert as_confirmer.post(url, settle_form(call, "rejected")).status_code == HTTPStatus.SEE_OTHER
+    assert as_confirmer.post(url, settle_form(call, "rejected", REASON)).status_code == HTTPStatus.SEE_OTHER
     assert HumanDecision.objects.get().resolution == "rejected"
 
 
 def test_a_message_sent_again_after_did_not_happen_is_a_finding_and_an_inbox_item(run_dir, as_confirmer):
     call = sent_in_doubt(run_dir)
-    ticked = settle_form(call, "rejected", confirm_against_evidence="on")
-    assert as_confirmer.post(reverse("confirm", args=[run_dir.name, call.call_id]), ticked).status_code == 303
+    ticked = settle_form(call, "rejected", REASON, confirm_against_evidence="on")
+    assert as_confirmer.post(confirm_url(call), ticked).status_code == 303
 
     resume_as_the_runtime(run_dir)
     assert len(outbox_lines(run_dir)) == 2, "sent twice: what the decision made happen"
@@ -135,7 +133,7 @@ def test_a_message_sent_again_after_did_not_happen_is_a_finding_and_an_inbox_ite
 
 def test_a_target_that_shows_one_call_twice_is_a_finding_whatever_the_decision(run_dir, as_confirmer):
     call = sent_in_doubt(run_dir)
-    settled = as_confirmer.post(reverse("confirm", args=[run_dir.name, call.call_id]), settle_form(call, "committed"))
+    settled = as_confirmer.post(confirm_url(call), settle_form(call, "committed", REASON))
     assert settled.status_code == HTTPStatus.SEE_OTHER, "the answer the evidence agrees with: no second tick"
     resumed = cli_call(run_dir, "send_message", MESSAGE)
     assert resumed.returncode == 0 and json.loads(resumed.stdout)["reused"] is True
@@ -160,7 +158,7 @@ def settled_elsewhere(run_dir, as_confirmer, settings):
     decision waits for the run's host to write it (evidence.ingest.delivery)."""
     call = sent_in_doubt(run_dir)
     settings.EVIDENCE_HOST_NAME = "web-host"
-    settled = as_confirmer.post(reverse("confirm", args=[run_dir.name, call.call_id]), settle_form(call, "committed"))
+    settled = as_confirmer.post(confirm_url(call), settle_form(call, "committed", REASON))
     assert settled.status_code == HTTPStatus.SEE_OTHER
     decision = HumanDecision.objects.get()
     assert decision.pending and not (run_dir / "confirmations" / f"{call.call_id}.json").exists()

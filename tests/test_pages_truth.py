@@ -19,7 +19,7 @@ from django.urls import reverse
 from evidence.lib import stats
 from evidence.models import Call, Run
 from receipts import recovery, states
-from tests.helpers import content, first_call_of, join, state_badge
+from tests.helpers import content, first_call_of, join, settle_form, state_badge
 
 pytestmark = pytest.mark.django_db
 
@@ -40,8 +40,7 @@ def call_page(client, run_id: str) -> tuple[Call, str]:
 
 
 def settle(client, call: Call, resolution: str = "committed") -> None:
-    form = {"resolution": resolution, "reason": "the outbox shows the message", "confirm_call_id": call.call_id[:12],
-            "receipt_sha256": call.file_sha256, "confirm_against_evidence": "on"}  # fmt: skip
+    form = settle_form(call, resolution, "the outbox shows the message", confirm_against_evidence="on")
     response = client.post(reverse("confirm", args=[call.run.run_id, call.call_id]), form)
     assert response.status_code == HTTPStatus.SEE_OTHER, content(response)
 

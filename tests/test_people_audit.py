@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from evidence.models import AuditEntry, HumanDecision
-from tests.helpers import content, first_call_of, join
+from tests.helpers import admin_change_form, content, first_call_of, join, settle_form
 
 pytestmark = pytest.mark.django_db
 
@@ -24,18 +24,8 @@ KNOWN = "the-admin-knows-this-1"
 
 def settle(client: Client, run_id: str) -> None:
     call = first_call_of(run_id)
-    form = {"resolution": "committed", "reason": "the log shows it", "confirm_call_id": call.call_id[:12],
-            "receipt_sha256": call.file_sha256, "confirm_queryable": "on"}  # fmt: skip
-    response = client.post(reverse("confirm", args=[run_id, call.call_id]), form)
+    response = client.post(reverse("confirm", args=[run_id, call.call_id]), settle_form(call, confirm_queryable="on"))
     assert response.status_code == HTTPStatus.SEE_OTHER, content(response)[:2000]
-
-
-def change_form(user, **fields) -> dict:
-    """The admin's change form as the page posts it (tests/test_admin_bounds.py's)."""
-    data = {"username": user.username, "first_name": "", "last_name": "", "email": "", "is_active": "on",
-            "groups": [group.pk for group in user.groups.all()], "date_joined_0": "2026-12-01",
-            "date_joined_1": "00:00:00", "_save": "Save"}  # fmt: skip
-    return data | fields
 
 
 def who_html(pk: int, name: str) -> str:
@@ -62,7 +52,8 @@ def test_an_admin_who_takes_a_persons_name_acts_under_a_new_id_and_the_rename_is
 
     admin = Client()
     admin.force_login(mallory)
-    renamed = admin.post(reverse("admin:auth_user_change", args=[carol.pk]), change_form(carol, username="carol-old"))
+    carol_page = reverse("admin:auth_user_change", args=[carol.pk])
+    renamed = admin.post(carol_page, admin_change_form(carol, username="carol-old"))
     assert renamed.status_code == HTTPStatus.FOUND, content(renamed)[:2000]
     new_person = {"username": "carol", "usable_password": "true", "password1": KNOWN, "password2": KNOWN}
     added = admin.post(reverse("admin:auth_user_add"), new_person)
@@ -71,7 +62,7 @@ def test_an_admin_who_takes_a_persons_name_acts_under_a_new_id_and_the_rename_is
     assert added.status_code == HTTPStatus.OK and "The audit names another person" in content(added)
     impostor = django_user_model.objects.create_user("carol", password=KNOWN)
     confirmer = Group.objects.get(name="confirmer").pk
-    admin.post(reverse("admin:auth_user_change", args=[impostor.pk]), change_form(impostor, groups=[confirmer]))
+    admin.post(reverse("admin:auth_user_change", args=[impostor.pk]), admin_change_form(impostor, groups=[confirmer]))
 
     # The new "carol" logs in with the password the admin chose, through the login page.
     second = Client()

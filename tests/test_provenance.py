@@ -10,7 +10,6 @@ made on the dashboard and written back is none of these.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -149,14 +148,6 @@ def test_another_decision_on_the_host_than_the_dashboards_is_the_hosts_word(demo
     client.force_login(carol)
     lead = lead_of(content(client.get(reverse("call", args=[RUN, call.call_id]))))
     assert 'by <span translate="no">ops-cli</span>' in lead and ON_HOST in lead
-
-
-@pytest.fixture
-def key_file(tmp_path: Path) -> Path:
-    path = tmp_path / "keys" / "callproof.key"
-    path.parent.mkdir()
-    path.write_bytes(os.urandom(32).hex().encode())
-    return path
 
 
 def test_in_a_run_signed_with_a_trusted_key_it_is_audited_but_asks_nobody(

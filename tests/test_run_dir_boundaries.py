@@ -24,7 +24,7 @@ from evidence.ingest import importer
 from evidence.models import Finding, HumanDecision
 from receipts import confined, durable, runtime
 from receipts.demo import login_request, writer_command, writer_env
-from tests.helpers import content, first_call_of, join
+from tests.helpers import content, first_call_of, join, settle_form
 from tests.writer import FILE_ARGS, MESSAGE, cli_call, cli_write_task, outbox_lines
 
 # A file outside every run, worth protecting: its last line has no newline, which the ledger's
@@ -153,11 +153,7 @@ def as_confirmer(client, django_user_model):
 def settle(client, call) -> HttpResponse:
     from django.urls import reverse
 
-    return client.post(
-        reverse("confirm", args=[RUN, call.call_id]),
-        {"resolution": "committed", "reason": "the mail log shows it", "confirm_call_id": call.call_id[:12],
-         "receipt_sha256": call.file_sha256},
-    )  # fmt: skip
+    return client.post(reverse("confirm", args=[RUN, call.call_id]), settle_form(call, reason="the mail log shows it"))
 
 
 def receipt_link(run_dir: Path, name: str, outside: Path) -> None:

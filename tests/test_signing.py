@@ -35,15 +35,6 @@ from tests.writer import (
 
 
 @pytest.fixture
-def key_file(tmp_path: Path) -> Path:
-    """A key outside every run directory, as a deployment keeps it."""
-    path = tmp_path / "keys" / "callproof.key"
-    path.parent.mkdir()
-    path.write_bytes(os.urandom(32).hex().encode())
-    return path
-
-
-@pytest.fixture
 def signed_run(tmp_path: Path, key_file: Path, monkeypatch) -> Path:
     """A run made with a key: the writer (this process and its children) signs all it writes."""
     monkeypatch.setenv(signing.KEY_ENV, str(key_file))
