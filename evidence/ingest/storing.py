@@ -40,6 +40,12 @@ def is_postgres() -> bool:
     return connection.vendor == "postgresql"
 
 
+# Up to this many rows, PostgreSQL takes them as one pipelined ``executemany`` (psycopg sends them
+# without waiting for each answer): the temporary table's CREATE and DROP change the catalogue and
+# cost more than the rows themselves when an import brings a few new lines or files.
+FEW_ROWS = 1000
+
+
 def bulk_upsert(
     model: type[Model],
     columns: Sequence[str],
@@ -73,7 +79,7 @@ def bulk_upsert(
     else:
         on_conflict += "DO NOTHING"
     with connection.cursor() as cursor:
-        if not is_postgres():
+        if not is_postgres() or len(rows) <= FEW_ROWS:
             placeholders = ", ".join(["%s"] * len(columns))
             cursor.executemany(f"INSERT INTO {table} ({names}) VALUES ({placeholders}) {on_conflict}", rows)  # noqa: S608
             return
