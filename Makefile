@@ -8,7 +8,7 @@ ADDR ?= 127.0.0.1:8000
 PIP_VERSION := 26.3
 UV_VERSION := 0.13.9
 
-.PHONY: install lock demo test-packages messages test check lint format bench bench-serve bench-serve-memory bench-import bench-import-10m bench-export bench-pages bench-pages-10m bench-watch-10m bench-ship torture clean
+.PHONY: install lock demo test-packages messages test check screenshots lint format bench bench-serve bench-serve-memory bench-import bench-import-10m bench-export bench-pages bench-pages-10m bench-watch-10m bench-ship torture clean
 
 # Everything comes from the lock file, each package by its hash (the test and deploy extras,
 # so the suite, the proxy tests and the benchmarks run on the same versions everywhere);
@@ -102,6 +102,12 @@ check: lint
 	env -u DATABASE_URL $(BIN)/python -m pytest -n $${WORKERS:-2} -m "not browser and not nginx and not slow" $(ARGS)
 
 # ruff, then mypy with django-stubs (its files and settings: [tool.mypy] in pyproject.toml).
+# The browser tests with their screenshots, in tests/browser/screenshots/ (each page at 390 and
+# 1366 px, both languages, light and dark): what a person looks at before a page's change lands.
+# make test and CI take none: a screenshot asserts nothing, and CI throws its copy away.
+screenshots: install test-packages
+	CALLPROOF_SCREENSHOTS=1 $(BIN)/python -m pytest -n $${WORKERS:-2} -m browser tests/browser $(ARGS)
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

@@ -12,6 +12,10 @@ from tests.helpers import import_as_seen_later, join
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
+# Screenshots are for a person to look at (docs/testing.md, "Looking at the pages"): they assert
+# nothing, and CI throws its copy away, so only a run that asks for them (`make screenshots`)
+# spends the time (about 250 full pages, PNG-encoded).
+SCREENSHOTS_WANTED = os.environ.get("CALLPROOF_SCREENSHOTS") == "1"
 PASSWORD = "a-long-password-1"
 # Chromium's own background traffic would only meet this machine's closed network.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -74,6 +78,10 @@ def log_in(page) -> None:
     page.wait_for_url("**/")
 
 
-def screenshot(page, name: str) -> None:
+def screenshot(page_or_part, name: str) -> None:
+    """``tests/browser/screenshots/NAME.png``: a whole page, or one part of it (a locator)."""
+    if not SCREENSHOTS_WANTED:
+        return
     SCREENSHOTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+    options = {"full_page": True} if hasattr(page_or_part, "goto") else {}
+    page_or_part.screenshot(path=str(SCREENSHOTS / f"{name}.png"), **options)

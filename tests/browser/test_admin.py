@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser.conftest import PASSWORD, SCREENSHOTS
+from tests.browser.conftest import PASSWORD, screenshot
 from tests.helpers import join
 
 pytestmark = pytest.mark.browser
@@ -30,8 +30,7 @@ def test_an_admin_gives_a_role_and_sees_nothing_that_gives_more(chromium, live_s
         page.locator("#id_groups_from").select_option(label="confirmer")
         page.locator("#id_groups_add").click()
         assert sorted(page.locator("#id_groups_from option").all_inner_texts()) == ["admin", "exporter"]
-        SCREENSHOTS.mkdir(exist_ok=True)
-        page.screenshot(path=SCREENSHOTS / "admin-user-bounded.png", full_page=True)
+        screenshot(page, "admin-user-bounded")
         page.get_by_role("button", name="Save", exact=True).click()
         page.wait_for_url("**/admin/auth/user/")
         bob.refresh_from_db()

@@ -15,19 +15,13 @@ from playwright.sync_api import expect
 from evidence.ingest import importer
 from evidence.models import Export
 from receipts.reader.verify import verify_export
-from tests.browser.conftest import SCREENSHOTS, log_in
+from tests.browser.conftest import log_in, screenshot
 from tests.helpers import CONTRACT, join, until
 from tests.serving import stop
 from tests.subprocess_db import start_worker, this_database_url
 from tests.volume import synthetic_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-
-def overview(page, name: str) -> None:
-    """The run page's facts, where the exports panel is (the whole page is a long ledger)."""
-    SCREENSHOTS.mkdir(exist_ok=True)
-    page.locator(".overview").screenshot(path=str(SCREENSHOTS / f"{name}.png"))
 
 
 def test_an_export_clicked_on_the_run_page_shows_its_progress_and_downloads(page, tmp_path, export_root):
@@ -50,7 +44,7 @@ def test_an_export_clicked_on_the_run_page_shows_its_progress_and_downloads(page
         expect(progress).to_be_visible()
         expect(exports).to_contain_text(re.compile(r"running \d+% [1-9][\d,]* of [\d,]+ rows"))  # the next poll
         assert 0 < int(progress.get_attribute("value") or 0) < int(progress.get_attribute("max") or 0)
-        overview(page, "export-running")
+        screenshot(page.locator(".overview"), "export-running")  # the facts: the page is a long ledger
         os.kill(worker.pid, signal.SIGCONT)
         link = exports.get_by_role("link", name="Download the redacted evidence")
         expect(link).to_be_visible(timeout=300_000)
@@ -58,7 +52,7 @@ def test_an_export_clicked_on_the_run_page_shows_its_progress_and_downloads(page
         os.kill(worker.pid, signal.SIGCONT)
         stop(worker)
     expect(page.locator("#exports")).not_to_have_attribute("hx-trigger", "every 1s")  # polling stopped
-    overview(page, "export-done")
+    screenshot(page.locator(".overview"), "export-done")
     with page.expect_download() as download:
         link.click()
     saved = tmp_path / download.value.suggested_filename
