@@ -61,7 +61,7 @@ def test_no_page_has_an_accessibility_violation(chromium, live_server, demo, dja
     for name, url in pages():
         page.goto(url)
         checked.append((name, checked_in_every_view(page)))
-        for width in (390, 1366):  # the light ones are test_widths.py's
+        for width in (390, 1366):  # the light ones are test_languages.py's
             page.set_viewport_size({"width": width, "height": 900})
             page.emulate_media(color_scheme="dark")
             screenshot(page, f"dark-{width}-{name}")

@@ -1,6 +1,7 @@
 """An answer the target's evidence contradicts asks twice in a real browser, with and without a
 script; once decided, the call's page keeps what the target shows; a decision not yet written is
-withdrawn. Screenshots at a phone's width and a laptop's, in English and in Chinese."""
+withdrawn. Seen in English at a phone's width and in Chinese at a laptop's (screenshots with
+`make screenshots`)."""
 
 from __future__ import annotations
 
@@ -73,8 +74,12 @@ def answer_against_the_evidence(page, call: Call, language: str) -> None:
     page.locator("form.settle button[type=submit]").click()
 
 
-@pytest.mark.parametrize("language", ["en", "zh"])
-@pytest.mark.parametrize("width", [390, 1366])
+# Each language at one of the two widths: the layout at both widths, in both languages, is
+# test_languages.py's; here each flow is seen in both languages and at both widths, in two runs.
+VIEWS = pytest.mark.parametrize(("language", "width"), [("en", 390), ("zh", 1366)])
+
+
+@VIEWS
 def test_did_not_happen_against_the_outbox_asks_twice_and_the_evidence_stays(
     chromium, live_server, demo, language, width
 ):
@@ -117,8 +122,7 @@ def test_without_a_script_the_second_confirmation_works_the_same(chromium, live_
     context.close()
 
 
-@pytest.mark.parametrize("language", ["en", "zh"])
-@pytest.mark.parametrize("width", [390, 1366])
+@VIEWS
 def test_a_decision_waiting_for_its_host_is_withdrawn(chromium, live_server, demo, settings, language, width):
     join(User.objects.create_user("alice", password=PASSWORD), "viewer", "confirmer")
     settings.EVIDENCE_HOST_NAME = "web-host"  # the live server is not the run's host: the decision waits

@@ -11,7 +11,7 @@ from evidence.ingest import importer
 from evidence.models import Call, Finding, HumanDecision, Run
 from evidence.review import settle
 from receipts import durable
-from tests.browser.conftest import PASSWORD, log_in, screenshot
+from tests.browser.conftest import PASSWORD, log_in
 from tests.helpers import join
 
 pytestmark = pytest.mark.browser
@@ -66,22 +66,6 @@ def pages() -> list[tuple[str, str]]:
         ("no-evidence", "/runs/clean-run/evidence.zip"),
         ("api-docs", "/api/docs"),
     ]
-
-
-@pytest.mark.parametrize("width", WIDTHS)
-def test_every_page_fits_the_width_of_the_screen(chromium, live_server, demo, django_user_model, width):
-    join(django_user_model.objects.create_user("alice", password=PASSWORD), "viewer")
-    context = chromium.new_context(viewport={"width": width, "height": 900}, base_url=live_server.url)
-    page = context.new_page()
-    log_in(page)
-    overflowing = []
-    for name, url in pages():
-        page.goto(url)
-        if page.evaluate("document.documentElement.scrollWidth") > width:
-            overflowing.append(name)
-        screenshot(page, f"{width}-{name}")
-    context.close()
-    assert overflowing == [], f"these pages scroll sideways at {width} px"
 
 
 # Each list's columns a person acts on; at a phone's width they must be on the screen, not past
