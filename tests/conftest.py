@@ -26,13 +26,36 @@ def django_db_setup(django_db_setup, django_db_blocker):
     """pytest-django's test database; on PostgreSQL it commits without waiting for the server's
     log to reach the disk (``synchronous_commit = off``, for this database alone, every session
     of it, children's included). Only a crash of the server itself could lose a commit, and no
-    test crashes the server: the writer's durability is on files, not here."""
+    test crashes the server: the writer's durability is on files, not here. Its flush deletes
+    rather than truncates (``deleting_flush``)."""
     from django.db import connection
 
-    if connection.vendor == "postgresql":
-        with django_db_blocker.unblock(), connection.cursor() as cursor:
-            cursor.execute(f'ALTER DATABASE "{connection.settings_dict["NAME"]}" SET synchronous_commit = off')
-            cursor.execute("SET synchronous_commit = off")
+    if connection.vendor != "postgresql":
+        yield
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(f'ALTER DATABASE "{connection.settings_dict["NAME"]}" SET synchronous_commit = off')
+        cursor.execute("SET synchronous_commit = off")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(type(connection.ops), "sql_flush", deleting_flush(type(connection.ops).sql_flush))
+        yield
+
+
+def deleting_flush(truncating_flush):
+    """PostgreSQL's flush with ``DELETE`` in place of one ``TRUNCATE`` of every table.
+
+    A transactional test (the live server's, the browser's, every one whose children write)
+    ends with a flush. ``TRUNCATE`` makes new files for each of the 32 tables and their indexes:
+    0.35 to 1 s a test, against 6 ms to delete the few rows a test leaves. The tables end as
+    empty either way: Django's foreign keys on PostgreSQL are checked at the commit, so the order
+    of the deletes does not matter. Sequences are not restarted by either, unless asked for."""
+
+    def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
+        if reset_sequences or allow_cascade:
+            return truncating_flush(self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade)
+        return [f"DELETE FROM {self.quote_name(table)};" for table in tables]
+
+    return sql_flush
 
 
 @pytest.fixture
