@@ -98,6 +98,11 @@ def until(condition: Callable[[], object], what: str, seconds: float = 60) -> ob
     raise AssertionError(f"waited {seconds} s for {what}")
 
 
+def is_stopped(pid: int) -> bool:
+    """Whether the process is stopped (SIGSTOP, as a ``NAME:pause`` failpoint stops itself)."""
+    return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "T"
+
+
 def downloaded(response) -> bytes:
     """A file download's bytes (read whole, which also closes the file)."""
     return b"".join(response.streaming_content)

@@ -20,7 +20,7 @@ import pytest
 from evidence.ingest import importer
 from evidence.models import Finding, Host, Run
 from receipts import protocol, runtime
-from tests.helpers import CONTRACT
+from tests.helpers import CONTRACT, is_stopped
 from tests.subprocess_db import child_env, database_url_for_children, manage, manage_command
 
 LATER = "2036-01-01T00:00:00Z"  # every demo run is past both ages by then
@@ -141,7 +141,7 @@ def test_a_legal_hold_set_while_a_run_is_archived_stops_it(demo_root, tmp_path):
     try:
         # The first run due is packed and read back, then the process stops itself there.
         deadline = time.monotonic() + 120
-        while Path(f"/proc/{child.pid}/stat").read_text().split(") ")[1][0] != "T":
+        while not is_stopped(child.pid):
             assert child.poll() is None and time.monotonic() < deadline, "never reached the failpoint"
             time.sleep(0.05)
         paused = sorted(path.name for path in archive_root.iterdir())
@@ -157,7 +157,7 @@ def test_a_legal_hold_set_while_a_run_is_archived_stops_it(demo_root, tmp_path):
         child.send_signal(signal.SIGCONT)
     # Every later run due pauses at the same failpoint: let each go on.
     while child.poll() is None:
-        if Path(f"/proc/{child.pid}/stat").read_text().split(") ")[1][0] == "T":
+        if is_stopped(child.pid):
             child.send_signal(signal.SIGCONT)
         time.sleep(0.05)
     stdout, stderr = child.communicate()

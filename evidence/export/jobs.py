@@ -219,6 +219,8 @@ def make(export_id: int) -> Export:
 
     def progress(done: int, total: int) -> None:
         Export.objects.filter(pk=export.pk).update(done=done, total=total, heartbeat_at=Now())
+        if done < total:
+            durable.failpoint("export_mid_progress")  # a test holds the worker here to watch the page
 
     try:
         with Heartbeat(export.pk):
