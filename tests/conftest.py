@@ -13,7 +13,8 @@ from django.utils import translation
 
 from receipts import runtime
 from receipts.demo import write_demo_runs
-from tests.helpers import CONTRACT, data_path, import_as_seen_later, join
+from tests.helpers import CONTRACT, data_path, join
+from tests.imported_demo import ImportedDemo
 from tests.served import shared_tmp, users  # noqa: F401 - fixtures for the writer daemon's tests
 from tests.shipping import mirror, shipping_host  # noqa: F401 - the shipper's tests' fixtures
 
@@ -84,11 +85,18 @@ def demo_root(demo_source, tmp_path) -> Path:
     return Path(shutil.copytree(demo_source, tmp_path / "runs", symlinks=True))
 
 
+@pytest.fixture(scope="session")
+def imported_demo(demo_source, tmp_path_factory) -> ImportedDemo:
+    return ImportedDemo(demo_source, tmp_path_factory.mktemp("demo-imported"))
+
+
 @pytest.fixture
-def demo(demo_root, db) -> Path:
-    """The demo runs, imported as a person would see them 20 minutes later (the killed calls are stale)."""
-    import_as_seen_later(demo_root)
-    return demo_root
+def demo(imported_demo, db) -> Path:
+    """The demo runs, imported as a person would see them 20 minutes later (the killed calls are stale).
+
+    Their folder is this test process's copy (``tests/imported_demo.py``): a test may change it,
+    and the next one that asks gets a new copy, imported again."""
+    return imported_demo.for_this_test()
 
 
 @pytest.fixture
