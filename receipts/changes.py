@@ -33,9 +33,7 @@ import itertools
 import os
 import posixpath
 import re
-import shutil
 import stat
-import subprocess
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -427,6 +425,8 @@ class ContentTree(_Tree):
             # Under the tree's lock only: a temp folder here is one a killed build left.
             for entry in list(os.scandir(trees_fd)):
                 if is_temp_name(entry.name):
+                    import shutil  # here: see _git
+
                     shutil.rmtree(entry.name, dir_fd=trees_fd)
             with contextlib.suppress(FileNotFoundError):
                 os.stat(version, dir_fd=trees_fd, follow_symlinks=False)
@@ -658,6 +658,10 @@ class GitTree(_Tree):
             env["GIT_INDEX_FILE"] = index
         # No hook runs, every write is fsynced before git goes on.
         settings = ["-c", "core.hooksPath=/dev/null", "-c", "core.fsync=all", "-c", "core.fsyncMethod=fsync"]
+        # subprocess and shutil are imported where used: every call of every tool imports this
+        # module (the writer knows apply_changes by name), and they were a tenth of its start.
+        import subprocess
+
         done = subprocess.run(
             ["git", *settings, *arguments], input=stdin, capture_output=True, env=env, check=False, timeout=120
         )
@@ -667,6 +671,8 @@ class GitTree(_Tree):
 
     def _prepare_repo(self) -> None:
         """The bare repository, made when missing; refused when it is not one this tool would make."""
+        import shutil  # here: see _git
+
         if shutil.which("git") is None:
             raise Rejected("mode git: git is not on PATH")
         if not _exists(self.repo, self.run_dir):

@@ -388,6 +388,28 @@ def test_the_rooms_import_only_what_the_layout_says():
         assert not {name for name in imported if name.startswith("receipts.reader")}, module
 
 
+def test_a_tool_call_through_the_command_line_loads_no_reader_and_no_subprocess(tmp_path):
+    """An agent's host starts the writer once a call: the reader (replay's) and subprocess
+    (apply_changes' Git mode) were a fifth of that start for a call that uses neither. (shutil
+    stays: argparse asks it for the terminal's width.)"""
+    import json
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run-1"
+    subprocess.run([sys.executable, "-m", "receipts", "init", str(run_dir), "--contract-sha256", "0" * 64],
+                   check=True, capture_output=True)  # fmt: skip
+    # -X importtime names every module the process imports, on standard error.
+    args = json.dumps({"path": "notes.txt", "content": "hello"})
+    completed = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "receipts", "call", str(run_dir), "--tool", "write_file",
+         "--args", args], capture_output=True, text=True, check=True)  # fmt: skip
+    assert json.loads(completed.stdout)["status"] == "committed"
+    imported = {line.rsplit("|", 1)[-1].strip() for line in completed.stderr.splitlines() if "|" in line}
+    assert "receipts.runtime.executor" in imported, "the check reads the import list it means to"
+    assert not {"receipts.reader", "receipts.replay", "subprocess"} & imported
+
+
 def test_the_ledger_append_and_signing_do_not_import_each_other():
     # Signing reads a run's steer.json through the confined open; the ledger's append asks it for
     # the run's key. One way only, lazily or not: a circle would make either half load the other.
