@@ -83,6 +83,28 @@ def outcomes(record: dict) -> dict[str, str]:
     return {nodeid.rsplit("::", 1)[1]: test["outcome"] for nodeid, test in record["tests"].items()}
 
 
+def test_the_slow_tests_run_first_in_each_group_the_database_makes(tmp_path):
+    """pytest-xdist hands tests out in the collected order: a long test at the end keeps one worker
+    busy while the other waits. pytest-django's groups (the database, then none) stay as they are."""
+    sample = tmp_path / "test_order.py"
+    sample.write_text(
+        "import pytest\n\n"
+        "def test_quick_pure(): pass\n\n"
+        "@pytest.mark.django_db\ndef test_quick_on_the_database(): pass\n\n"
+        "@pytest.mark.slow\ndef test_slow_pure(): pass\n\n"
+        "@pytest.mark.slow\n@pytest.mark.django_db\ndef test_slow_on_the_database(): pass\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", str(PROJECT / "pyproject.toml"), "--rootdir", str(tmp_path),
+         "-p", "tests.suite_plugin", "-p", "no:randomly", "--collect-only", "-q", str(sample)],
+        cwd=PROJECT, env=env, capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    collected = [line.rsplit("::", 1)[1] for line in completed.stdout.splitlines() if "::" in line]
+    assert collected == ["test_slow_on_the_database", "test_quick_on_the_database", "test_slow_pure", "test_quick_pure"]
+
+
 def test_the_second_pass_runs_the_tests_that_use_the_database_and_no_browser_test(tmp_path):
     record = run_pass(tmp_path, None, "--database-tests-only")
     assert record["database"] == "sqlite"
