@@ -390,9 +390,8 @@ def test_the_rooms_import_only_what_the_layout_says():
 
 def test_a_tool_call_through_the_command_line_loads_no_reader_and_no_subprocess(tmp_path):
     """An agent's host starts the writer once a call: the reader (replay's) and subprocess
-    (apply_changes' Git mode) were a fifth of that start for a call that uses neither. (shutil
+    (apply_changes' Git mode) were a sixth of that start for a call that uses neither. (shutil
     stays: argparse asks it for the terminal's width.)"""
-    import json
     import subprocess
     import sys
 

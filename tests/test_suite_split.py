@@ -69,14 +69,19 @@ def run_pass(tmp_path: Path, database_url: str | None, *args: str) -> dict:
     env["CALLPROOF_TEST_DATABASE"] = f"test_callproof_split_{tmp_path.name[-12:].lower()}"
     # --nomigrations: the sample asks its connection nothing but its vendor, and the tables made
     # from the models without running every migration spare about two seconds a pass.
+    pytest_in_a_child(tmp_path, env, "--nomigrations", "--suite-record", str(record), *args, str(sample))
+    return json.loads(record.read_text())
+
+
+def pytest_in_a_child(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """pytest with the project's settings and the suite's plugin, in order, rooted at ``tmp_path``."""
     completed = subprocess.run(
         [sys.executable, "-m", "pytest", "-c", str(PROJECT / "pyproject.toml"), "--rootdir", str(tmp_path),
-         "-p", "tests.suite_plugin", "-p", "no:randomly", "-q", "--nomigrations", "--suite-record", str(record),
-         *args, str(sample)],
+         "-p", "tests.suite_plugin", "-p", "no:randomly", "-q", *args],
         cwd=PROJECT, env=env, capture_output=True, text=True, check=False, timeout=300,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    return json.loads(record.read_text())
+    return completed
 
 
 def outcomes(record: dict) -> dict[str, str]:
@@ -95,12 +100,7 @@ def test_the_slow_tests_run_first_in_each_group_the_database_makes(tmp_path):
         "@pytest.mark.slow\n@pytest.mark.django_db\ndef test_slow_on_the_database(): pass\n"
     )
     env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
-    completed = subprocess.run(
-        [sys.executable, "-m", "pytest", "-c", str(PROJECT / "pyproject.toml"), "--rootdir", str(tmp_path),
-         "-p", "tests.suite_plugin", "-p", "no:randomly", "--collect-only", "-q", str(sample)],
-        cwd=PROJECT, env=env, capture_output=True, text=True, check=False, timeout=300,
-    )  # fmt: skip
-    assert completed.returncode == 0, completed.stdout + completed.stderr
+    completed = pytest_in_a_child(tmp_path, env, "--collect-only", str(sample))
     collected = [line.rsplit("::", 1)[1] for line in completed.stdout.splitlines() if "::" in line]
     assert collected == ["test_slow_on_the_database", "test_quick_on_the_database", "test_slow_pure", "test_quick_pure"]
 
